@@ -1,0 +1,119 @@
+"""The request and result types shared by the CLI, the RPC service and the bench.
+
+Torch-free so that the LSP and the RPC layer can import them. Offsets are in
+characters (Python ``str`` indices, i.e. code points) of the document text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """Complete ``text`` at character ``offset``. ``text`` is the whole buffer."""
+
+    uri: str
+    text: str
+    offset: int
+    max_tokens: int = 64
+    multiline: bool = True
+    sampling: SamplingParams = SamplingParams()
+    speculate: bool = True
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EditRequest:
+    """Rewrite ``text[start:end]`` following ``instruction``."""
+
+    uri: str
+    text: str
+    start: int
+    end: int
+    instruction: str
+    max_tokens: int | None = None  # None: sized from the original range
+    sampling: SamplingParams = SamplingParams()
+    speculate: bool = True
+
+
+@dataclass
+class GenerationStats:
+    """Counters for one request; ``merge`` accumulates totals."""
+
+    forward_passes: int = 0
+    prefill_tokens: int = 0  # prompt tokens actually run through the model
+    reused_tokens: int = 0  # prompt tokens whose KV came from the cache
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    ms: float = 0.0
+    first_token_ms: float = 0.0
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        decode_passes = max(self.forward_passes, 1)
+        return self.generated / decode_passes
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def merge(self, other: "GenerationStats") -> None:
+        for name in ("forward_passes", "prefill_tokens", "reused_tokens", "drafted",
+                     "accepted", "generated", "ms"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.drafted_by_source, other.drafted_by_source),
+                             (self.accepted_by_source, other.accepted_by_source)):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "forward_passes": self.forward_passes,
+            "prefill_tokens": self.prefill_tokens,
+            "reused_tokens": self.reused_tokens,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "generated": self.generated,
+            "tokens_per_pass": round(self.tokens_per_pass, 3),
+            "acceptance": round(self.acceptance, 3),
+            "ms": round(self.ms, 2),
+            "first_token_ms": round(self.first_token_ms, 2),
+            "drafted_by_source": dict(self.drafted_by_source),
+            "accepted_by_source": dict(self.accepted_by_source),
+        }
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    token_ids: list[int]
+    prompt: str  # the exact text given to the model
+    stats: GenerationStats
+    cancelled: bool = False
+    stop_reason: str = ""  # "max_tokens" | "stop_string" | "end_of_line" | "block_end" | "eos" | "cancelled"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "prompt": self.prompt,
+            "stats": self.stats.to_dict(),
+            "cancelled": self.cancelled,
+            "stop_reason": self.stop_reason,
+        }

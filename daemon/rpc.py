@@ -1,0 +1,134 @@
+"""msgpack-RPC framing, as Neovim uses it. Pure and torch-free (the LSP imports it).
+
+    request       [0, msgid, method, params]
+    response      [1, msgid, error, result]      error is None or {"code", "message"}
+    notification  [2, method, params]
+
+Messages are plain msgpack arrays streamed back to back on a socket; the
+``FrameReader`` wraps msgpack's streaming ``Unpacker`` and bounds the size of any
+one message, so a hostile or broken peer cannot make us buffer without limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+# Error codes (JSON-RPC's numbers, so that the LSP can pass them through).
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800
+CONTENT_MODIFIED = -32801  # stale document version
+
+
+class RpcError(Exception):
+    """An error that travels back to the peer as ``{"code", "message"}``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+
+class FrameTooLarge(RpcError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(INVALID_REQUEST, f"message larger than {limit} bytes")
+
+
+@dataclass(frozen=True)
+class Request:
+    msgid: int
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True)
+class Response:
+    msgid: int
+    error: dict[str, Any] | None
+    result: Any
+
+
+@dataclass(frozen=True)
+class Notification:
+    method: str
+    params: Any
+
+
+Message = Request | Response | Notification
+
+
+def pack_request(msgid: int, method: str, params: Any) -> bytes:
+    return msgpack.packb([REQUEST, msgid, method, params], use_bin_type=True)
+
+
+def pack_response(msgid: int, error: dict[str, Any] | None, result: Any) -> bytes:
+    return msgpack.packb([RESPONSE, msgid, error, result], use_bin_type=True)
+
+
+def pack_notification(method: str, params: Any) -> bytes:
+    return msgpack.packb([NOTIFICATION, method, params], use_bin_type=True)
+
+
+def decode(obj: Any) -> Message:
+    """Validate one unpacked object as a message; raises RpcError(INVALID_REQUEST)."""
+    if not isinstance(obj, (list, tuple)) or not obj:
+        raise RpcError(INVALID_REQUEST, "a message is a non-empty msgpack array")
+    kind = obj[0]
+    if kind == REQUEST and len(obj) == 4 and isinstance(obj[1], int) and isinstance(obj[2], str):
+        return Request(obj[1], obj[2], obj[3])
+    if kind == RESPONSE and len(obj) == 4 and isinstance(obj[1], int):
+        error = obj[2]
+        if error is not None and not isinstance(error, dict):
+            error = {"code": INTERNAL_ERROR, "message": str(error)}
+        return Response(obj[1], error, obj[3])
+    if kind == NOTIFICATION and len(obj) == 3 and isinstance(obj[1], str):
+        return Notification(obj[1], obj[2])
+    raise RpcError(INVALID_REQUEST, f"not a msgpack-RPC message: {str(obj)[:80]}")
+
+
+class FrameReader:
+    """Feed bytes in, get decoded objects out. Bounds each message's size.
+
+    Invariant: at most ``max_message_bytes`` of an incomplete message are buffered;
+    past that ``feed`` raises FrameTooLarge and the connection should be closed.
+    """
+
+    def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self._limit = max_message_bytes
+        self._unpacker = msgpack.Unpacker(
+            raw=False,
+            max_buffer_size=max_message_bytes,
+            strict_map_key=False,
+        )
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Return every complete object now available (raw, not yet ``decode``d).
+
+        Raises FrameTooLarge for an oversized message and RpcError(PARSE_ERROR)
+        for bytes that are not msgpack; either way the stream cannot be resynced.
+        """
+        try:
+            self._unpacker.feed(data)
+        except msgpack.BufferFull as exc:
+            raise FrameTooLarge(self._limit) from exc
+        out: list[Any] = []
+        try:
+            for obj in self._unpacker:
+                out.append(obj)
+        except msgpack.BufferFull as exc:
+            raise FrameTooLarge(self._limit) from exc
+        except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+            raise RpcError(PARSE_ERROR, f"malformed msgpack: {exc}") from exc
+        return out
