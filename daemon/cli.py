@@ -1,0 +1,103 @@
+"""The ``ngramd`` console script: argument parsing only.
+
+Each subcommand lives in its own module and is imported lazily, so that
+``ngramd lsp`` starts without importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> "module:function"; the function takes the parsed argparse.Namespace
+# and returns a process exit code.
+COMMANDS = {
+    "serve": "daemon.serve_cmd:run_serve",
+    "status": "daemon.serve_cmd:run_status",
+    "stop": "daemon.serve_cmd:run_stop",
+    "lsp": "lsp.main:run",
+    "complete": "daemon.complete_cmd:run",
+    "edit": "daemon.edit_cmd:run",
+    "bench": "daemon.bench_cmd:run",
+}
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="Hugging Face model id (local cache), model directory, GGUF file, "
+                        "or 'tiny' (random weights, for tests). Default: the embedded SmolLM2-135M.")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+
+
+def _add_position_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-speculation", action="store_true", help="plain decoding (baseline)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngramd", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the daemon (one per user)")
+    p.add_argument("--workspace", action="append", default=[], metavar="DIR")
+    _add_model_args(p)
+    p.add_argument("--socket", default=None, help="unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock)")
+    p.add_argument("--max-indexed-tokens", type=int, default=None)
+
+    for name, help_text in (("status", "print the running daemon's figures"), ("stop", "stop the daemon")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--socket", default=None)
+        p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("lsp", help="Language Server over stdio; starts a daemon if none answers")
+    p.add_argument("--socket", default=None)
+    _add_model_args(p)
+
+    p = sub.add_parser("complete", help="complete FILE at a position (in-process)")
+    p.add_argument("file")
+    p.add_argument("--line", type=int, required=True, help="0-based line")
+    p.add_argument("--col", type=int, required=True, help="0-based column, in characters")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--single-line", action="store_true", help="stop at the end of the line")
+    p.add_argument("--workspace", action="append", default=[], metavar="DIR",
+                   help="also draft from the files under DIR")
+    _add_model_args(p)
+    _add_position_args(p)
+
+    p = sub.add_parser("edit", help="rewrite a range of FILE following an instruction (in-process)")
+    p.add_argument("file")
+    p.add_argument("--start", required=True, metavar="L:C", help="0-based line:column")
+    p.add_argument("--end", required=True, metavar="L:C")
+    p.add_argument("--instruction", required=True)
+    p.add_argument("--max-tokens", type=int, default=None)
+    _add_model_args(p)
+    _add_position_args(p)
+
+    p = sub.add_parser("bench", help="speculation vs plain decoding vs transformers' prompt lookup")
+    p.add_argument("--cases", default=None, help="JSONL bench cases")
+    p.add_argument("--make-cases", default=None, metavar="WORKSPACE",
+                   help="write cases from a real workspace to stdout (or --out)")
+    p.add_argument("--out", default=None)
+    p.add_argument("--n", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", default=None, metavar="FILE.png")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers prompt-lookup baseline")
+    _add_model_args(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module_name, func_name = COMMANDS[args.command].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
