@@ -1,0 +1,265 @@
+"""The aligned-pointer proposer for speculative edits: the original text is the draft.
+
+When a model rewrites a range of code following a small instruction ("rename x to
+count"), almost all of its output repeats the original range. So the original's
+token ids are an almost perfect draft, provided we know *where in the original*
+the output currently is. That place is the *pointer*.
+
+Vocabulary (see index/draft.py for drafted / accepted / bonus):
+
+- *original*: the token ids the model is expected to repeat, mostly: the
+  original range, followed by whatever closes the answer (a code fence, eos).
+- *generated*: the tokens the model has produced so far (context minus prompt).
+- *pointer*: index into ``original`` of the next token the output is expected to
+  repeat. ``None`` when lost.
+- *aligned*: the tokens generated since the last propose equal
+  ``original[pointer:pointer + n]``; the pointer simply moves on by n.
+- *divergence*: the first generated token that differs from the original at the
+  pointer; ``anchor`` remembers where in the original that happened.
+- *re-synchronise*: find the longest suffix of the generated tokens (up to
+  ``max_n``) that occurs in the original; the pointer goes to just after it.
+  A one-token suffix counts only near the anchor; longer ones anywhere, the
+  occurrence nearest the anchor first (ties: the later one).
+- *guess*: right after a divergence that no suffix explains, assume the model
+  *replaced* the original token (pointer = anchor + 1); a second branch, when the
+  verifier takes trees, assumes it *inserted* a token (pointer = anchor). A guess
+  that fails is not repeated: the pointer is lost until a re-sync succeeds, and
+  meanwhile the secondary proposer (the n-gram index) drafts, if there is one.
+
+Worked example (token ids). original ``[10, 11, 12, 13, 14, 15]``; the model
+renames token 12 to 99 and deletes 14: output ``[10, 11, 99, 13, 15]``.
+
+1. propose(generated=[]): pointer 0, draft ``[10, 11, 12, 13, 14, 15]``.
+   The verifier accepts 10, 11, rejects 12 and emits 99 instead.
+2. propose(generated=[10, 11, 99]): 99 != original[2]: divergence, anchor 2. No
+   suffix (``[11, 99]``, ``[99]``) occurs in the original, so guess a
+   replacement: pointer 3, draft ``[13, 14, 15]``. Accepts 13, rejects 14, emits 15.
+3. propose(generated=[10, 11, 99, 13, 15]): 15 != original[4]: divergence,
+   anchor 4. Suffix ``[13, 15]`` is absent; ``[15]`` occurs at 5, near the anchor:
+   pointer 6 = the end, nothing left to draft (the fallback may draft).
+
+Draft length adapts: the first draft may cover the whole original (up to
+``k_max``); a fully accepted draft doubles k, a rejection halves it (but keeps
+at least twice the run just accepted); guesses and one-token re-syncs draft at
+most ``k_guess`` tokens, because they are less certain. Rejections here come
+from the edit itself rather than from a poor source, so k stays generous:
+on CPU a drafted token costs ~4 ms, a wasted pass ~70 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from index.draft import NO_DRAFT, Branch, Draft, Source
+
+
+class Proposer(Protocol):
+    """The two-method seam between proposing and verifying."""
+
+    def propose(self, context: np.ndarray) -> Draft: ...
+
+    def feedback(self, num_accepted: int) -> None: ...
+
+
+# ---------------------------------------------------------------- pure core
+
+
+def follow(original: np.ndarray, pointer: int, new_tokens: np.ndarray) -> int:
+    """How many of ``new_tokens`` repeat ``original`` from ``pointer`` on (a prefix length).
+
+    original: [n] int32, new_tokens: [m] int32. Returns 0..m.
+    Example: follow([5, 6, 7], 1, [6, 7, 9]) == 2.
+    """
+    assert original.ndim == 1 and new_tokens.ndim == 1
+    m = min(len(new_tokens), max(len(original) - pointer, 0))
+    if m == 0:
+        return 0
+    same = original[pointer:pointer + m] == new_tokens[:m]
+    if same.all():
+        return m
+    return int(np.argmin(same))  # index of the first False
+
+
+def occurrences(original: np.ndarray, pattern: np.ndarray) -> np.ndarray:
+    """End positions (exclusive) of every occurrence of ``pattern`` in ``original``.
+
+    original: [n] int32, pattern: [m] int32, m >= 1. Returns [c] int64, ascending.
+    Example: occurrences([1, 2, 1, 2], [1, 2]) == [2, 4].
+    """
+    assert original.ndim == 1 and pattern.ndim == 1 and len(pattern) >= 1
+    m = len(pattern)
+    if m > len(original):
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(original[: len(original) - m + 1] == pattern[0])
+    for j in range(1, m):
+        if len(starts) == 0:
+            break
+        starts = starts[original[starts + j] == pattern[j]]
+    return starts.astype(np.int64) + m
+
+
+def resync(original: np.ndarray, generated: np.ndarray, anchor: int,
+           max_n: int = 8, near: int = 64) -> tuple[int, int] | None:
+    """Re-synchronise: where in ``original`` does the output continue?
+
+    original: [n] int32, generated: [g] int32. Tries the suffixes of ``generated``
+    from ``max_n`` tokens down to 1; the first length that occurs wins. Among its
+    occurrences, the end nearest ``anchor`` wins (ties: the later one). A
+    one-token suffix is trusted only within ``near`` tokens of the anchor.
+    Returns ``(pointer, n)`` (the position after the match, its length) or None.
+
+    Example: resync([10, 11, 12, 13], [10, 12], anchor=1) == (3, 1):
+    ``[10, 12]`` is absent, ``[12]`` ends at 3 (a deletion of 11).
+    """
+    assert original.ndim == 1 and generated.ndim == 1
+    for n in range(min(max_n, len(generated), len(original)), 0, -1):
+        ends = occurrences(original, generated[len(generated) - n:])
+        if len(ends) == 0:
+            continue
+        dist = np.abs(ends - anchor)
+        if n == 1:
+            ok = dist <= near
+            ends, dist = ends[ok], dist[ok]
+            if len(ends) == 0:
+                continue
+        best = np.flatnonzero(dist == dist.min())[-1]  # ascending ends: the last is the later
+        return int(ends[best]), n
+    return None
+
+
+def adapt_k(k: int, drafted: int, accepted: int, k_min: int, k_max: int) -> int:
+    """Next draft length after a round that drafted ``drafted`` and accepted ``accepted``."""
+    if drafted == 0:
+        return k
+    if accepted >= drafted:
+        return min(k_max, max(k, 2 * drafted))
+    return max(k_min, min(k_max, max(k // 2, 2 * accepted)))
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class EditProposerConfig:
+    k_max: int = 32  # longest draft (the whole original when it is shorter)
+    k_min: int = 4
+    k_guess: int = 8  # longest draft after a guess or a one-token re-sync
+    max_n: int = 8  # longest generated suffix tried when re-synchronising
+    near: int = 64  # a one-token re-sync must land within this many tokens of the anchor
+    branches: int = 1  # 2: also propose the insertion guess (needs a tree verifier)
+
+
+class EditProposer:
+    """Drafts from the original range's token ids, following an aligned pointer.
+
+    ``original``: the tokens the output is expected to repeat ([n] int32).
+    ``prompt_len``: the number of context tokens before generation started; what
+    follows in the context handed to ``propose`` is the generated output.
+    ``fallback``: a secondary proposer (e.g. the n-gram index) used while lost.
+
+    Invariant: after ``propose(context)``, ``pointer`` is None or the position in
+    ``original`` where the output continues, given ``context[prompt_len:]``; it is
+    derived from the tokens alone, so a wrong guess costs one rejected draft and
+    never a wrong output (the verifier decides every token).
+    """
+
+    def __init__(self, original: np.ndarray, prompt_len: int,
+                 config: EditProposerConfig | None = None, fallback: Proposer | None = None):
+        original = np.asarray(original, dtype=np.int32)
+        assert original.ndim == 1
+        assert prompt_len >= 0
+        self.original = original
+        self.prompt_len = prompt_len
+        self.cfg = config or EditProposerConfig()
+        self.fallback = fallback
+        self.pointer: int | None = 0
+        self.anchor = 0  # last place in the original where the output was known to be
+        self._seen = 0  # generated tokens already explained
+        self._guessing = False  # the current pointer is a guess not yet confirmed
+        self._k = self.cfg.k_max
+        self._last_drafted = 0  # tokens of the best branch in the last draft (0: none or fallback)
+        self._used_fallback = False
+        self._last_was_guess = False
+        self.mode = "aligned"  # aligned | resync | guess | lost: how the last draft was chosen
+
+    # -- the seam
+
+    def propose(self, context: np.ndarray) -> Draft:
+        """Draft the continuation of ``context`` (prompt + generated, [t] int32)."""
+        assert context.ndim == 1 and len(context) >= self.prompt_len
+        generated = np.asarray(context[self.prompt_len:], dtype=np.int32)
+        self._update_pointer(generated)
+        draft = self._draft_from_original()
+        self._used_fallback = False
+        if not draft and self.fallback is not None:
+            draft = self.fallback.propose(context)
+            self._used_fallback = bool(draft)
+        self._last_drafted = len(draft.best.tokens) if draft and not self._used_fallback else 0
+        self._last_was_guess = self._guessing
+        return draft
+
+    def feedback(self, num_accepted: int) -> None:
+        """The verifier kept ``num_accepted`` tokens of the best branch of the last draft."""
+        if self._used_fallback:
+            self.fallback.feedback(num_accepted)
+        elif self._last_drafted and (num_accepted > 0 or not self._last_was_guess):
+            # a failed guess says nothing about run lengths: k stays
+            self._k = adapt_k(self._k, self._last_drafted, num_accepted,
+                              self.cfg.k_min, self.cfg.k_max)
+
+    # -- internals
+
+    def _update_pointer(self, generated: np.ndarray) -> None:
+        new = generated[self._seen:]
+        self._seen = len(generated)
+        if len(new) == 0:
+            return
+        if self.pointer is not None:
+            n = follow(self.original, self.pointer, new)
+            if n == len(new):
+                self.pointer += n
+                self.anchor = self.pointer
+                self._guessing = False
+                self.mode = "aligned"
+                return
+            diverged_at = self.pointer + n
+            # A failed guess says nothing about where the output diverged; the
+            # anchor stays where the output last really followed the original.
+            if not self._guessing or n > 0:
+                self.anchor = diverged_at
+            diverged_last = n == len(new) - 1  # only the newest token differs
+            was_guess = self._guessing and n == 0
+        else:
+            diverged_last, was_guess = False, False
+        found = resync(self.original, generated, self.anchor, self.cfg.max_n, self.cfg.near)
+        self._guessing = False
+        if found is not None:
+            self.pointer, match_len = found
+            self.mode = "resync"
+            self._guessing = match_len == 1
+            if match_len > 1:
+                self.anchor = self.pointer
+            return
+        if diverged_last and not was_guess and self.anchor < len(self.original):
+            self.pointer = self.anchor + 1
+            self.mode = "guess"
+            self._guessing = True
+            return
+        self.pointer = None
+        self.mode = "lost"
+
+    def _draft_from_original(self) -> Draft:
+        if self.pointer is None or self.pointer >= len(self.original):
+            return NO_DRAFT
+        k = self._k if not self._guessing else min(self._k, self.cfg.k_guess)
+        p = self.pointer
+        branches = [Branch(self.original[p:p + k].copy(), 1, Source.EDIT_ORIGINAL, 0)]
+        if (self.cfg.branches > 1 and self.mode == "guess" and self.anchor < len(self.original)
+                and self.original[self.anchor] != self.original[p]):
+            # the insertion hypothesis: the original token still comes, after the new one
+            a = self.anchor
+            branches.append(Branch(self.original[a:a + k].copy(), 1, Source.EDIT_ORIGINAL, 0))
+        return Draft(tuple(branches))

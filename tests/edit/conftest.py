@@ -1,0 +1,1 @@
+"""Fixtures for the speculative-edit tests (tests/edit)."""
