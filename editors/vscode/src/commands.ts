@@ -1,0 +1,41 @@
+/**
+ * Command ids. Pure: no `vscode` import.
+ *
+ * Server commands are run with `workspace/executeCommand` on `ngramd lsp`. Client
+ * commands are this extension's own (palette, status bar, keybindings); they must not
+ * reuse a server id, because vscode-languageclient registers each server command as a
+ * VS Code command of the same id, and registering one id twice fails.
+ */
+
+export const SERVER_COMMANDS = Object.freeze({
+  status: "ngramd.status",
+  toggle: "ngramd.toggle",
+  rewriteSelection: "ngramd.rewriteSelection",
+});
+
+export const CLIENT_COMMANDS = Object.freeze({
+  status: "ngramd.showStatus",
+  toggle: "ngramd.toggleCompletions",
+  rewriteSelection: "ngramd.rewrite",
+  restart: "ngramd.restart",
+});
+
+/**
+ * Arguments for this extension's rewrite command, replacing those of the server's rewrite
+ * code action when that action carries no instruction (args `[uri, range]` or none): the
+ * user is then asked for one. Returns undefined when the server's arguments already hold
+ * an instruction (a third, string argument): that action runs as the server sent it.
+ */
+export function rewriteCodeActionArgs<R>(serverArgs: unknown[] | undefined, uri: string, range: R): [string, R] | undefined {
+  const args = serverArgs ?? [];
+  if (args.length >= 3 && typeof args[2] === "string" && args[2].trim().length > 0) {
+    return undefined;
+  }
+  if (args.length === 1 && typeof args[0] === "object" && args[0] !== null) {
+    const instruction = (args[0] as Record<string, unknown>)["instruction"];
+    if (typeof instruction === "string" && instruction.trim().length > 0) {
+      return undefined;
+    }
+  }
+  return [uri, range];
+}

@@ -1,0 +1,280 @@
+/**
+ * VS Code glue: starts `ngramd lsp` with vscode-languageclient, whose built-in
+ * InlineCompletionItemFeature (LSP 3.18 `textDocument/inlineCompletion`, built in since
+ * vscode-languageclient 10; `registerProposedFeatures()` is still called for older
+ * protocol features) turns the server's inline completions into ghost text.
+ *
+ * The command ids of this extension differ from the server's (`ngramd.status`,
+ * `ngramd.toggle`, `ngramd.rewriteSelection`): vscode-languageclient registers every
+ * command the server lists in `executeCommandProvider` as a VS Code command of the same
+ * id, and a second registration of one id fails the client's start.
+ */
+
+import * as fs from "fs";
+import * as vscode from "vscode";
+import {
+  DidChangeConfigurationNotification,
+  ExecuteCommandRequest,
+  LanguageClient,
+  LanguageClientOptions,
+  ServerOptions,
+  State,
+  TransportKind,
+} from "vscode-languageclient/node";
+
+import { initializationOptions, needsRestart, NgramdSettings, readSettings, resolveServerPath, serverArgs } from "./config";
+import { CLIENT_COMMANDS, rewriteCodeActionArgs, SERVER_COMMANDS } from "./commands";
+import { errorView, isWorkspaceEdit, statusView, StatusView, validateInstruction } from "./status";
+
+const STATUS_POLL_MS = 5000;
+
+let client: LanguageClient | undefined;
+let settings: NgramdSettings;
+let statusItem: vscode.StatusBarItem;
+let pollTimer: NodeJS.Timeout | undefined;
+let output: vscode.LogOutputChannel;
+
+function currentSettings(): NgramdSettings {
+  const cfg = vscode.workspace.getConfiguration("ngramd");
+  return readSettings((key) => cfg.get(key));
+}
+
+function isExecutable(p: string): boolean {
+  try {
+    const st = fs.statSync(p);
+    if (!st.isFile()) {
+      return false;
+    }
+    if (process.platform === "win32") {
+      return true;
+    }
+    fs.accessSync(p, fs.constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function workspaceFolderPaths(): string[] {
+  return (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath);
+}
+
+function showStatus(view: StatusView): void {
+  statusItem.text = view.text;
+  statusItem.tooltip = view.tooltip;
+  statusItem.backgroundColor =
+    view.state === "error" ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
+  statusItem.show();
+}
+
+async function startClient(context: vscode.ExtensionContext): Promise<void> {
+  const resolved = resolveServerPath(settings.serverPath, workspaceFolderPaths(), process.env, {
+    platform: process.platform,
+    isExecutable,
+  });
+  if (!resolved.ok) {
+    showStatus(errorView(resolved.error));
+    void vscode.window.showErrorMessage(resolved.error);
+    return;
+  }
+  output.appendLine(`starting ${resolved.path} ${serverArgs(settings).join(" ")} (found via ${resolved.source})`);
+  const serverOptions: ServerOptions = {
+    command: resolved.path,
+    args: serverArgs(settings),
+    transport: TransportKind.stdio,
+  };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+    initializationOptions: initializationOptions(settings),
+    outputChannel: output,
+    middleware: {
+      // Disabled: answer locally, so that no request reaches the server.
+      provideInlineCompletionItems: (document, position, ctx, token, next) =>
+        settings.enable ? next(document, position, ctx, token) : undefined,
+      // The server's rewrite code action carries no instruction: route it through
+      // this extension's prompt.
+      provideCodeActions: async (document, range, ctx, token, next) => {
+        const actions = await next(document, range, ctx, token);
+        for (const action of actions ?? []) {
+          const cmd = action instanceof vscode.CodeAction ? action.command : action;
+          if (cmd && cmd.command === SERVER_COMMANDS.rewriteSelection) {
+            const args = rewriteCodeActionArgs(cmd.arguments, document.uri.toString(), range);
+            if (args) {
+              cmd.command = CLIENT_COMMANDS.rewriteSelection;
+              cmd.arguments = args;
+            }
+          }
+        }
+        return actions;
+      },
+    },
+  };
+  client = new LanguageClient("ngramd", "ngramd", serverOptions, clientOptions);
+  client.registerProposedFeatures();
+  context.subscriptions.push(
+    client.onDidChangeState((e) => {
+      if (e.newState === State.Running) {
+        void refreshStatus();
+      } else if (e.newState === State.Stopped) {
+        showStatus(errorView("language server stopped"));
+      }
+    }),
+  );
+  showStatus({ text: "$(loading~spin) ngramd", tooltip: "ngramd: starting", state: "starting" });
+  try {
+    await client.start();
+  } catch (err) {
+    showStatus(errorView(`could not start: ${String(err)}`));
+  }
+}
+
+async function stopClient(): Promise<void> {
+  const c = client;
+  client = undefined;
+  if (c) {
+    try {
+      await c.stop();
+    } catch (err) {
+      output.appendLine(`stop: ${String(err)}`);
+    }
+  }
+}
+
+async function serverCommand(command: string, args: unknown[] = []): Promise<unknown> {
+  if (!client || client.state !== State.Running) {
+    throw new Error("the ngramd language server is not running");
+  }
+  return client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
+}
+
+async function refreshStatus(): Promise<unknown> {
+  if (!client || client.state !== State.Running) {
+    return undefined;
+  }
+  try {
+    const result = await serverCommand(SERVER_COMMANDS.status);
+    showStatus(statusView({ enabled: settings.enable, ...(result as object) }));
+    return result;
+  } catch (err) {
+    showStatus(errorView(String(err)));
+    return undefined;
+  }
+}
+
+async function showStatusCommand(): Promise<void> {
+  const result = await refreshStatus();
+  if (result === undefined) {
+    void vscode.window.showWarningMessage("ngramd: no status (is the language server running?)");
+    return;
+  }
+  output.appendLine(JSON.stringify(result, null, 2));
+  output.show(true);
+}
+
+async function toggleCommand(): Promise<void> {
+  const cfg = vscode.workspace.getConfiguration("ngramd");
+  // The setting is the single source of truth; its change reaches the server through
+  // workspace/didChangeConfiguration (see onDidChangeConfiguration below).
+  await cfg.update("enable", !settings.enable, vscode.ConfigurationTarget.Global);
+}
+
+async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  let uri = uriArg;
+  let range = rangeArg;
+  if (!uri || !range) {
+    if (!editor || editor.selection.isEmpty) {
+      void vscode.window.showInformationMessage("ngramd: select the code to rewrite first.");
+      return;
+    }
+    uri = editor.document.uri.toString();
+    range = editor.selection;
+  }
+  const instruction = await vscode.window.showInputBox({
+    prompt: "Rewrite the selection: what should change?",
+    placeHolder: "e.g. rename x to count",
+    validateInput: validateInstruction,
+  });
+  if (instruction === undefined) {
+    return;
+  }
+  const lspRange = client!.code2ProtocolConverter.asRange(range);
+  await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: false },
+    async () => {
+      const result = await serverCommand(SERVER_COMMANDS.rewriteSelection, [uri, lspRange, instruction]);
+      // The server may apply the edit itself (workspace/applyEdit) or return it.
+      if (isWorkspaceEdit(result)) {
+        const edit = await client!.protocol2CodeConverter.asWorkspaceEdit(result as never);
+        if (edit && !(await vscode.workspace.applyEdit(edit))) {
+          throw new Error("the rewrite could not be applied (the document changed meanwhile?)");
+        }
+      }
+    },
+  );
+}
+
+function guarded(fn: (...args: never[]) => Promise<void>) {
+  return async (...args: never[]) => {
+    try {
+      await fn(...args);
+    } catch (err) {
+      void vscode.window.showErrorMessage(`ngramd: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  output = vscode.window.createOutputChannel("ngramd", { log: true });
+  statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
+  statusItem.command = CLIENT_COMMANDS.status;
+  context.subscriptions.push(output, statusItem);
+  settings = currentSettings();
+
+  context.subscriptions.push(
+    vscode.commands.registerCommand(CLIENT_COMMANDS.status, guarded(showStatusCommand)),
+    vscode.commands.registerCommand(CLIENT_COMMANDS.toggle, guarded(toggleCommand)),
+    vscode.commands.registerCommand(CLIENT_COMMANDS.rewriteSelection, guarded(rewriteCommand)),
+    vscode.commands.registerCommand(
+      CLIENT_COMMANDS.restart,
+      guarded(async () => {
+        await stopClient();
+        await startClient(context);
+      }),
+    ),
+    vscode.workspace.onDidChangeConfiguration(async (e) => {
+      if (!e.affectsConfiguration("ngramd")) {
+        return;
+      }
+      const before = settings;
+      settings = currentSettings();
+      if (needsRestart(before, settings)) {
+        await stopClient();
+        await startClient(context);
+      } else if (client && client.state === State.Running) {
+        await client.sendNotification(DidChangeConfigurationNotification.type, {
+          settings: { ngramd: initializationOptions(settings) },
+        });
+        void refreshStatus();
+      }
+    }),
+  );
+
+  // Poll the status while the window is focused; nothing is polled in the background.
+  const poll = () => {
+    if (vscode.window.state.focused) {
+      void refreshStatus();
+    }
+  };
+  pollTimer = setInterval(poll, STATUS_POLL_MS);
+  context.subscriptions.push({ dispose: () => pollTimer && clearInterval(pollTimer) });
+
+  await startClient(context);
+}
+
+export async function deactivate(): Promise<void> {
+  if (pollTimer) {
+    clearInterval(pollTimer);
+  }
+  await stopClient();
+}

@@ -1,0 +1,147 @@
+// Unit tests of the pure logic; run with `node --test out/test/` (no VS Code needed).
+import { test } from "node:test";
+import * as assert from "node:assert/strict";
+
+import {
+  DEFAULTS,
+  initializationOptions,
+  needsRestart,
+  readSettings,
+  resolveServerPath,
+  serverArgs,
+} from "../config";
+
+function getter(values: Record<string, unknown>) {
+  return (key: string) => values[key];
+}
+
+test("unset settings give the defaults", () => {
+  assert.deepEqual(readSettings(getter({})), { ...DEFAULTS });
+});
+
+test("settings are normalised: clamped, rounded, trimmed, wrong types replaced", () => {
+  const s = readSettings(
+    getter({
+      maxTokens: 5000,
+      debounceMs: -3,
+      temperature: 0.7,
+      multiline: "yes",
+      enable: false,
+      model: "  tiny ",
+      serverPath: 42,
+    }),
+  );
+  assert.equal(s.maxTokens, 1024);
+  assert.equal(s.debounceMs, 0);
+  assert.equal(s.temperature, 0.7);
+  assert.equal(s.multiline, true, "a string is not a boolean: default kept");
+  assert.equal(s.enable, false);
+  assert.equal(s.model, "tiny");
+  assert.equal(s.serverPath, "");
+  assert.equal(readSettings(getter({ maxTokens: 12.6 })).maxTokens, 13);
+  assert.equal(readSettings(getter({ maxTokens: Number.NaN })).maxTokens, DEFAULTS.maxTokens);
+});
+
+test("initialization options carry the server's keys, leaving out empty model and socket", () => {
+  const s = readSettings(getter({ maxTokens: 32, multiline: false, debounceMs: 10, temperature: 0.2, enable: false }));
+  assert.deepEqual(initializationOptions(s), {
+    maxTokens: 32,
+    multiline: false,
+    temperature: 0.2,
+    debounceMs: 10,
+    enabled: false,
+  });
+  const t = readSettings(getter({ model: "tiny", socket: "/tmp/x.sock" }));
+  const opts = initializationOptions(t);
+  assert.equal(opts.model, "tiny");
+  assert.equal(opts.socket, "/tmp/x.sock");
+  assert.equal(opts.enabled, true);
+});
+
+test("server arguments", () => {
+  assert.deepEqual(serverArgs(readSettings(getter({}))), ["lsp"]);
+  assert.deepEqual(serverArgs(readSettings(getter({ model: "tiny", socket: "/s" }))), [
+    "lsp",
+    "--model",
+    "tiny",
+    "--socket",
+    "/s",
+  ]);
+});
+
+test("only serverPath, model and socket need a restart", () => {
+  const a = readSettings(getter({}));
+  assert.equal(needsRestart(a, { ...a, maxTokens: 3, enable: false, debounceMs: 1 }), false);
+  assert.equal(needsRestart(a, { ...a, model: "tiny" }), true);
+  assert.equal(needsRestart(a, { ...a, socket: "/s" }), true);
+  assert.equal(needsRestart(a, { ...a, serverPath: "/x" }), true);
+});
+
+function fakeFs(files: string[]) {
+  const set = new Set(files);
+  return { platform: "linux", isExecutable: (p: string) => set.has(p) };
+}
+
+test("server path: explicit setting wins over the workspace venv and PATH", () => {
+  const plat = fakeFs(["/opt/ngramd", "/ws/.venv/bin/ngramd", "/usr/bin/ngramd"]);
+  assert.deepEqual(resolveServerPath("/opt/ngramd", ["/ws"], { PATH: "/usr/bin" }, plat), {
+    ok: true,
+    path: "/opt/ngramd",
+    source: "setting",
+  });
+});
+
+test("server path: a wrong explicit setting is an error, not a silent fallback", () => {
+  const plat = fakeFs(["/ws/.venv/bin/ngramd", "/usr/bin/ngramd"]);
+  const r = resolveServerPath("/nope/ngramd", ["/ws"], { PATH: "/usr/bin" }, plat);
+  assert.equal(r.ok, false);
+  assert.match((r as { error: string }).error, /\/nope\/ngramd/);
+});
+
+test("server path: ~, ${workspaceFolder} and relative settings", () => {
+  const plat = fakeFs(["/home/u/bin/ngramd", "/ws/tools/ngramd"]);
+  const env = { HOME: "/home/u", PATH: "" };
+  assert.equal((resolveServerPath("~/bin/ngramd", [], env, plat) as { path: string }).path, "/home/u/bin/ngramd");
+  assert.equal(
+    (resolveServerPath("${workspaceFolder}/tools/ngramd", ["/ws"], env, plat) as { path: string }).path,
+    "/ws/tools/ngramd",
+  );
+  assert.equal((resolveServerPath("tools/ngramd", ["/ws"], env, plat) as { path: string }).path, "/ws/tools/ngramd");
+  assert.equal(resolveServerPath("tools/ngramd", [], env, plat).ok, false);
+  assert.equal(resolveServerPath("${workspaceFolder}/tools/ngramd", [], env, plat).ok, false);
+});
+
+test("server path: workspace .venv before PATH, first folder that has one", () => {
+  const plat = fakeFs(["/b/.venv/bin/ngramd", "/usr/bin/ngramd"]);
+  assert.deepEqual(resolveServerPath("", ["/a", "/b"], { PATH: "/usr/bin" }, plat), {
+    ok: true,
+    path: "/b/.venv/bin/ngramd",
+    source: "workspace",
+  });
+});
+
+test("server path: PATH in order, relative PATH entries ignored", () => {
+  const plat = fakeFs(["/second/ngramd", "/third/ngramd", "rel/ngramd"]);
+  assert.deepEqual(resolveServerPath("", [], { PATH: "rel::/first:/second:/third" }, plat), {
+    ok: true,
+    path: "/second/ngramd",
+    source: "path",
+  });
+});
+
+test("server path: nothing found gives an actionable error", () => {
+  const r = resolveServerPath("", ["/ws"], { PATH: "/usr/bin" }, fakeFs([]));
+  assert.equal(r.ok, false);
+  assert.match((r as { error: string }).error, /ngramd\.serverPath/);
+});
+
+test("server path on Windows: Scripts\\ngramd.exe and ; in PATH", () => {
+  const plat = { platform: "win32", isExecutable: (p: string) => p === "C:\\ws\\.venv\\Scripts\\ngramd.exe" };
+  assert.deepEqual(resolveServerPath("", ["C:\\ws"], { PATH: "C:\\bin;D:\\x" }, plat), {
+    ok: true,
+    path: "C:\\ws\\.venv\\Scripts\\ngramd.exe",
+    source: "workspace",
+  });
+  const plat2 = { platform: "win32", isExecutable: (p: string) => p === "D:\\x\\ngramd.exe" };
+  assert.equal((resolveServerPath("", [], { PATH: "C:\\bin;D:\\x" }, plat2) as { path: string }).path, "D:\\x\\ngramd.exe");
+});

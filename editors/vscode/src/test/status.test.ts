@@ -1,0 +1,90 @@
+// Unit tests of the status bar logic and the command ids; `node --test out/test/`.
+import { test } from "node:test";
+import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+import { acceptanceRate, daemonState, errorView, isWorkspaceEdit, statusView, validateInstruction } from "../status";
+import { CLIENT_COMMANDS, rewriteCodeActionArgs, SERVER_COMMANDS } from "../commands";
+
+test("acceptance rate: explicit rate, nested rate, or accepted / drafted", () => {
+  assert.equal(acceptanceRate({ acceptance_rate: 0.25 }), 0.25);
+  assert.equal(acceptanceRate({ stats: { acceptanceRate: 0.5 } }), 0.5);
+  assert.equal(acceptanceRate({ acceptance: { drafted: 40, accepted: 30 } }), 0.75);
+  assert.equal(acceptanceRate({ drafted_tokens: 10, accepted_tokens: 1 }), 0.1);
+  assert.equal(acceptanceRate({ drafted: 0, accepted: 0 }), undefined, "nothing drafted yet");
+  assert.equal(acceptanceRate({ acceptance_rate: 7 }), undefined, "out of range is ignored");
+  assert.equal(acceptanceRate(null), undefined);
+  assert.equal(acceptanceRate("x"), undefined);
+});
+
+test("daemon state from a string, an object or a flag", () => {
+  assert.equal(daemonState({ daemon: "Running" }), "running");
+  assert.equal(daemonState({ daemon: { state: "starting" } }), "starting");
+  assert.equal(daemonState({ daemon: { connected: false } }), "down");
+  assert.equal(daemonState({ connected: true }), "running");
+  assert.equal(daemonState({}), "unknown");
+  assert.equal(daemonState(undefined), "unknown");
+});
+
+test("status view shows the acceptance rate when the daemon runs", () => {
+  const v = statusView({ daemon: "running", acceptance_rate: 0.734, model: "tiny" });
+  assert.equal(v.state, "ok");
+  assert.equal(v.text, "$(sparkle) ngramd 73%");
+  assert.match(v.tooltip, /73% of drafted tokens/);
+  assert.match(v.tooltip, /model: tiny/);
+});
+
+test("status view: off, starting, error", () => {
+  assert.equal(statusView({ enabled: false, daemon: "running" }).state, "off");
+  assert.equal(statusView({ daemon: "loading" }).state, "starting");
+  assert.equal(statusView({ daemon: "down" }).state, "error");
+  assert.equal(statusView({ daemon: "running" }).text, "$(sparkle) ngramd", "no rate yet: no number");
+  assert.equal(errorView("boom").state, "error");
+  assert.match(errorView("boom").tooltip, /boom/);
+});
+
+test("instruction validation", () => {
+  assert.ok(validateInstruction("   "));
+  assert.ok(validateInstruction("x".repeat(2001)));
+  assert.equal(validateInstruction("rename x to count"), undefined);
+});
+
+test("workspace edit detection", () => {
+  assert.ok(isWorkspaceEdit({ changes: { "file:///a": [] } }));
+  assert.ok(isWorkspaceEdit({ documentChanges: [] }));
+  assert.ok(!isWorkspaceEdit(null));
+  assert.ok(!isWorkspaceEdit({ applied: true }));
+});
+
+test("client command ids never collide with server command ids", () => {
+  const server = new Set<string>(Object.values(SERVER_COMMANDS));
+  for (const id of Object.values(CLIENT_COMMANDS)) {
+    assert.ok(!server.has(id), `${id} is also a server command`);
+  }
+});
+
+test("package.json contributes exactly the client commands, and the settings config.ts reads", () => {
+  const pkg = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "package.json"), "utf8"));
+  const contributed = pkg.contributes.commands.map((c: { command: string }) => c.command).sort();
+  assert.deepEqual(contributed, Object.values(CLIENT_COMMANDS).sort());
+  const props = Object.keys(pkg.contributes.configuration.properties).sort();
+  assert.deepEqual(props, [
+    "ngramd.debounceMs",
+    "ngramd.enable",
+    "ngramd.maxTokens",
+    "ngramd.model",
+    "ngramd.multiline",
+    "ngramd.serverPath",
+    "ngramd.socket",
+    "ngramd.temperature",
+  ]);
+});
+
+test("rewrite code action: prompt unless the server's action already has an instruction", () => {
+  assert.deepEqual(rewriteCodeActionArgs(["file:///a", { r: 1 }], "file:///a", "R"), ["file:///a", "R"]);
+  assert.deepEqual(rewriteCodeActionArgs(undefined, "file:///a", "R"), ["file:///a", "R"]);
+  assert.equal(rewriteCodeActionArgs(["file:///a", {}, "add types"], "file:///a", "R"), undefined);
+  assert.equal(rewriteCodeActionArgs([{ uri: "u", instruction: "x" }], "file:///a", "R"), undefined);
+  assert.deepEqual(rewriteCodeActionArgs([{ uri: "u" }], "file:///a", "R"), ["file:///a", "R"]);
+});
