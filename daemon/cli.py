@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p)
     p.add_argument("--socket", default=None, help="unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock)")
     p.add_argument("--max-indexed-tokens", type=int, default=None)
+    p.add_argument("--max-message-bytes", type=int, default=None,
+                   help="largest RPC message accepted (default 64 MiB)")
 
     for name, help_text in (("status", "print the running daemon's figures"), ("stop", "stop the daemon")):
         p = sub.add_parser(name, help=help_text)

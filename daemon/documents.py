@@ -1,0 +1,161 @@
+"""Open documents, keyed by uri and shared by every client of the daemon.
+
+Vocabulary:
+- *document*: the text an editor holds for one uri, with the editor's *version*
+  (an int that grows with every change).
+- *holder*: a client connection that has the document open. Two editors on the
+  same file share one document; it is dropped when its last holder closes it
+  (or disconnects).
+- *change*: either a full replacement (``{"text"}``) or a range edit
+  ``{"start", "end", "text"}`` in characters (code points) of the text as it is
+  before that change. Changes in one ``change`` call apply in order.
+
+Invariant: ``doc.text`` is always the result of applying every accepted change
+in order; a change with a version not newer than the document's is rejected
+whole (``CONTENT_MODIFIED``) and leaves the document untouched.
+
+Pure bookkeeping: no index, no model; the service mirrors each accepted edit
+into the n-gram index (``Edit`` records say what to mirror).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
+
+
+@dataclass
+class Document:
+    uri: str
+    text: str
+    version: int
+    language_id: str = ""
+    holders: set[int] = field(default_factory=set)  # connection ids
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One applied change: ``old_text[start:end]`` became ``text`` (full: start=0, end=len)."""
+
+    start: int
+    end: int
+    text: str
+    full: bool
+
+
+def parse_changes(changes: Any) -> list[tuple[int | None, int | None, str]]:
+    """Validate the wire form of ``changes``; ranges are checked later against the text."""
+    if not isinstance(changes, list) or not changes:
+        raise RpcError(INVALID_PARAMS, "'changes' must be a non-empty array")
+    out: list[tuple[int | None, int | None, str]] = []
+    for i, ch in enumerate(changes):
+        if not isinstance(ch, dict):
+            raise RpcError(INVALID_PARAMS, f"changes[{i}] must be a map")
+        text = ch.get("text")
+        if not isinstance(text, str):
+            raise RpcError(INVALID_PARAMS, f"changes[{i}].text must be a string")
+        has_start, has_end = "start" in ch, "end" in ch
+        if has_start != has_end:
+            raise RpcError(INVALID_PARAMS, f"changes[{i}] needs both 'start' and 'end' or neither")
+        if not has_start:
+            out.append((None, None, text))
+            continue
+        start, end = ch["start"], ch["end"]
+        for name, value in (("start", start), ("end", end)):
+            if not _is_int(value):
+                raise RpcError(INVALID_PARAMS, f"changes[{i}].{name} must be an integer")
+        out.append((start, end, text))
+    return out
+
+
+def apply_change(text: str, start: int | None, end: int | None, new: str) -> tuple[str, Edit]:
+    """Apply one change to ``text``; raises INVALID_PARAMS for a range outside it."""
+    if start is None:
+        return new, Edit(0, len(text), new, full=True)
+    assert end is not None
+    if not 0 <= start <= end <= len(text):
+        raise RpcError(INVALID_PARAMS,
+                       f"range [{start}, {end}) outside the document (length {len(text)})")
+    return text[:start] + new + text[end:], Edit(start, end, new, full=False)
+
+
+class DocumentStore:
+    """The open documents. Used from the event loop thread only (no lock needed)."""
+
+    def __init__(self, max_document_chars: int = 8 << 20) -> None:
+        self._docs: dict[str, Document] = {}
+        self.max_document_chars = max_document_chars
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, uri: str) -> bool:
+        return uri in self._docs
+
+    def get(self, uri: str) -> Document:
+        doc = self._docs.get(uri)
+        if doc is None:
+            raise RpcError(INVALID_PARAMS, f"document not open: {uri[:200]}")
+        return doc
+
+    def open(self, conn: int, uri: str, text: str, version: int, language_id: str = "") -> Document:
+        """Open (or re-sync) a document; a second holder shares it and its text wins."""
+        self._check_size(text)
+        doc = self._docs.get(uri)
+        if doc is None:
+            doc = self._docs[uri] = Document(uri, text, version, language_id)
+        else:
+            doc.text, doc.version = text, version
+            doc.language_id = language_id or doc.language_id
+        doc.holders.add(conn)
+        return doc
+
+    def change(self, uri: str, version: int, changes: list[tuple[int | None, int | None, str]]
+               ) -> list[Edit]:
+        """Apply ``changes`` in order, all or nothing; returns the edits applied."""
+        doc = self.get(uri)
+        if version <= doc.version:
+            raise RpcError(CONTENT_MODIFIED,
+                           f"stale version {version} for {uri[:200]} (document is at {doc.version})")
+        text, edits = doc.text, []
+        for start, end, new in changes:
+            text, edit = apply_change(text, start, end, new)
+            edits.append(edit)
+        self._check_size(text)
+        doc.text, doc.version = text, version
+        return edits
+
+    def close(self, conn: int, uri: str) -> bool:
+        """Release ``conn``'s hold; True when the document is gone (no holder left)."""
+        doc = self.get(uri)
+        doc.holders.discard(conn)
+        if doc.holders:
+            return False
+        del self._docs[uri]
+        return True
+
+    def release_all(self, conn: int) -> list[str]:
+        """Drop ``conn``'s holds (it disconnected); returns the uris now closed."""
+        closed = []
+        for uri, doc in list(self._docs.items()):
+            if conn in doc.holders:
+                doc.holders.discard(conn)
+                if not doc.holders:
+                    del self._docs[uri]
+                    closed.append(uri)
+        return closed
+
+    def summary(self) -> list[dict[str, Any]]:
+        return [{"uri": d.uri, "version": d.version, "chars": len(d.text), "holders": len(d.holders)}
+                for d in self._docs.values()]
+
+    def _check_size(self, text: str) -> None:
+        if len(text) > self.max_document_chars:
+            raise RpcError(INVALID_PARAMS,
+                           f"document of {len(text)} characters exceeds {self.max_document_chars}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

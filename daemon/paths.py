@@ -1,0 +1,120 @@
+"""Where the daemon's unix socket lives, and how it is claimed safely. Torch-free.
+
+Default: ``$XDG_RUNTIME_DIR/ngramd/ngramd.sock``; without XDG_RUNTIME_DIR, the
+user cache dir (platformdirs) ``.../ngramd/ngramd.sock``. The ``ngramd``
+directory is created 0700 (and tightened to 0700 if it exists); the socket is
+made 0600. A ``--socket`` path elsewhere keeps its parent directory as it is
+(created 0700 if missing); the socket itself is still 0600.
+
+Claiming: ``<socket>.lock`` is held with ``flock`` for the daemon's life, so a
+second ``serve`` is refused even while the first is still loading its model
+(before the socket exists). A socket file with no lock holder and no listener
+is stale and removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+import platformdirs
+
+SOCKET_NAME = "ngramd.sock"
+
+
+def default_socket_path() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime) / "ngramd" / SOCKET_NAME
+    return Path(platformdirs.user_cache_dir("ngramd")) / SOCKET_NAME
+
+
+def resolve_socket_path(arg: str | os.PathLike[str] | None) -> Path:
+    return Path(arg).expanduser().absolute() if arg else default_socket_path()
+
+
+def prepare_socket_dir(sock: Path) -> None:
+    """Create the socket's directory 0700; tighten the default ``ngramd`` dir to 0700."""
+    parent = sock.parent
+    if not parent.exists():
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(parent, 0o700)  # mkdir's mode is masked by the umask
+    elif sock == default_socket_path():
+        os.chmod(parent, 0o700)
+
+
+def socket_is_live(sock: Path, timeout: float = 1.0) -> bool:
+    """True when something accepts connections on ``sock``."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(sock))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class SocketLock:
+    """The ``<socket>.lock`` flock; the file records the holder's pid."""
+
+    def __init__(self, sock: Path) -> None:
+        self.path = sock.with_name(sock.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                who = f" (pid {holder})" if holder else ""
+                raise AlreadyRunning(f"another ngramd daemon{who} is running or starting "
+                                     f"on {self.path.with_suffix('')}") from exc
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        # The lock file stays: unlinking it would let two later daemons lock two inodes.
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+def claim_socket(sock: Path) -> SocketLock:
+    """Take the lock and clear a stale socket file; raises AlreadyRunning if live."""
+    prepare_socket_dir(sock)
+    lock = SocketLock(sock)
+    lock.acquire()
+    try:
+        if sock.exists() or sock.is_symlink():
+            if socket_is_live(sock):
+                raise AlreadyRunning(f"an ngramd daemon already serves {sock}")
+            sock.unlink()  # stale: its daemon died without cleaning up
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        data = os.pread(fd, 32, 0).decode().strip()
+        return int(data) if data else None
+    except (OSError, ValueError):
+        return None

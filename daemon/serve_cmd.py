@@ -1,0 +1,180 @@
+"""``ngramd serve``, ``ngramd status``, ``ngramd stop``.
+
+``serve`` order, so that a client never connects to a half-started daemon:
+1. claim the socket (flock ``<socket>.lock``; refuse if another daemon holds it
+   or answers on the socket; remove a stale socket file) — cheap, before the model;
+2. load the model and build the index and engine;
+3. bind the socket (0600), print ``ngramd: ready on <socket> (pid N)`` on stdout;
+4. index and watch ``--workspace`` folders in the background (progress in status).
+
+Exit codes: 0 clean stop, 1 error, 3 another daemon already serves that socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from daemon.paths import AlreadyRunning, claim_socket, resolve_socket_path, socket_is_live
+from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES
+
+EXIT_ALREADY_RUNNING = 3
+log = logging.getLogger("ngramd")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    sock = resolve_socket_path(args.socket)
+    workspaces = [Path(w).expanduser().resolve() for w in (args.workspace or [])]
+    for w in workspaces:
+        if not w.is_dir():
+            print(f"ngramd: workspace {w} is not a directory", file=sys.stderr)
+            return 1
+    try:
+        lock = claim_socket(sock)
+    except AlreadyRunning as exc:
+        print(f"ngramd: {exc}; not starting a second one", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
+    except OSError as exc:
+        print(f"ngramd: cannot use socket {sock}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _serve(args, sock, workspaces)
+    finally:
+        lock.release()
+
+
+def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path]) -> int:
+    from daemon.server import Server
+    from daemon.service import Service
+
+    try:
+        completer, index, rt = _build_engine(args)
+    except Exception as exc:  # a model that cannot load: say why, exit 1
+        print(f"ngramd: cannot load the model: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    max_bytes = getattr(args, "max_message_bytes", None) or DEFAULT_MAX_MESSAGE_BYTES
+    service = Service(completer, index, model_name=str(rt.name), device=str(rt.device),
+                      dtype=str(rt.dtype).replace("torch.", ""), socket_path=str(sock),
+                      max_message_bytes=max_bytes)
+    server = Server(service, sock, max_message_bytes=max_bytes)
+
+    def on_ready() -> None:
+        print(f"ngramd: ready on {sock} (pid {os.getpid()}, model {rt.name}, device {rt.device})",
+              flush=True)
+        for w in workspaces:
+            service.add_workspace(w)
+
+    asyncio.run(server.run(on_ready))
+    print("ngramd: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from daemon.completer import Completer
+    from daemon.model import load_runtime
+    from index.store import IndexConfig, NgramIndex
+
+    rt = load_runtime(args.model, args.device)
+    cfg = IndexConfig()
+    if getattr(args, "max_indexed_tokens", None):
+        cfg = IndexConfig(max_indexed_tokens=args.max_indexed_tokens)
+    index = NgramIndex(rt.tokenize_batch, cfg)
+    return Completer(rt, index), index, rt
+
+
+# -- status / stop --------------------------------------------------------------------------
+
+def run_status(args: argparse.Namespace) -> int:
+    from daemon.client import Client, DaemonUnavailable
+
+    sock = resolve_socket_path(args.socket)
+    try:
+        with Client(sock, timeout=10.0) as c:
+            status = c.call("status")
+    except (DaemonUnavailable, TimeoutError) as exc:
+        print(f"ngramd: no daemon answers on {sock} ({exc})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+    else:
+        print(format_status(status))
+    return 0
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from daemon.client import Client, DaemonUnavailable
+
+    sock = resolve_socket_path(args.socket)
+    try:
+        with Client(sock, timeout=10.0) as c:
+            pid = c.call("status")["daemon"]["pid"]
+            c.call("shutdown")
+    except (DaemonUnavailable, TimeoutError) as exc:
+        print(f"ngramd: no daemon answers on {sock} ({exc})", file=sys.stderr)
+        return 1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (sock.exists() or _alive(pid)):
+        time.sleep(0.05)
+    if sock.exists() and socket_is_live(sock):
+        print(f"ngramd: daemon {pid} did not stop in time", file=sys.stderr)
+        return 1
+    msg = {"stopped": True, "pid": pid}
+    print(json.dumps(msg) if args.json else f"ngramd: stopped daemon {pid}")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (our own child not yet reaped) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _mib(n: Any) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if isinstance(n, (int, float)) else "?"
+
+
+def format_status(s: dict[str, Any]) -> str:
+    d, m, req, gen = s["daemon"], s["model"], s["requests"], s["generation"]
+    lines = [
+        f"ngramd {d['version']}  pid {d['pid']}  up {d['uptime_s']} s  socket {d['socket']}",
+        f"model   {m['name']}  device {m['device']}  dtype {m['dtype']}",
+        f"memory  rss {_mib(s['memory'].get('rss_bytes'))}"
+        + (f"  cuda {_mib(s['memory']['cuda_allocated_bytes'])}"
+           if "cuda_allocated_bytes" in s["memory"] else ""),
+        f"index   {json.dumps(s['index'], default=str)}",
+    ]
+    ws = s.get("workspace") or {}
+    for f in ws.get("folders", []):
+        lines.append(f"folder  {f['path']}  {f['state']}  progress {f.get('progress')}  "
+                     f"{json.dumps(f.get('counts', {}), default=str)}")
+    if ws:
+        lines.append(f"events  {json.dumps(ws.get('events', {}))}  pending {ws.get('pending', 0)}")
+    docs = s["documents"]
+    lines.append(f"docs    {docs['open']} open" + "".join(
+        f"\n        {x['uri']}  v{x['version']}  {x['chars']} chars" for x in docs["list"][:20]))
+    lines.append(f"clients {len(d['clients'])}")
+    counts = {k: v for k, v in req.items() if k not in ("by_method", "running", "queued")}
+    lines.append(f"requests {json.dumps(req['by_method'])}  {json.dumps(counts)}  "
+                 f"queued {len(req['queued'])}  running {req['running']}")
+    lines.append(f"generation  passes {gen['forward_passes']}  generated {gen['generated']}  "
+                 f"drafted {gen['drafted']}  accepted {gen['accepted']}  "
+                 f"acceptance {gen['acceptance']}  tokens/pass {gen['tokens_per_pass']}")
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""The asyncio unix-socket server: framing, per-connection tasks, error replies.
+
+Each connection reads bytes into a ``FrameReader`` (bounded message size) and
+starts one task per request, in arrival order, so that a ``cancel`` or
+``status`` is answered while a ``complete`` waits for the model.
+
+Errors, and where they go:
+- a request that fails (unknown method, bad params, stale version, cancelled)
+  gets ``[1, msgid, {code, message}, null]``;
+- a well-formed msgpack object that is not a valid message gets an error
+  response if it carries an integer msgid, else an ``[2, "error", {code, message}]``
+  notification; the connection stays open;
+- a failing *notification* is answered by an ``error`` notification as well;
+- bytes that are not msgpack, or a message over the size limit, leave the stream
+  unsynchronisable: an ``error`` notification is sent and the connection is
+  closed. The daemon itself keeps serving every other client.
+
+Security: only ``AF_UNIX``; the socket is created under umask 0o177 (so it is
+never briefly world-accessible) and then chmod 0600.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable
+
+from daemon.rpc import (
+    DEFAULT_MAX_MESSAGE_BYTES, INTERNAL_ERROR, Notification, Request, Response,
+    RpcError, decode, pack_notification, pack_response, FrameReader,
+)
+
+log = logging.getLogger("ngramd.server")
+READ_CHUNK = 64 * 1024
+_conn_ids = itertools.count(1)
+
+
+class Connection:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.id = next(_conn_ids)
+        self.writer = writer
+        self.tasks: set[asyncio.Task] = set()
+        self._lock = asyncio.Lock()
+        self.closed = False
+
+    async def send(self, data: bytes) -> None:
+        if self.closed:
+            return
+        async with self._lock:
+            try:
+                self.writer.write(data)
+                await self.writer.drain()
+            except (ConnectionError, OSError, RuntimeError):
+                self.closed = True  # the peer left; its replies have nowhere to go
+
+    async def send_error_notification(self, err: RpcError, **extra: Any) -> None:
+        await self.send(pack_notification("error", {**err.to_wire(), **extra}))
+
+
+class Server:
+    """Serve ``service`` (a daemon.service.Service) on ``socket_path``."""
+
+    def __init__(self, service: Any, socket_path: Path,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.service = service
+        self.socket_path = socket_path
+        self.max_message_bytes = max_message_bytes
+        self.connections: dict[int, Connection] = {}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path),
+                                                           limit=READ_CHUNK)
+        finally:
+            os.umask(old)
+        os.chmod(self.socket_path, 0o600)
+
+    async def run(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Start, call ``on_ready``, serve until ``shutdown`` or SIGTERM/SIGINT."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        self.service.shutdown_requested = stop
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        await self.start()
+        if on_ready is not None:
+            on_ready()
+        await stop.wait()
+        await self.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections.values()):
+            conn.closed = True
+            conn.writer.close()
+        try:
+            self.socket_path.unlink()
+        except OSError:
+            pass
+        # the worker and watcher threads stop in service.close(), off the loop
+        await asyncio.get_running_loop().run_in_executor(None, self.service.close)
+
+    # -- one connection -------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(writer)
+        self.connections[conn.id] = conn
+        self.service.client_connected(conn.id)
+        frames = FrameReader(self.max_message_bytes)
+        try:
+            while not conn.closed:
+                data = await reader.read(READ_CHUNK)
+                if not data:
+                    break
+                try:
+                    objs = frames.feed(data)
+                except RpcError as exc:  # not msgpack, or too big: cannot resync
+                    self._count_error(exc.code)
+                    await conn.send_error_notification(exc, fatal=True)
+                    break
+                for obj in objs:
+                    await self._on_message(conn, obj)
+        except (ConnectionError, OSError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must cost one connection, never the daemon
+            log.exception("connection %s failed", conn.id)
+        finally:
+            conn.closed = True
+            self.connections.pop(conn.id, None)
+            self.service.client_gone(conn.id)
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    async def _on_message(self, conn: Connection, obj: Any) -> None:
+        try:
+            msg = decode(obj)
+        except RpcError as exc:
+            self._count_error(exc.code)
+            msgid = _msgid_of(obj)
+            if msgid is not None:
+                await conn.send(pack_response(msgid, exc.to_wire(), None))
+            else:
+                await conn.send_error_notification(exc)
+            return
+        if isinstance(msg, Response):
+            return  # the daemon sends no requests, so there is nothing to match
+        task = asyncio.create_task(self._run(conn, msg))
+        conn.tasks.add(task)
+        task.add_done_callback(conn.tasks.discard)
+        await asyncio.sleep(0)  # let the handler do its synchronous part in arrival order
+
+    async def _run(self, conn: Connection, msg: Request | Notification) -> None:
+        try:
+            result = await self.service.dispatch(conn.id, msg.method, msg.params)
+            error = None
+        except RpcError as exc:
+            result, error = None, exc
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a handler bug: report it, keep serving
+            log.exception("%s failed", msg.method)
+            result, error = None, RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        if error is not None:
+            self._count_error(error.code)
+        if isinstance(msg, Request):
+            try:
+                data = pack_response(msg.msgid, error.to_wire() if error else None, result)
+            except (TypeError, ValueError, OverflowError) as exc:
+                data = pack_response(msg.msgid, RpcError(INTERNAL_ERROR, f"unpackable result: {exc}")
+                                     .to_wire(), None)
+            await conn.send(data)
+        elif error is not None:
+            await conn.send_error_notification(error, method=msg.method[:100])
+
+    def _count_error(self, code: int) -> None:
+        self.service.errors[code] += 1
+
+
+def _msgid_of(obj: Any) -> int | None:
+    if isinstance(obj, (list, tuple)) and len(obj) >= 2 and obj[0] in (0, 1):
+        msgid = obj[1]
+        if isinstance(msgid, int) and not isinstance(msgid, bool) and -2**63 <= msgid < 2**64:
+            return msgid
+    return None
+

@@ -1,0 +1,446 @@
+"""The daemon's RPC methods (docs/rpc.md): validation, documents, index, model worker.
+
+Vocabulary:
+- *connection id* (``conn``): one client socket; documents remember which
+  connections hold them, jobs which connection asked for them.
+- *handler*: ``async def _m_<method>(conn, params)``; it validates ``params``
+  fully (types and ranges) and raises ``RpcError`` for anything wrong, which the
+  server turns into an error reply.
+
+Ordering: every handler does its bookkeeping (documents, index submission,
+worker submission) *synchronously before its first await*, and the server starts
+handlers in arrival order, so pipelined ``open``/``change``/``complete`` on one
+connection see each other in order. The index is updated on its own single
+thread (``_index_exec``, FIFO) and the model on the worker's thread; the event
+loop only validates, enqueues and awaits, so it always stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import unquote, urlparse
+
+from daemon.documents import DocumentStore, parse_changes
+from daemon.requests import CompletionRequest, EditRequest, GenerationStats, SamplingParams
+from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from daemon.watcher import WorkspaceWatcher
+from daemon.worker import Job, Worker
+
+log = logging.getLogger("ngramd.service")
+
+SERVER_NAME = "ngramd"
+MAX_TOKENS_LIMIT = 4096
+MAX_URI_CHARS = 4096
+
+
+def server_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("ngramd")
+    except Exception:
+        return "0.0.0"
+
+
+class Service:
+    """Method handlers over shared state. ``completer`` has ``complete(req, cancel)``
+    (and optionally ``edit``); ``index`` is an NgramIndex or None."""
+
+    def __init__(self, completer: Any, index: Any, *, model_name: str = "", device: str = "",
+                 dtype: str = "", socket_path: str = "", max_message_bytes: int = 0) -> None:
+        self.completer = completer
+        self.index = index
+        self.info = {"model": model_name, "device": device, "dtype": dtype,
+                     "socket": socket_path, "max_message_bytes": max_message_bytes}
+        self.docs = DocumentStore()
+        self.worker = Worker()
+        self._index_exec = ThreadPoolExecutor(1, thread_name_prefix="ngramd-index")
+        self.watcher = WorkspaceWatcher(index, self._path_is_open) if index is not None else None
+        self.started = time.time()
+        self.clients: dict[int, str] = {}  # conn -> client name ("" until initialize)
+        self.requests = collections.Counter()  # method -> count (requests and notifications)
+        self.errors = collections.Counter()  # error code -> count
+        self.totals = GenerationStats()
+        self.index_errors = 0
+        self.shutdown_requested: asyncio.Event | None = None  # set by the server's loop
+        self._open_paths: dict[Path, int] = {}  # file path -> number of open uris naming it
+        self._handlers: dict[str, Callable[..., Any]] = {
+            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("_m_")
+        }
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self._handlers)
+
+    # -- entry points for the server ----------------------------------------------------
+
+    async def dispatch(self, conn: int, method: str, params: Any) -> Any:
+        self.requests[method] += 1
+        handler = self._handlers.get(method)
+        if handler is None:
+            raise RpcError(METHOD_NOT_FOUND, f"unknown method {method[:100]!r}; "
+                                             f"methods: {', '.join(self.methods)}")
+        if params is None or params == []:
+            params = {}  # msgpack-RPC clients often send an empty array for "no params"
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_PARAMS, f"params of {method} must be a map, "
+                                           f"not {type(params).__name__}")
+        return await handler(conn, params)
+
+    def client_connected(self, conn: int) -> None:
+        self.clients[conn] = ""
+
+    def client_gone(self, conn: int) -> None:
+        """A connection closed: cancel its jobs, release its documents."""
+        self.clients.pop(conn, None)
+        self.worker.cancel(lambda j: j.conn == conn, "client disconnected")
+        for uri in self.docs.release_all(conn):
+            self._after_close(uri)
+
+    def close(self) -> None:
+        self.worker.stop()
+        if self.watcher is not None:
+            self.watcher.stop()
+        self._index_exec.shutdown(wait=False, cancel_futures=True)
+
+    # -- methods ------------------------------------------------------------------------
+
+    async def _m_initialize(self, conn: int, p: dict) -> Any:
+        client = _opt(p, "client", str, "")
+        folders = _opt(p, "workspaceFolders", list, [])
+        roots = [_folder_path(f, i) for i, f in enumerate(folders)]
+        self.clients[conn] = client[:200]
+        for root in roots:
+            self.add_workspace(root)
+        return {"server": SERVER_NAME, "version": server_version(), "model": self.info["model"],
+                "device": self.info["device"], "pid": os.getpid()}
+
+    async def _m_workspaceFolders(self, conn: int, p: dict) -> Any:
+        added = [_folder_path(f, i) for i, f in enumerate(_opt(p, "added", list, []))]
+        removed = [_folder_path(f, i, must_exist=False) for i, f in enumerate(_opt(p, "removed", list, []))]
+        for root in added:
+            self.add_workspace(root)
+        if self.watcher is not None:
+            for root in removed:
+                self.watcher.remove_folder(root)
+        return None
+
+    async def _m_open(self, conn: int, p: dict) -> Any:
+        uri = _uri(p)
+        text = _req(p, "text", str)
+        version = _req_int(p, "version")
+        language_id = _opt(p, "languageId", str, "")
+        was_open = uri in self.docs
+        self.docs.open(conn, uri, text, version, language_id[:100])
+        if not was_open:
+            self._track_path(uri, +1)
+        await self._index_call("open_buffer", uri, text)
+        return None
+
+    async def _m_change(self, conn: int, p: dict) -> Any:
+        uri = _uri(p)
+        version = _req_int(p, "version")
+        changes = parse_changes(p.get("changes"))
+        edits = self.docs.change(uri, version, changes)
+        last = None
+        for edit in edits:
+            if edit.full:
+                last = self._index_submit("open_buffer", uri, edit.text)
+            else:
+                last = self._index_submit("edit_buffer", uri, edit.start, edit.end, edit.text)
+        if last is not None:
+            await self._await_index(last)
+        return None
+
+    async def _m_close(self, conn: int, p: dict) -> Any:
+        uri = _uri(p)
+        if self.docs.close(conn, uri):
+            self._after_close(uri)
+        return None
+
+    async def _m_complete(self, conn: int, p: dict) -> Any:
+        uri = _uri(p)
+        text = self._document_text(uri, p)
+        offset = _req_int(p, "offset", 0, len(text))
+        sampling = _sampling(p)
+        stop = _opt(p, "stop", list, [])
+        if not all(isinstance(s, str) and s for s in stop) or len(stop) > 16:
+            raise RpcError(INVALID_PARAMS, "'stop' must be up to 16 non-empty strings")
+        req = CompletionRequest(
+            uri=uri, text=text, offset=offset,
+            max_tokens=_opt_int(p, "maxTokens", 64, 1, MAX_TOKENS_LIMIT),
+            multiline=_opt(p, "multiline", bool, True),
+            sampling=sampling,
+            speculate=_opt(p, "speculate", bool, True),
+            stop=tuple(stop),
+        )
+        return await self._run_job("complete", conn, p, lambda cancel: self.completer.complete(req, cancel))
+
+    async def _m_edit(self, conn: int, p: dict) -> Any:
+        uri = _uri(p)
+        text = self._document_text(uri, p)
+        start = _req_int(p, "start", 0, len(text))
+        end = _req_int(p, "end", start, len(text))
+        instruction = _req(p, "instruction", str)
+        max_tokens = p.get("maxTokens")
+        if max_tokens is not None:
+            max_tokens = _opt_int(p, "maxTokens", 0, 1, MAX_TOKENS_LIMIT)
+        if not callable(getattr(self.completer, "edit", None)):
+            raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'edit'")
+        req = EditRequest(uri=uri, text=text, start=start, end=end, instruction=instruction,
+                          max_tokens=max_tokens, sampling=_sampling(p),
+                          speculate=_opt(p, "speculate", bool, True))
+        return await self._run_job("edit", conn, p, lambda cancel: self.completer.edit(req, cancel))
+
+    async def _m_cancel(self, conn: int, p: dict) -> Any:
+        uri = p.get("uri")
+        request_id = p.get("requestId")
+        if uri is None and request_id is None:
+            raise RpcError(INVALID_PARAMS, "cancel needs 'uri' or 'requestId'")
+        if uri is not None:
+            uri = _uri(p)
+        if request_id is not None:
+            _check_request_id(request_id)
+
+        def match(job: Job) -> bool:
+            return ((uri is None or job.uri == uri)
+                    and (request_id is None or job.request_id == request_id))
+        return {"cancelled": self.worker.cancel(match, "cancelled")}
+
+    async def _m_status(self, conn: int, p: dict) -> Any:
+        return self.status()
+
+    async def _m_shutdown(self, conn: int, p: dict) -> Any:
+        if self.shutdown_requested is not None:
+            # after this reply is written: the server checks the event once it has sent it
+            asyncio.get_running_loop().call_soon(self.shutdown_requested.set)
+        return None
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def add_workspace(self, root: Path) -> None:
+        if self.watcher is not None:
+            self.watcher.add_folder(root)
+
+    def status(self) -> dict[str, Any]:
+        index_stats: Any = None
+        if self.index is not None:
+            try:
+                index_stats = self.index.stats()
+            except Exception as exc:
+                index_stats = {"error": f"{type(exc).__name__}: {exc}"}
+        docs = self.docs.summary()
+        return {
+            "daemon": {"server": SERVER_NAME, "version": server_version(), "pid": os.getpid(),
+                       "uptime_s": round(time.time() - self.started, 1), "ready": True,
+                       "socket": self.info["socket"],
+                       "max_message_bytes": self.info["max_message_bytes"],
+                       "clients": [{"conn": c, "client": n} for c, n in self.clients.items()]},
+            "model": {"name": self.info["model"], "device": self.info["device"],
+                      "dtype": self.info["dtype"]},
+            "memory": memory_figures(),
+            "index": index_stats,
+            "workspace": self.watcher.status() if self.watcher is not None else None,
+            "documents": {"open": len(docs), "list": docs[:100]},
+            "requests": {"by_method": dict(self.requests),
+                         "errors": {str(k): v for k, v in self.errors.items()},
+                         "index_errors": self.index_errors,
+                         **self.worker.snapshot()},
+            "generation": self.totals.to_dict(),
+        }
+
+    def _document_text(self, uri: str, p: dict) -> str:
+        """The text to complete: ``text`` if given (stateless use), else the open document's."""
+        if "text" in p:
+            return _req(p, "text", str)
+        doc = self.docs.get(uri)
+        if "version" in p:
+            version = _req_int(p, "version")
+            if version != doc.version:
+                raise RpcError(CONTENT_MODIFIED,
+                               f"version {version} is not the document's ({doc.version})")
+        return doc.text
+
+    async def _run_job(self, kind: str, conn: int, p: dict, fn: Callable[[Any], Any]) -> Any:
+        request_id = p.get("requestId")
+        if request_id is not None:
+            _check_request_id(request_id)
+        loop = asyncio.get_running_loop()
+        job = Job(kind=kind, uri=p["uri"], fn=fn, future=loop.create_future(), loop=loop,
+                  conn=conn, request_id=request_id)
+        self.worker.submit(job)
+        result = await job.future
+        stats = getattr(result, "stats", None)
+        if isinstance(stats, GenerationStats):
+            self.totals.merge(stats)
+        return result.to_dict() if hasattr(result, "to_dict") else result
+
+    def _index_submit(self, name: str, *args: Any) -> Any:
+        if self.index is None:
+            return None
+        return self._index_exec.submit(getattr(self.index, name), *args)
+
+    async def _await_index(self, fut: Any) -> None:
+        try:
+            await asyncio.wrap_future(fut)
+        except Exception:  # the document is updated; the index is only an aid to drafting
+            self.index_errors += 1
+            log.exception("index update failed")
+
+    async def _index_call(self, name: str, *args: Any) -> None:
+        fut = self._index_submit(name, *args)
+        if fut is not None:
+            await self._await_index(fut)
+
+    def _after_close(self, uri: str) -> None:
+        fut = self._index_submit("close_buffer", uri)
+        if fut is not None:
+            fut.add_done_callback(_log_failure)
+        path = self._track_path(uri, -1)
+        if path is not None and self.watcher is not None:
+            self.watcher.reindex_from_disk(path)  # the disk counts again
+
+    def _track_path(self, uri: str, delta: int) -> Path | None:
+        path = uri_to_path(uri)
+        if path is None:
+            return None
+        try:
+            path = path.resolve()  # the watcher reports resolved paths
+        except (OSError, ValueError):  # a NUL byte, a symlink loop
+            return None
+        n = self._open_paths.get(path, 0) + delta
+        if n > 0:
+            self._open_paths[path] = n
+        else:
+            self._open_paths.pop(path, None)
+        return path
+
+    def _path_is_open(self, path: Path) -> bool:
+        return path in self._open_paths  # read from the watcher thread: a dict lookup is atomic
+
+
+# -- parameter validation ---------------------------------------------------------------
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", list: "an array",
+               dict: "a map", float: "a number"}
+
+
+def _type_ok(value: Any, typ: type) -> bool:
+    if typ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, typ)
+
+
+def _req(p: dict, key: str, typ: type) -> Any:
+    if key not in p:
+        raise RpcError(INVALID_PARAMS, f"missing parameter '{key}'")
+    value = p[key]
+    if not _type_ok(value, typ):
+        raise RpcError(INVALID_PARAMS, f"'{key}' must be {_TYPE_NAMES[typ]}, not {type(value).__name__}")
+    return value
+
+
+def _opt(p: dict, key: str, typ: type, default: Any) -> Any:
+    if p.get(key) is None:
+        return default
+    return _req(p, key, typ)
+
+
+def _req_int(p: dict, key: str, lo: int | None = None, hi: int | None = None) -> int:
+    value = _req(p, key, int)
+    return _check_range(key, value, lo, hi)
+
+
+def _opt_int(p: dict, key: str, default: int, lo: int, hi: int) -> int:
+    if p.get(key) is None:
+        return default
+    return _check_range(key, _req(p, key, int), lo, hi)
+
+
+def _check_range(key: str, value: Any, lo: Any, hi: Any) -> Any:
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise RpcError(INVALID_PARAMS, f"'{key}'={value} out of range [{lo}, {hi}]")
+    return value
+
+
+def _sampling(p: dict) -> SamplingParams:
+    temperature = float(_check_range("temperature", _opt(p, "temperature", float, 0.0), 0.0, 100.0))
+    top_p = float(_check_range("topP", _opt(p, "topP", float, 1.0), 0.0, 1.0))
+    if top_p <= 0.0:
+        raise RpcError(INVALID_PARAMS, "'topP' must be in (0, 1]")
+    seed = p.get("seed")
+    if seed is not None:
+        seed = _check_range("seed", _req(p, "seed", int), 0, 2**63 - 1)
+    return SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
+
+
+def _uri(p: dict) -> str:
+    uri = _req(p, "uri", str)
+    if not uri or len(uri) > MAX_URI_CHARS:
+        raise RpcError(INVALID_PARAMS, f"'uri' must be 1..{MAX_URI_CHARS} characters")
+    return uri
+
+
+def _check_request_id(request_id: Any) -> None:
+    if not (_type_ok(request_id, int) or (isinstance(request_id, str) and len(request_id) <= 200)):
+        raise RpcError(INVALID_PARAMS, "'requestId' must be an integer or a short string")
+
+
+def _folder_path(value: Any, i: int, must_exist: bool = True) -> Path:
+    if not isinstance(value, str) or not value:
+        raise RpcError(INVALID_PARAMS, f"workspace folder {i} must be a path or file:// uri")
+    path = uri_to_path(value) if value.startswith("file:") else Path(value)
+    if path is None or not path.is_absolute():
+        raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r} must be absolute")
+    try:
+        if must_exist and not path.is_dir():
+            raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r} is not a directory")
+        return path.resolve()
+    except (OSError, ValueError) as exc:
+        raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r}: {exc}") from exc
+
+
+def uri_to_path(uri: str) -> Path | None:
+    """The local path of a ``file://`` uri (None for other schemes)."""
+    if not uri.startswith("file:"):
+        return None
+    parsed = urlparse(uri)
+    if parsed.netloc not in ("", "localhost"):
+        return None
+    path = Path(unquote(parsed.path))
+    return path if path.is_absolute() else None
+
+
+def memory_figures() -> dict[str, Any]:
+    out: dict[str, Any] = {"rss_bytes": None}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    out["rss_bytes"] = int(line.split()[1]) * 1024
+    except OSError:
+        try:
+            import psutil
+            out["rss_bytes"] = psutil.Process().memory_info().rss
+        except Exception:
+            pass
+    torch = sys.modules.get("torch")  # only if the model already imported it
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
+        out["cuda_reserved_bytes"] = int(torch.cuda.memory_reserved())
+    return out
+
+
+def _log_failure(fut: Any) -> None:
+    exc = fut.exception()
+    if exc is not None:
+        log.error("index update failed: %s", exc)

@@ -1,0 +1,249 @@
+"""Workspace folders: background indexing and watchdog file events, coalesced.
+
+Vocabulary:
+- *folder*: a workspace root the daemon indexes and watches.
+- *event*: a watchdog create / modify / delete / move; a move is a delete of
+  its source and a create of its destination.
+- *burst*: many events close together (a ``git checkout``). Paths are collected
+  in a set and flushed once no event has come for ``debounce_s`` (or after
+  ``max_delay_s`` of continuous events), so each file is re-indexed once.
+- *ignored*: inside ``.git`` or matched by a ``.gitignore`` in the folder or in
+  any directory between the folder and the file (gitignore semantics, pathspec).
+- *shadowed*: a path that an editor holds open; the open buffer wins over the
+  disk, so its file events are skipped (``is_open``) until the buffer closes.
+
+The indexing itself is the index's (``index_workspace``, ``index_file``,
+``remove_file``); this module only decides *when* and *what*.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pathspec
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+log = logging.getLogger("ngramd.watcher")
+
+
+class Ignorer:
+    """``.gitignore`` matching for one folder; specs cached by file mtime."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._specs: dict[Path, tuple[float, pathspec.PathSpec | None]] = {}
+        self._lock = threading.Lock()
+
+    def ignored(self, path: Path) -> bool:
+        try:
+            rel = path.relative_to(self.root)
+        except ValueError:
+            return True  # outside the folder
+        parts = rel.parts
+        if ".git" in parts:
+            return True
+        directory = self.root
+        for i in range(len(parts)):
+            spec = self._spec(directory)
+            if spec is not None:
+                sub = "/".join(parts[i:])
+                if spec.match_file(sub) or (i < len(parts) - 1 and spec.match_file(sub + "/")):
+                    return True
+                # a parent directory pattern ("build/") matches "build/x/y" through match_file
+            if i < len(parts) - 1:
+                directory = directory / parts[i]
+        return False
+
+    def _spec(self, directory: Path) -> pathspec.PathSpec | None:
+        gi = directory / ".gitignore"
+        try:
+            mtime = gi.stat().st_mtime
+        except OSError:
+            return None
+        with self._lock:
+            cached = self._specs.get(directory)
+            if cached and cached[0] == mtime:
+                return cached[1]
+            try:
+                lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
+                spec = pathspec.GitIgnoreSpec.from_lines(lines)
+            except OSError:
+                spec = None
+            self._specs[directory] = (mtime, spec)
+            return spec
+
+
+class _Collector(FileSystemEventHandler):
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        self._sink = sink
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return  # reads change nothing
+        self._sink(os.fsdecode(event.src_path))
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            self._sink(os.fsdecode(dest))
+
+
+class WorkspaceWatcher:
+    """Index folders in the background, then keep them current from file events.
+
+    ``index`` is an NgramIndex (``index_workspace``, ``index_file``, ``remove_file``);
+    ``is_open(path)`` tells whether an editor holds that file open.
+    """
+
+    def __init__(self, index: Any, is_open: Callable[[Path], bool],
+                 debounce_s: float = 0.2, max_delay_s: float = 2.0) -> None:
+        self.index = index
+        self.is_open = is_open
+        self.debounce_s = debounce_s
+        self.max_delay_s = max_delay_s
+        self.folders: dict[Path, dict[str, Any]] = {}  # root -> progress/status
+        self._ignorers: dict[Path, Ignorer] = {}
+        self._watches: dict[Path, Any] = {}
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._observer.start()
+        self._pending: set[str] = set()
+        self._first_pending = 0.0
+        self._last_event = 0.0
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self.counts = {"events": 0, "flushes": 0, "reindexed": 0, "removed": 0,
+                       "ignored": 0, "shadowed": 0}
+        self._flusher = threading.Thread(target=self._flush_loop, name="ngramd-watch", daemon=True)
+        self._flusher.start()
+
+    # -- folders --------------------------------------------------------------------------
+
+    def add_folder(self, root: Path) -> bool:
+        """Start indexing and watching ``root``; False if it is already watched."""
+        root = root.resolve()
+        if root in self.folders:
+            return False
+        state: dict[str, Any] = {"path": str(root), "state": "indexing", "files": 0, "progress": None}
+        self.folders[root] = state
+        self._ignorers[root] = Ignorer(root)
+        try:
+            self._watches[root] = self._observer.schedule(_Collector(self._on_event), str(root),
+                                                          recursive=True)
+        except OSError as exc:  # e.g. the inotify watch limit
+            state["watch_error"] = str(exc)
+        stop = threading.Event()
+        state["_stop"] = stop
+        threading.Thread(target=self._index_folder, args=(root, state, stop),
+                         name="ngramd-index", daemon=True).start()
+        return True
+
+    def remove_folder(self, root: Path) -> bool:
+        root = root.resolve()
+        state = self.folders.pop(root, None)
+        if state is None:
+            return False
+        state["_stop"].set()
+        watch = self._watches.pop(root, None)
+        if watch is not None:
+            self._observer.unschedule(watch)
+        self._ignorers.pop(root, None)
+        return True
+
+    def _index_folder(self, root: Path, state: dict[str, Any], stop: threading.Event) -> None:
+        def progress(*args: Any, **kwargs: Any) -> None:
+            state["progress"] = args[0] if len(args) == 1 else (list(args) or kwargs)
+        t0 = time.monotonic()
+        try:
+            counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
+            state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
+            state["state"] = "stopped" if stop.is_set() else "ready"
+        except Exception as exc:  # an unreadable folder must not kill the daemon
+            log.exception("indexing %s failed", root)
+            state["state"] = "error"
+            state["error"] = f"{type(exc).__name__}: {exc}"
+        state["seconds"] = round(time.monotonic() - t0, 3)
+
+    def status(self) -> dict[str, Any]:
+        return {"folders": [{k: v for k, v in s.items() if not k.startswith("_")}
+                            for s in self.folders.values()],
+                "events": dict(self.counts), "pending": len(self._pending)}
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _on_event(self, path: str) -> None:
+        with self._cond:
+            now = time.monotonic()
+            if not self._pending:
+                self._first_pending = now
+            self._pending.add(path)
+            self._last_event = now
+            self.counts["events"] += 1
+            self._cond.notify()
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                while not self._pending and not self._stop.is_set():
+                    self._cond.wait()
+                if self._stop.is_set():
+                    return
+                now = time.monotonic()
+                quiet = now - self._last_event
+                waited = now - self._first_pending
+                if quiet < self.debounce_s and waited < self.max_delay_s:
+                    self._cond.wait(min(self.debounce_s - quiet, self.max_delay_s - waited))
+                    continue
+                batch, self._pending = self._pending, set()
+            self.counts["flushes"] += 1
+            for path in sorted(batch):
+                try:
+                    self._apply(Path(path))
+                except Exception:  # one bad file must not stop the others
+                    log.exception("re-indexing %s failed", path)
+
+    def _root_of(self, path: Path) -> Path | None:
+        for root in self.folders:
+            if path == root or root in path.parents:
+                return root
+        return None
+
+    def _apply(self, path: Path) -> None:
+        root = self._root_of(path)
+        if root is None:
+            return
+        ignorer = self._ignorers.get(root)
+        if ignorer is None or ignorer.ignored(path):
+            self.counts["ignored"] += 1
+            return
+        if self.is_open(path):
+            self.counts["shadowed"] += 1
+            return
+        if path.is_file() and not path.is_symlink():
+            if self.index.index_file(path):
+                self.counts["reindexed"] += 1
+        elif path.is_dir():
+            return  # its files get their own events (watchdog emits them for moves too)
+        else:
+            self.index.remove_file(path)
+            self.counts["removed"] += 1
+
+    def reindex_from_disk(self, path: Path) -> None:
+        """A buffer closed: its file's disk contents count again."""
+        self._on_event(str(path))
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        for state in self.folders.values():
+            state["_stop"].set()
+        try:
+            self._observer.stop()
+            self._observer.join(5)
+        except Exception:
+            log.exception("stopping the observer")

@@ -1,0 +1,157 @@
+"""The one model worker: a FIFO of jobs run on a single dedicated thread.
+
+Vocabulary:
+- *job*: one model call (``complete`` or ``edit``) for a document ``uri``, with
+  its own ``cancel`` Event that the engine checks between verification steps.
+- *supersede*: a new job for a uri cancels every older job for that uri — a
+  queued one is dropped before it runs, the running one has its Event set.
+- *cancelled*: the job's future fails with ``REQUEST_CANCELLED`` (reason in the
+  message: "cancelled", "superseded", "client disconnected", "shutdown").
+
+Only one thread touches the model, so the engine needs no locking; the asyncio
+loop only enqueues and awaits futures, so it stays responsive while a long
+completion runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from daemon.rpc import INTERNAL_ERROR, REQUEST_CANCELLED, RpcError
+
+log = logging.getLogger("ngramd.worker")
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Job:
+    kind: str  # "complete" | "edit"
+    uri: str
+    fn: Callable[[threading.Event], Any]  # runs on the worker thread
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    conn: int = 0
+    request_id: Any = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""
+    job_id: int = field(default_factory=lambda: next(_ids))
+    enqueued: float = field(default_factory=time.monotonic)
+
+    def request_cancel(self, reason: str) -> None:
+        if not self.cancel.is_set():
+            self.cancel_reason = reason
+            self.cancel.set()
+
+    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        """Complete the future from any thread."""
+        def _set() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+        try:
+            self.loop.call_soon_threadsafe(_set)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"job": self.job_id, "kind": self.kind, "uri": self.uri,
+                "requestId": self.request_id,
+                "waited_s": round(time.monotonic() - self.enqueued, 3)}
+
+
+class Worker:
+    """Run jobs one at a time on a dedicated thread."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._running: Job | None = None
+        self._stopped = False
+        self.counts = collections.Counter()  # done, cancelled, superseded, failed
+        self._thread = threading.Thread(target=self._loop, name="ngramd-model", daemon=True)
+        self._thread.start()
+
+    # -- called from the event loop ---------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; older jobs for the same uri are superseded."""
+        with self._cond:
+            if self._stopped:
+                job.resolve(error=RpcError(REQUEST_CANCELLED, "the daemon is shutting down"))
+                return
+            self._cancel_where(lambda j: j.uri == job.uri, "superseded")
+            self._queue.append(job)
+            self._cond.notify()
+
+    def cancel(self, pred: Callable[[Job], bool], reason: str = "cancelled") -> int:
+        with self._cond:
+            return self._cancel_where(pred, reason)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._cond:
+            running = self._running.describe() if self._running else None
+            return {"running": running, "queued": [j.describe() for j in self._queue],
+                    **{k: v for k, v in self.counts.items()}}
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cancel_where(lambda j: True, "shutdown")
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _cancel_where(self, pred: Callable[[Job], bool], reason: str) -> int:
+        """Cancel matching jobs; the caller holds the condition."""
+        n = 0
+        for job in [j for j in self._queue if pred(j)]:
+            self._queue.remove(job)
+            job.request_cancel(reason)
+            job.resolve(error=RpcError(REQUEST_CANCELLED, f"request {reason}"))
+            self.counts[reason] += 1
+            n += 1
+        running = self._running
+        if running is not None and pred(running) and not running.cancel.is_set():
+            running.request_cancel(reason)
+            n += 1
+        return n
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                job = self._running = self._queue.popleft()
+            try:
+                result = job.fn(job.cancel)
+            except RpcError as exc:
+                self.counts["failed"] += 1
+                job.resolve(error=exc)
+            except Exception as exc:  # the engine failed; report it, keep serving
+                log.exception("job %s failed", job.job_id)
+                self.counts["failed"] += 1
+                job.resolve(error=RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+            else:
+                if job.cancel.is_set() or getattr(result, "cancelled", False):
+                    reason = job.cancel_reason or "cancelled"
+                    self.counts[reason] += 1
+                    job.resolve(error=RpcError(REQUEST_CANCELLED, f"request {reason}"))
+                else:
+                    self.counts["done"] += 1
+                    job.resolve(result)
+            finally:
+                with self._cond:
+                    self._running = None
