@@ -1,1 +1,29 @@
 """Fixtures for the speculative-edit tests (tests/edit)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tok_runtime():
+    """The embedded model's tokenizer behind the runtime's tokenizer API (no model weights)."""
+    from daemon.model import load_tokenizer_only
+
+    tok = load_tokenizer_only()
+    return SimpleNamespace(
+        tokenizer=tok,
+        eos_token_id=tok.eos_token_id,
+        encode=lambda text: list(tok(text, add_special_tokens=False)["input_ids"]),
+        decode=lambda ids: tok.decode(list(ids), skip_special_tokens=False,
+                                      clean_up_tokenization_spaces=False),
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_runtime():
+    from daemon.model import load_runtime
+
+    return load_runtime("tiny", device="cpu")

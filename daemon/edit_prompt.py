@@ -1,0 +1,187 @@
+"""The prompt for a speculative edit, the draft it implies, and how the answer is cleaned.
+
+An edit rewrites ``text[start:end]`` (the *original*) following an *instruction*.
+The model sees the file around the range, the instruction and the original, and
+answers with the *replacement* inside a fenced code block. The answer is written
+so that, when the model changes little, its token ids repeat the original's:
+that is the draft (daemon/edit_proposer.py).
+
+Two prompt styles:
+
+- ``chat`` (the tokenizer has a chat template, e.g. the embedded
+  SmolLM2-135M-Instruct): a system message, then one user message holding the
+  file excerpt (the range replaced by ``<selection/>``), the original in a fence
+  and the instruction; then the assistant turn, *pre-filled* with the opening
+  fence ``` ```python ``` (no newline). The model's answer starts with the
+  newline and the code.
+- ``plain`` (a base model, no chat template)::
+
+      File: NAME (excerpt, the selection replaced by <selection/>)
+      ```python
+      BEFORE<selection/>AFTER
+      ```
+      Selection:
+      ```python
+      ORIGINAL
+      ```
+      Instruction: INSTRUCTION
+      Rewritten selection:
+      ```python
+
+  (the last line without its newline: the model writes it).
+
+How the answer ends: the model writes the code, then a newline and the closing
+fence, then (chat) ``<|im_end|>``. Generation stops at the end-of-sequence token,
+at the stop string ``STOP`` (newline + closing fence) or at ``max_tokens``.
+
+The draft is the original exactly as the model would write it back unchanged:
+``"\\n" + body + "\\n" + fence`` then eos, where ``body`` is the original without
+one trailing newline. The prompt ends right after ``python`` (a non-space), so
+the newline and the first line's indentation form one token (``"\\n   "``) just as
+they did in training text; the prompt's and the draft's token ids concatenate to
+the ids of the concatenated text (tested).
+
+Cleaning (``clean_answer``): drop the leading newline, cut at the first closing
+fence line, and give back the original's trailing newline if it had one. The
+fence is three backticks, or more when the original itself contains a run of
+three or more (as Markdown does), so that the original cannot close it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+SELECTION = "<selection/>"
+SYSTEM = ("You are a careful code editor. The user selects code in a file and gives an "
+          "instruction. Answer with the complete rewritten selection in one fenced code "
+          "block, and nothing else. Change only what the instruction asks; keep every "
+          "other line, comment and indentation exactly as it is.")
+
+CONTEXT_LINES_BEFORE = 40
+CONTEXT_LINES_AFTER = 15
+CONTEXT_CHARS = 3000  # per side, after the line limit
+
+_LANGS = {
+    "py": "python", "pyi": "python", "js": "javascript", "mjs": "javascript", "ts": "typescript",
+    "tsx": "tsx", "jsx": "jsx", "rs": "rust", "go": "go", "c": "c", "h": "c", "cc": "cpp",
+    "cpp": "cpp", "hpp": "cpp", "java": "java", "kt": "kotlin", "lua": "lua", "rb": "ruby",
+    "sh": "bash", "bash": "bash", "md": "markdown", "toml": "toml", "yaml": "yaml",
+    "yml": "yaml", "json": "json", "html": "html", "css": "css", "sql": "sql", "vim": "vim",
+}
+
+
+class EditRangeError(ValueError):
+    """The range to rewrite is not inside the document."""
+
+
+@dataclass(frozen=True)
+class EditPrompt:
+    """What the engine needs for one edit."""
+
+    style: str  # "chat" | "plain"
+    prompt: str  # the exact text given to the model
+    prompt_ids: list[int]
+    draft_ids: list[int]  # the answer if the model repeated the original: the proposer's source
+    original: str
+    fence: str
+    stop: tuple[str, ...]  # stop strings on the answer text
+
+
+def check_range(text: str, start: int, end: int) -> None:
+    """Raise ``EditRangeError`` unless ``0 <= start <= end <= len(text)``."""
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise EditRangeError(f"{name} must be an int offset, got {value!r}")
+    if start > end:
+        raise EditRangeError(f"start ({start}) is after end ({end})")
+    if start < 0 or end > len(text):
+        raise EditRangeError(f"range {start}..{end} is outside the document (0..{len(text)})")
+
+
+def language_of(uri: str) -> str:
+    """The fence's language tag from a file name or uri ("" when unknown)."""
+    name = uri.rsplit("/", 1)[-1]
+    ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    return _LANGS.get(ext, "")
+
+
+def fence_for(original: str) -> str:
+    """Three backticks, or one more than the longest run of backticks in ``original``."""
+    longest = max((len(m) for m in re.findall(r"`{3,}", original)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def excerpt(text: str, start: int, end: int) -> str:
+    """The file around the range, the range itself replaced by ``SELECTION``."""
+    before = text[:start]
+    before_lines = before.split("\n")
+    before = "\n".join(before_lines[-CONTEXT_LINES_BEFORE:])[-CONTEXT_CHARS:]
+    after = "\n".join(text[end:].split("\n")[:CONTEXT_LINES_AFTER])[:CONTEXT_CHARS]
+    return before + SELECTION + after
+
+
+def draft_text(original: str, fence: str) -> str:
+    """The answer that repeats ``original`` unchanged (see the module docstring)."""
+    body = original[:-1] if original.endswith("\n") else original
+    return "\n" + body + "\n" + fence
+
+
+def clean_answer(answer: str, original: str, fence: str) -> str:
+    """The replacement text from the model's answer (the text after the opening fence).
+
+    Example: clean_answer("\\n    y = 1\\n```", "    x = 1\\n", "```") == "    y = 1\\n".
+    """
+    answer = answer.split("<|im_end|>", 1)[0]
+    if answer.startswith("\n"):
+        answer = answer[1:]
+    if answer.startswith(fence):  # empty replacement
+        return ""
+    closing = answer.find("\n" + fence)
+    if closing >= 0:
+        answer = answer[:closing]
+        if original.endswith("\n"):
+            answer += "\n"
+    return answer
+
+
+def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction: str,
+                      uri: str = "") -> EditPrompt:
+    """Prompt, draft and stop strings for rewriting ``text[start:end]``.
+
+    ``runtime`` needs ``tokenizer`` (for ``chat_template``) and ``encode`` /
+    ``eos_token_id`` (daemon/model.py's ModelRuntime).
+    """
+    check_range(text, start, end)
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise ValueError("the instruction is empty")
+    original = text[start:end]
+    lang = language_of(uri)
+    fence = fence_for(original)
+    name = uri.rsplit("/", 1)[-1] or "untitled"
+    context = excerpt(text, start, end)
+    tokenizer = getattr(runtime, "tokenizer", None)
+    if getattr(tokenizer, "chat_template", None):
+        style = "chat"
+        user = (f"File `{name}` (excerpt; the selection is shown as {SELECTION}):\n"
+                f"{fence}{lang}\n{context}\n{fence}\n\n"
+                f"Selection:\n{fence}{lang}\n{original.rstrip(chr(10))}\n{fence}\n\n"
+                f"Instruction: {instruction.strip()}")
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+        head = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt = head + fence + lang
+    else:
+        style = "plain"
+        prompt = (f"File: {name} (excerpt, the selection replaced by {SELECTION})\n"
+                  f"{fence}{lang}\n{context}\n{fence}\n"
+                  f"Selection:\n{fence}{lang}\n{original.rstrip(chr(10))}\n{fence}\n"
+                  f"Instruction: {instruction.strip()}\n"
+                  f"Rewritten selection:\n{fence}{lang}")
+    eos = getattr(runtime, "eos_token_id", None)
+    draft_ids = list(runtime.encode(draft_text(original, fence)))
+    if eos is not None:
+        draft_ids.append(int(eos))
+    return EditPrompt(style=style, prompt=prompt, prompt_ids=list(runtime.encode(prompt)),
+                      draft_ids=draft_ids, original=original, fence=fence,
+                      stop=("\n" + fence,))

@@ -1,0 +1,106 @@
+"""Edit prompts: chat and plain styles, the draft's tokens, cleaning, bad ranges."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from daemon.edit_prompt import (SELECTION, EditRangeError, build_edit_prompt, check_range,
+                                clean_answer, draft_text, excerpt, fence_for, language_of)
+
+SRC = '''import os
+
+
+def area(w, h):
+    """Area of a rectangle."""
+    x = w * h
+    return x
+
+
+def main():
+    print(area(2, 3))
+'''
+START = SRC.index("    x = w")
+END = SRC.index("def main")
+
+
+def test_check_range_rejects_bad_ranges_clearly():
+    check_range("abc", 0, 3)
+    check_range("abc", 2, 2)
+    with pytest.raises(EditRangeError, match="after end"):
+        check_range("abc", 2, 1)
+    with pytest.raises(EditRangeError, match="outside"):
+        check_range("abc", 0, 4)
+    with pytest.raises(EditRangeError, match="outside"):
+        check_range("abc", -1, 2)
+    with pytest.raises(EditRangeError, match="int"):
+        check_range("abc", "0", 2)
+
+
+def test_language_fence_and_excerpt():
+    assert language_of("file:///a/b/x.py") == "python"
+    assert language_of("Makefile") == ""
+    assert fence_for("x = 1") == "```"
+    assert fence_for("doc\n````\n") == "`````"
+    ex = excerpt(SRC, START, END)
+    assert ex.startswith("import os") and SELECTION in ex and ex.endswith("print(area(2, 3))\n")
+    assert "x = w * h" not in ex
+
+
+def test_clean_answer_cuts_at_the_closing_fence_and_keeps_the_trailing_newline():
+    assert clean_answer("\n    y = 1\n```", "    x = 1\n", "```") == "    y = 1\n"
+    assert clean_answer("\n    y = 1\n```", "    x = 1", "```") == "    y = 1"
+    assert clean_answer("\n    y = 1\n```\n<|im_end|>", "x\n", "```") == "    y = 1\n"
+    assert clean_answer("\n```", "x\n", "```") == ""
+    # no closing fence (max_tokens reached): everything that came
+    assert clean_answer("\n    y = 1\n    z", "x\n", "```") == "    y = 1\n    z"
+    # the original's blank last line survives
+    assert clean_answer("\na\n\n```", "a\n\n", "```") == "a\n\n"
+
+
+@pytest.mark.parametrize("original", ["    x = w * h\n    return x\n", "x = 1", "\tif a:\n\t\tb()\n\n", ""])
+def test_clean_answer_of_the_draft_gives_back_the_original(original):
+    fence = fence_for(original)
+    assert clean_answer(draft_text(original, fence) + "\n", original, fence) == original
+
+
+def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
+    ep = build_edit_prompt(tok_runtime, SRC, START, END, "rename x to count", uri="file:///t/geo.py")
+    assert ep.style == "chat"
+    assert ep.prompt.startswith("<|im_start|>system\n")
+    assert ep.prompt.endswith("<|im_start|>assistant\n```python")
+    assert "Instruction: rename x to count" in ep.prompt
+    assert ep.original == SRC[START:END]
+    assert ep.stop == ("\n```",)
+    assert ep.prompt_ids[0] == tok_runtime.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert ep.draft_ids[-1] == tok_runtime.eos_token_id
+    assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(ep.original, "```")
+
+
+@pytest.mark.parametrize("start,end", [(START, END), (SRC.index("x = w"), SRC.index("\n    return")),
+                                       (SRC.index("def area"), SRC.index("def main")), (0, 0)])
+def test_prompt_and_draft_tokens_concatenate(tok_runtime, start, end):
+    # the answer's tokens, when the model repeats the original, are exactly the draft
+    ep = build_edit_prompt(tok_runtime, SRC, start, end, "add type hints", uri="geo.py")
+    joined = tok_runtime.encode(ep.prompt + draft_text(ep.original, ep.fence))
+    assert joined == ep.prompt_ids + ep.draft_ids[:-1]
+
+
+def test_plain_prompt_for_a_base_model(tok_runtime):
+    base = SimpleNamespace(tokenizer=SimpleNamespace(chat_template=None), eos_token_id=None,
+                           encode=tok_runtime.encode)
+    ep = build_edit_prompt(base, SRC, START, END, "rename x to count", uri="geo.py")
+    assert ep.style == "plain"
+    assert ep.prompt.endswith("Rewritten selection:\n```python")
+    assert "<|im_start|>" not in ep.prompt
+    assert ep.draft_ids == tok_runtime.encode(draft_text(ep.original, "```"))
+
+
+def test_bad_ranges_and_instruction(tok_runtime):
+    with pytest.raises(EditRangeError):
+        build_edit_prompt(tok_runtime, SRC, END, START, "x")
+    with pytest.raises(EditRangeError):
+        build_edit_prompt(tok_runtime, SRC, 0, len(SRC) + 1, "x")
+    with pytest.raises(ValueError, match="instruction"):
+        build_edit_prompt(tok_runtime, SRC, 0, 1, "  ")
