@@ -1,0 +1,115 @@
+"""``ngramd edit FILE --start L:C --end L:C --instruction TEXT``: one speculative edit, in-process.
+
+Prints the replacement text for the range (the file is never written), or with
+``--json`` one object: ``text``, ``forward_passes``, ``drafted``, ``accepted``,
+``ms`` (as ``ngramd complete --json``), plus ``start``/``end`` (character
+offsets), ``stop_reason``, ``prompt`` and the full ``stats``.
+
+Positions are ``LINE:COL``, both 0-based; COL counts characters (code points)
+and may equal the line's length (the end of the line).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+_POS = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
+
+
+class PositionError(ValueError):
+    """A ``L:C`` position that is malformed or not in the file."""
+
+
+def parse_position(spec: str) -> tuple[int, int]:
+    """``"12:4"`` -> ``(12, 4)``; anything else raises ``PositionError``."""
+    m = _POS.fullmatch(spec or "")
+    if not m:
+        raise PositionError(f"position {spec!r} is not LINE:COL (0-based integers, e.g. 12:4)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def position_to_offset(text: str, line: int, col: int) -> int:
+    """Character offset of 0-based (line, col) in ``text``; ``PositionError`` when outside it."""
+    lines = text.split("\n")
+    if not 0 <= line < len(lines):
+        raise PositionError(f"line {line} is outside the file (lines 0..{len(lines) - 1})")
+    if not 0 <= col <= len(lines[line]):
+        raise PositionError(f"column {col} is outside line {line} (columns 0..{len(lines[line])})")
+    return sum(len(s) + 1 for s in lines[:line]) + col
+
+
+def resolve_range(text: str, start: str, end: str) -> tuple[int, int]:
+    """Offsets of the ``L:C`` strings ``start`` and ``end``; start must not be after end."""
+    s = position_to_offset(text, *parse_position(start))
+    e = position_to_offset(text, *parse_position(end))
+    if s > e:
+        raise PositionError(f"--start {start} is after --end {end}")
+    return s, e
+
+
+def _error(message: str) -> int:
+    print(f"ngramd edit: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: Any) -> int:
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return _error(f"cannot read {path}: {exc}")
+    try:
+        start, end = resolve_range(text, args.start, args.end)
+    except PositionError as exc:
+        return _error(str(exc))
+    if not args.instruction.strip():
+        return _error("--instruction is empty")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        return _error("--max-tokens must be >= 1")
+
+    from daemon.model import ModelLoadError, load_runtime
+    from daemon.requests import EditRequest, SamplingParams
+
+    try:
+        runtime = load_runtime(args.model, device=args.device)
+    except ModelLoadError as exc:
+        return _error(str(exc))
+    index = _buffer_index(runtime, path.resolve().as_uri(), text)
+    from daemon.completer import Completer
+
+    completer = Completer(runtime, index)
+    req = EditRequest(uri=path.resolve().as_uri(), text=text, start=start, end=end,
+                      instruction=args.instruction, max_tokens=args.max_tokens,
+                      sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                              seed=args.seed),
+                      speculate=not args.no_speculation)
+    result = completer.edit(req, threading.Event())
+    if args.json:
+        stats = result.stats
+        print(json.dumps({
+            "text": result.text, "start": start, "end": end,
+            "forward_passes": stats.forward_passes, "drafted": stats.drafted,
+            "accepted": stats.accepted, "ms": round(stats.ms, 2),
+            "stop_reason": result.stop_reason, "prompt": result.prompt, "stats": stats.to_dict(),
+        }))
+    else:
+        sys.stdout.write(result.text)
+        if result.text and not result.text.endswith("\n"):
+            sys.stdout.write("\n")
+    return 0
+
+
+def _buffer_index(runtime: Any, uri: str, text: str) -> Any:
+    """An n-gram index holding just this buffer: the fallback drafts while the pointer is lost."""
+    try:
+        from index.store import IndexConfig, NgramIndex
+    except ImportError:
+        return None
+    index = NgramIndex(runtime.tokenize_batch, IndexConfig())
+    index.open_buffer(uri, text)
+    return index

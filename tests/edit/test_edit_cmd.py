@@ -1,0 +1,57 @@
+"""``ngramd edit`` positions: parsing, offsets, clear errors (no model needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.cli import main
+from daemon.edit_cmd import PositionError, parse_position, position_to_offset, resolve_range
+
+TEXT = "ab\ncdé\n\nx"
+
+
+def test_parse_position():
+    assert parse_position("12:4") == (12, 4)
+    assert parse_position(" 0 : 0 ") == (0, 0)
+    for bad in ("12", "a:b", "-1:2", "1:2:3", ""):
+        with pytest.raises(PositionError, match="LINE:COL"):
+            parse_position(bad)
+
+
+def test_position_to_offset_counts_characters():
+    assert position_to_offset(TEXT, 0, 0) == 0
+    assert position_to_offset(TEXT, 1, 3) == TEXT.index("\n\n")  # after "é", end of line
+    assert position_to_offset(TEXT, 3, 1) == len(TEXT)
+    with pytest.raises(PositionError, match="line 4"):
+        position_to_offset(TEXT, 4, 0)
+    with pytest.raises(PositionError, match="column 4"):
+        position_to_offset(TEXT, 1, 4)
+
+
+def test_resolve_range_rejects_start_after_end():
+    assert resolve_range(TEXT, "0:1", "1:2") == (1, 5)
+    with pytest.raises(PositionError, match="after"):
+        resolve_range(TEXT, "1:2", "0:1")
+
+
+@pytest.mark.parametrize("start,end,message", [
+    ("2:0", "1:0", "after"), ("0:0", "9:0", "outside the file"), ("0:x", "1:0", "LINE:COL"),
+    ("0:0", "0:7", "column 7"),
+])
+def test_cli_bad_ranges_exit_2_with_a_clear_message(tmp_path, capsys, start, end, message):
+    f = tmp_path / "t.py"
+    f.write_text(TEXT)
+    rc = main(["edit", str(f), "--start", start, "--end", end, "--instruction", "x"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ngramd edit: ") and message in err
+
+
+def test_cli_missing_file_and_empty_instruction(tmp_path, capsys):
+    assert main(["edit", str(tmp_path / "nope.py"), "--start", "0:0", "--end", "0:0",
+                 "--instruction", "x"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    f = tmp_path / "t.py"
+    f.write_text(TEXT)
+    assert main(["edit", str(f), "--start", "0:0", "--end", "0:1", "--instruction", " "]) == 2
+    assert "instruction is empty" in capsys.readouterr().err
