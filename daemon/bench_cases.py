@@ -175,7 +175,10 @@ def parse_case(obj: Any, base_dir: Path | None = None, where: str = "case") -> B
     if cut < 0:
         raise BenchCaseError(f"{where}: cut must be >= 0")
 
-    workspace = resolve_workspace(obj["workspace"], base_dir)
+    try:
+        workspace = resolve_workspace(obj["workspace"], base_dir)
+    except BenchCaseError as exc:
+        raise BenchCaseError(f"{where}: {exc}") from None
     rel = Path(obj["file"])
     if rel.is_absolute() or ".." in rel.parts:
         raise BenchCaseError(f"{where}: file must be relative to the workspace, got {obj['file']!r}")
@@ -366,7 +369,8 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
 
     Quotas: about a quarter ``repeat`` (overlap >= 0.6), a sixth ``norepeat``
     (overlap <= 0.1, prose first), the rest ``ordinary`` (random code lines whose
-    overlap is in between). A stratum that runs short is filled from ``ordinary``.
+    overlap is in between). A stratum that runs short is filled from the others;
+    fewer than ``n`` cases come back when the workspace has fewer cursors.
     """
     if n < 1:
         raise BenchCaseError("--n must be >= 1")
@@ -423,11 +427,13 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
     picked: list[tuple[str, _Candidate]] = []
     picked += [("repeat", c) for c in _spread(repeat, want_repeat)]
     picked += [("norepeat", c) for c in _spread(norepeat, want_norepeat)]
-    rest = n - len(picked)
     used = {(c.file, c.offset) for _, c in picked}
-    pool = [c for c in ordinary if (c.file, c.offset) not in used] or \
-           [c for c in code if (c.file, c.offset) not in used]
-    picked += [("ordinary", c) for c in _spread(pool, rest)]
+    picked += [("ordinary", c) for c in _spread([c for c in ordinary if (c.file, c.offset) not in used],
+                                                n - len(picked))]
+    # a stratum that ran short: fill up with what is left, each under its true kind
+    used = {(c.file, c.offset) for _, c in picked}
+    left = [c for c in repeat + norepeat if (c.file, c.offset) not in used]
+    picked += [("repeat" if c.overlap >= REPEAT_MIN else "norepeat", c) for c in _spread(left, n - len(picked))]
 
     ref = workspace_ref_for(root)
     prefix = id_prefix or (ref.split(":", 1)[1] if ref.startswith(STDLIB_PREFIX) else root.name) or "stdlib"

@@ -1,0 +1,150 @@
+"""``ngramd bench``: speculation vs plain decoding vs transformers' prompt lookup.
+
+    ngramd bench --cases bench/cases/stdlib.jsonl [--repeat 3] [--json] [--plot out.png] [--no-hf]
+    ngramd bench --make-cases WORKSPACE [--n 20] [--seed S] [--out cases.jsonl]
+
+The case format is in ``daemon/bench_cases.py``, how each case is run in
+``daemon/bench_runner.py``, the report's figures in ``daemon/bench_report.py``.
+
+Exit status: 0 when every case ran and every speculative output was
+token-identical to plain decoding; 1 when any case was not identical or failed
+(the report still lists every case: a difference is shown, never hidden); 2 for
+bad arguments or a malformed cases file. A case whose mode the engine does not
+support yet ("unsupported") does not change the status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from daemon.bench_cases import BenchCaseError, dump_cases, load_cases, make_cases
+
+
+def run(args: Any) -> int:
+    if args.make_cases:
+        return _make(args)
+    if not args.cases:
+        print("ngramd bench: give --cases CASES.jsonl (or --make-cases WORKSPACE)", file=sys.stderr)
+        return 2
+    if args.repeat < 1:
+        print("ngramd bench: --repeat must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        cases = load_cases(args.cases)
+    except BenchCaseError as exc:
+        print(f"ngramd bench: {exc}", file=sys.stderr)
+        return 2
+    report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
+                   cases_file=args.cases, progress=True)
+    if args.json:
+        json.dump(report, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        from daemon.bench_report import render_text
+
+        render_text(report, sys.stdout)
+    if args.plot:
+        from daemon.bench_report import PlotUnavailable, plot
+
+        try:
+            plot(report, args.plot)
+            print(f"ngramd bench: plot written to {args.plot}", file=sys.stderr)
+        except PlotUnavailable as exc:
+            print(f"ngramd bench: {exc}", file=sys.stderr)
+    summary = report["summary"]
+    return 1 if summary["not_identical"] or summary["errors"] else 0
+
+
+def _make(args: Any) -> int:
+    try:
+        cases = make_cases(args.make_cases, n=args.n, seed=args.seed)
+    except BenchCaseError as exc:
+        print(f"ngramd bench: {exc}", file=sys.stderr)
+        return 2
+    text = dump_cases(cases)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"ngramd bench: wrote {len(cases)} cases to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1, hf: bool = True,
+          cases_file: str | None = None, progress: bool = False, runtime: Any = None,
+          engine_config: Any = None, index_config: Any = None) -> dict[str, Any]:
+    """Run every case; returns the report object (``meta``, ``cases``, ``summary``)."""
+    import torch
+    import transformers
+
+    from daemon.bench_report import build_report
+    from daemon.bench_runner import BenchRunner
+
+    def log(msg: str) -> None:
+        if progress:
+            print(f"ngramd bench: {msg}", file=sys.stderr, flush=True)
+
+    if runtime is None:
+        from daemon.model import load_runtime
+
+        log(f"loading model {model or '(embedded SmolLM2-135M)'}")
+        runtime = load_runtime(model, device)
+    runner = BenchRunner(runtime, engine_config=engine_config, index_config=index_config, hf=hf, log=log)
+    rows: list[dict[str, Any]] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cases), file=sys.stderr, desc="bench", unit="case")
+    t0 = time.perf_counter()
+    for case in cases:
+        if bar is not None:
+            bar.set_postfix_str(case.id)
+        try:
+            rows.append(runner.run_case(case, repeat=repeat))
+        except Exception as exc:  # one broken case must not lose the others' figures
+            rows.append({"id": case.id, "kind": case.kind, "mode": case.mode, "status": "error",
+                         "error": f"{type(exc).__name__}: {exc}",
+                         "traceback": traceback.format_exc(limit=6)})
+            log(f"case {case.id} failed: {type(exc).__name__}: {exc}")
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    meta = {
+        "model": getattr(runtime, "name", str(model)),
+        "device": str(getattr(runtime, "device", device)),
+        "dtype": str(getattr(runtime, "dtype", "")).replace("torch.", ""),
+        "repeat": repeat,
+        "hf_baseline": hf,
+        "cases_file": cases_file,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "index": runner.index_stats,
+        "engine_config": _config_dict(engine_config),
+    }
+    return build_report(rows, meta)
+
+
+def _config_dict(cfg: Any) -> Any:
+    if cfg is None:
+        return None
+    try:
+        from dataclasses import asdict
+
+        return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                for k, v in asdict(cfg).items()}
+    except TypeError:
+        return str(cfg)

@@ -1,0 +1,246 @@
+"""The bench's report: the summary over cases, a readable table, JSON, a plot.
+
+A *speedup* is a baseline's time over ngramd's time for the same case
+(``plain_ms / ms``; above 1 means ngramd was faster). *Total* speedup is the
+ratio of summed times over the cases (long cases weigh more); *median* is the
+median of the per-case ratios. ``identical`` counts cases whose speculative
+output was token-identical to plain decoding; a case that is not is listed in
+``summary["not_identical"]`` and makes ``ngramd bench`` exit with status 1.
+
+Targets (issue 4; shown, never asserted by a test): ordinary cases >= 2.0x over
+plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
+cases never below 0.95x of plain; 100% identical.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, TextIO
+
+from daemon.bench_cases import KINDS
+
+TARGETS = {
+    "ordinary": {"vs_plain": 2.0, "vs_hf": 1.4},
+    "repeat": {"vs_plain": 6.0},
+    "norepeat": {"min_vs_plain": 0.95},
+}
+
+
+def _speedups(rows: list[dict[str, Any]], base_key: str) -> dict[str, float | None]:
+    pairs = [(r[base_key], r["ms"]) for r in rows if r.get(base_key) and r.get("ms")]
+    if not pairs:
+        return {"total": None, "median": None, "min": None}
+    ratios = [b / m for b, m in pairs]
+    return {"total": round(sum(b for b, _ in pairs) / sum(m for _, m in pairs), 3),
+            "median": round(statistics.median(ratios), 3),
+            "min": round(min(ratios), 3)}
+
+
+def _decode_speedup(rows: list[dict[str, Any]], base: str) -> float | None:
+    """Total speedup of the time after the first token (decoding only, prefill left out)."""
+    keys = {"plain": ("plain_ms", "plain_first_token_ms"), "hf": ("hf_prompt_lookup_ms", "hf_first_token_ms")}[base]
+    num = den = 0.0
+    for r in rows:
+        if None in (r.get(keys[0]), r.get(keys[1]), r.get("ms"), r.get("first_token_ms")):
+            continue
+        num += r[keys[0]] - r[keys[1]]
+        den += r["ms"] - r["first_token_ms"]
+    return round(num / den, 3) if den > 0 else None
+
+
+def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    drafted = sum(r["drafted"] for r in rows)
+    accepted = sum(r["accepted"] for r in rows)
+    passes = sum(r["forward_passes"] for r in rows)
+    generated = sum(r["generated"] for r in rows)
+    return {
+        "cases": len(rows),
+        "vs_plain": _speedups(rows, "plain_ms"),
+        "vs_hf": _speedups(rows, "hf_prompt_lookup_ms"),
+        "decode_vs_plain": _decode_speedup(rows, "plain"),
+        "decode_vs_hf": _decode_speedup(rows, "hf"),
+        "identical": sum(bool(r["identical"]) for r in rows),
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance": round(accepted / drafted, 3) if drafted else 0.0,
+        "tokens_per_pass": round(generated / passes, 3) if passes else 0.0,
+    }
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary object of ``ngramd bench --json`` (see the module doc)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    summary: dict[str, Any] = {
+        "cases": len(rows),
+        "ok": len(ok),
+        "unsupported": [r["id"] for r in rows if r.get("status") == "unsupported"],
+        "errors": [r["id"] for r in rows if r.get("status") == "error"],
+        "identical": sum(bool(r["identical"]) for r in ok),
+        "not_identical": [r["id"] for r in ok if not r["identical"]],
+        "all_identical": bool(ok) and all(r["identical"] for r in ok),
+        "hf_identical": sum(bool(r.get("hf_identical")) for r in ok),
+    }
+    summary.update({k: v for k, v in _group(ok).items() if k not in ("cases", "identical")} if ok else {})
+    by_kind = {}
+    for kind in KINDS:
+        group = [r for r in ok if r.get("kind") == kind]
+        if group:
+            by_kind[kind] = _group(group)
+    summary["by_kind"] = by_kind
+    summary["targets"] = check_targets(by_kind, summary)
+    return summary
+
+
+def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """Each issue-4 target: the figure and whether it was met (None: no such cases)."""
+    out: dict[str, Any] = {}
+
+    def put(name: str, value: float | None, goal: float) -> None:
+        out[name] = {"value": value, "goal": goal, "met": None if value is None else value >= goal}
+
+    ordinary, repeat, norepeat = (by_kind.get(k) for k in KINDS)
+    put("ordinary_vs_plain", ordinary and ordinary["vs_plain"]["total"], TARGETS["ordinary"]["vs_plain"])
+    put("ordinary_vs_hf", ordinary and ordinary["vs_hf"]["total"], TARGETS["ordinary"]["vs_hf"])
+    put("repeat_vs_plain", repeat and repeat["vs_plain"]["total"], TARGETS["repeat"]["vs_plain"])
+    put("norepeat_min_vs_plain", norepeat and norepeat["vs_plain"]["min"], TARGETS["norepeat"]["min_vs_plain"])
+    out["identical"] = {"value": summary["identical"], "goal": summary["ok"],
+                        "met": summary["all_identical"] if summary["ok"] else None}
+    return out
+
+
+def build_report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    return {"meta": meta, "cases": rows, "summary": summarize(rows)}
+
+
+# --------------------------------------------------------------------------- text output
+
+
+def _fmt(x: Any, suffix: str = "", digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}{suffix}"
+    return f"{x}{suffix}"
+
+
+COLUMNS = ("id", "kind", "tok", "ms", "plain", "hf", "x plain", "x hf", "passes", "acc/draft", "same")
+
+
+def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    out = []
+    for r in rows:
+        if r.get("status") != "ok":
+            out.append((r["id"], r.get("kind", ""), "-", "-", "-", "-", "-", "-", "-", "-",
+                        r.get("status", "?") + ": " + str(r.get("error", ""))[:40]))
+            continue
+        out.append((r["id"], r["kind"], str(r["generated"]), _fmt(r["ms"]), _fmt(r["plain_ms"]),
+                    _fmt(r["hf_prompt_lookup_ms"]), _fmt(r["speedup_plain"], "x", 2),
+                    _fmt(r["speedup_hf"], "x", 2), str(r["forward_passes"]),
+                    f"{r['accepted']}/{r['drafted']}", "yes" if r["identical"] else "NO"))
+    return out
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    if not summary.get("ok"):
+        return [f"no case ran ({summary['cases']} cases; errors: {summary['errors']}, "
+                f"unsupported: {summary['unsupported']})"]
+
+    def sp(g: dict[str, Any], key: str) -> str:
+        s = g[key]
+        return f"total {_fmt(s['total'], 'x', 2)}, median {_fmt(s['median'], 'x', 2)}, min {_fmt(s['min'], 'x', 2)}"
+
+    lines.append(f"identical to plain: {summary['identical']}/{summary['ok']}"
+                 + ("" if summary["all_identical"] else f"  NOT IDENTICAL: {', '.join(summary['not_identical'])}"))
+    lines.append(f"all cases: vs plain {sp(summary, 'vs_plain')}; vs HF prompt lookup {sp(summary, 'vs_hf')}")
+    lines.append(f"  decoding only (after the first token): vs plain {_fmt(summary['decode_vs_plain'], 'x', 2)}, "
+                 f"vs HF {_fmt(summary['decode_vs_hf'], 'x', 2)}; acceptance {summary['acceptance']:.2f}, "
+                 f"{summary['tokens_per_pass']:.2f} tokens/pass")
+    for kind, g in summary["by_kind"].items():
+        lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}")
+    for name, t in summary["targets"].items():
+        met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        lines.append(f"target {name}: {_fmt(t['value'], '', 2) if isinstance(t['value'], float) else t['value']}"
+                     f" (goal {t['goal']}) {met}")
+    if summary["unsupported"]:
+        lines.append(f"unsupported: {', '.join(summary['unsupported'])}")
+    if summary["errors"]:
+        lines.append(f"errors: {', '.join(summary['errors'])}")
+    return lines
+
+
+def render_text(report: dict[str, Any], out: TextIO, use_rich: bool | None = None) -> None:
+    """The table and summary; with rich when it is installed (and ``use_rich`` allows)."""
+    rows = table_rows(report["cases"])
+    lines = summary_lines(report["summary"])
+    meta = report["meta"]
+    title = (f"ngramd bench: {meta.get('model')} on {meta.get('device')}, {meta.get('cases_file')}, "
+             f"repeat {meta.get('repeat')} (ms are medians; x = baseline ms / ngramd ms)")
+    if use_rich is not False:
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            use_rich = False
+    if use_rich is False:
+        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
+        out.write(title + "\n")
+        out.write("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip() + "\n")
+        for r in rows:
+            out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+        out.write("\n".join(lines) + "\n")
+        return
+    console = Console(file=out, width=max(120, Console(file=out).width))
+    table = Table(title=title)
+    for c in COLUMNS:
+        table.add_column(c, justify="left" if c in ("id", "kind") else "right")
+    for r in rows:
+        table.add_row(*r, style=None if r[-1] != "NO" else "bold red")
+    console.print(table)
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The table as Markdown, for docs/benchmarks.md."""
+    rows = table_rows(report["cases"])
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
+    return head + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+
+
+# --------------------------------------------------------------------------- plot
+
+
+class PlotUnavailable(RuntimeError):
+    pass
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    """Speedup per case vs both baselines, and the histogram of accepted tokens per pass."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotUnavailable("--plot needs matplotlib: pip install 'ngramd[plot]' "
+                              "(or pip install matplotlib)") from exc
+    rows = [r for r in report["cases"] if r.get("status") == "ok"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 0.5 * len(rows) + 5), 4.5))
+    xs = range(len(rows))
+    ax1.bar([x - 0.2 for x in xs], [r["speedup_plain"] or 0 for r in rows], 0.4, label="vs plain")
+    ax1.bar([x + 0.2 for x in xs], [r["speedup_hf"] or 0 for r in rows], 0.4, label="vs HF prompt lookup")
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xticks(list(xs))
+    ax1.set_xticklabels([r["id"] for r in rows], rotation=70, fontsize=7)
+    ax1.set_ylabel("speedup (baseline ms / ngramd ms)")
+    ax1.legend()
+    accepted = [a for r in rows for a in r.get("accepted_per_pass", [])]
+    if accepted:
+        ax2.hist(accepted, bins=range(0, max(accepted) + 2), align="left")
+    ax2.set_xlabel("accepted draft tokens per forward pass")
+    ax2.set_ylabel("passes")
+    fig.suptitle(f"ngramd bench: {report['meta'].get('model')} on {report['meta'].get('device')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

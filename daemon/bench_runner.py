@@ -1,0 +1,427 @@
+"""Running one bench case three ways, side by side, on the same prompt.
+
+Variants (vocabulary of the report):
+
+- ``spec``: ngramd's engine with speculation (n-gram drafts verified in one pass);
+- ``plain``: the same engine, ``speculate=False``: one forward pass per token;
+- ``hf``: transformers' ``generate(input_ids, do_sample=False,
+  prompt_lookup_num_tokens=10, max_new_tokens=N)`` on the engine's own prompt
+  token ids (Saxena 2023, prompt lookup decoding), the anchor a user would pick.
+
+Fairness rules, each chosen so that the three do the same work:
+
+- Same prompt: ``hf`` gets the token ids the engine fed the model (recovered from
+  the plain run's forward passes, see ``PassRecorder``), not a re-tokenization.
+- Same length: the engine runs with ``multiline=True`` and no stop strings, so it
+  stops only where its own rules do (max_tokens, eos, block end), the same for
+  ``spec`` and ``plain``; ``hf`` is given ``max_new_tokens`` = the number of tokens
+  plain produced, so all three produce the same number of tokens.
+  ``identical`` compares ``spec`` with ``plain`` over the full ids (length too);
+  ``hf_identical`` compares ``hf`` with ``plain`` over the shorter length (eos may
+  stop ``hf`` early; float noise may differ between the two code paths).
+- Cold prefix each run: a fresh ``Completer`` per run, so the engine never reuses
+  a KV cache from the previous run (``hf`` cannot either); every ``ms`` includes
+  tokenization, prefill and decoding, wall clock.
+- No leak of answers: completions are not added to the index's history during the
+  bench (``add_history`` is a no-op for the engine here); the file being completed
+  is taken out of the workspace index while its case runs (the buffer replaces it).
+- Interleaved and warmed up: one warm-up of each variant before the first case;
+  each of ``repeat`` rounds runs the three in a rotating order; figures are medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from daemon.bench_cases import BenchCase
+from daemon.requests import CompletionRequest, CompletionResult, EditRequest
+
+HF_PROMPT_LOOKUP_TOKENS = 10
+VARIANTS = ("spec", "plain", "hf")
+VARIANTS_ORDER = ("plain", "spec", "hf")
+
+
+# --------------------------------------------------------------------------- forward-pass trace
+
+
+@dataclass
+class Pass:
+    start: int  # position of the first new token (tokens already in the KV cache)
+    ids: list[int]  # the new tokens fed in this pass
+
+    @property
+    def n_new(self) -> int:
+        return len(self.ids)
+
+
+class PassRecorder:
+    """Records every forward call of a model: where it started and what it fed.
+
+    A forward pre-hook on the model module; works for the engine (which calls
+    ``runtime.forward`` -> ``model(...)``) and for ``generate`` alike.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.passes: list[Pass] = []
+        self._handle = None
+
+    def __enter__(self) -> "PassRecorder":
+        self.passes = []
+        self._handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _hook(self, module: Any, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids")
+        if ids is None and args:
+            ids = args[0]
+        if ids is None:
+            return
+        pos = kwargs.get("position_ids")
+        if pos is not None:
+            start = int(pos.reshape(-1)[0])
+        else:
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            start = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
+        self.passes.append(Pass(start, [int(t) for t in ids.reshape(-1).tolist()]))
+
+
+def prompt_ids_from_plain(passes: list[Pass], generated: list[int]) -> list[int] | None:
+    """The prompt token ids, rebuilt from a plain (chain, cold-cache) run's passes.
+
+    Writes every fed token at its position; the sequence is then the prompt
+    followed by the generated tokens that were fed back (all but the last, or all).
+    Returns None when the passes do not fit that shape.
+    """
+    seq: list[int] = []
+    for p in passes:
+        if p.start > len(seq):
+            return None
+        del seq[p.start:]
+        seq.extend(p.ids)
+    for fed in (len(generated) - 1, len(generated)):
+        if fed < 0 or fed > len(seq):
+            continue
+        if seq[len(seq) - fed:] == generated[:fed]:
+            return seq[:len(seq) - fed]
+    return None
+
+
+def decode_trace(passes: list[Pass], prompt_len: int) -> list[dict[str, int]]:
+    """Per decode pass: context length, tokens verified, tokens committed.
+
+    Decode passes are those that start at or after the last prompt token's
+    position (prefill passes feed only prompt tokens). ``committed`` is how far
+    the next pass starts beyond this one (the last pass: unknown, -1); for a
+    speculative pass ``committed - 1`` is the number of accepted draft tokens.
+    """
+    out = []
+    decode = [p for p in passes if p.start + p.n_new > prompt_len]
+    for i, p in enumerate(decode):
+        committed = decode[i + 1].start - p.start if i + 1 < len(decode) else -1
+        out.append({"ctx": p.start, "n": p.n_new, "committed": committed})
+    return out
+
+
+# --------------------------------------------------------------------------- transformers baseline
+
+
+class _FirstTokenTimer:
+    """A ``generate`` streamer that notes when the first new token arrives."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.first: float | None = None
+
+    def put(self, value: Any) -> None:
+        self.calls += 1
+        if self.calls == 2 and self.first is None:  # call 1 is the prompt
+            self.first = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def hf_prompt_lookup(model: Any, prompt_ids: list[int], max_new_tokens: int, eos_token_id: int | None,
+                     device: Any = "cpu") -> tuple[list[int], float, float]:
+    """Greedy ``generate`` with prompt lookup; returns (new ids, ms, first-token ms)."""
+    import torch
+
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    timer = _FirstTokenTimer()
+    kwargs = dict(max_new_tokens=max(1, max_new_tokens), do_sample=False,
+                  prompt_lookup_num_tokens=HF_PROMPT_LOOKUP_TOKENS,
+                  attention_mask=torch.ones_like(input_ids), streamer=timer,
+                  pad_token_id=eos_token_id if eos_token_id is not None else 0)
+    if eos_token_id is not None:
+        kwargs["eos_token_id"] = eos_token_id
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids, **kwargs)
+    ms = (time.perf_counter() - t0) * 1000
+    first = ((timer.first or time.perf_counter()) - t0) * 1000
+    return [int(t) for t in out[0, len(prompt_ids):].tolist()], ms, first
+
+
+# --------------------------------------------------------------------------- the engine side
+
+
+class _NoHistory:
+    """The index as the engine sees it during the bench: ``add_history`` does nothing,
+    so a repeated run cannot draft from the previous run's answer."""
+
+    def __init__(self, index: Any):
+        self._index = index
+
+    def add_history(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+
+@dataclass
+class EngineRun:
+    result: CompletionResult | None
+    ms: float
+    passes: list[Pass] = field(default_factory=list)
+    unsupported: str | None = None
+
+
+class BenchRunner:
+    """Holds the model, one index per workspace, and runs cases."""
+
+    def __init__(self, runtime: Any, engine_config: Any = None, index_config: Any = None, hf: bool = True,
+                 log: Callable[[str], None] | None = None):
+        self.rt = runtime
+        self.engine_config = engine_config
+        self.index_config = index_config
+        self.hf = hf
+        self.log = log or (lambda msg: None)
+        self._indexes: dict[Path, Any] = {}
+        self.index_stats: dict[str, Any] = {}
+        self._warm = False
+
+    # --- index -------------------------------------------------------------------------
+    def index_for(self, workspace: Path) -> Any:
+        """The workspace's index, built once per run of the bench."""
+        if workspace not in self._indexes:
+            from index.store import IndexConfig, NgramIndex
+
+            cfg = self.index_config if self.index_config is not None else IndexConfig()
+            idx = NgramIndex(self.rt.tokenize_batch, cfg)
+            t0 = time.perf_counter()
+            counts = idx.index_workspace(str(workspace))
+            self.index_stats[str(workspace)] = {"counts": _jsonable(counts),
+                                                "seconds": round(time.perf_counter() - t0, 2)}
+            self.log(f"indexed {workspace} in {time.perf_counter() - t0:.1f} s: {counts}")
+            self._indexes[workspace] = idx
+        return self._indexes[workspace]
+
+    # --- one engine run ----------------------------------------------------------------
+    def _engine_run(self, case: BenchCase, index: Any, speculate: bool, max_tokens: int | None = None,
+                    record: bool = False) -> EngineRun:
+        from daemon.completer import Completer
+
+        # a fresh engine each run: no KV cache carried over from the previous run
+        completer = Completer(self.rt, _NoHistory(index), self.engine_config)
+        uri = case.path.as_uri()
+        n = max_tokens or case.max_tokens
+        cancel = threading.Event()
+        recorder = PassRecorder(self.rt.model)
+        t0 = time.perf_counter()
+        try:
+            with recorder if record else _nullcontext():
+                if case.mode == "edit":
+                    req = EditRequest(uri=uri, text=case.text, start=case.offset, end=case.end or case.offset,
+                                      instruction=case.instruction or "", max_tokens=n, speculate=speculate)
+                    result = completer.edit(req, cancel)
+                else:
+                    req = CompletionRequest(uri=uri, text=case.text, offset=case.offset, max_tokens=n,
+                                            multiline=True, speculate=speculate, stop=())
+                    result = completer.complete(req, cancel)
+        except NotImplementedError as exc:
+            return EngineRun(None, 0.0, unsupported=str(exc) or f"{case.mode} mode is not implemented")
+        ms = (time.perf_counter() - t0) * 1000
+        return EngineRun(result, ms, recorder.passes if record else [])
+
+    def warm_up(self, case: BenchCase) -> None:
+        """One short run of each variant, so that the first measured case pays no one-time costs."""
+        if self._warm:
+            return
+        self._warm = True
+        index = self.index_for(case.workspace)
+        with _case_document(index, case):
+            plain = self._engine_run(case, index, speculate=False, max_tokens=8, record=True)
+            self._engine_run(case, index, speculate=True, max_tokens=8)
+            if self.hf and plain.result is not None:
+                ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids)) \
+                    or self.rt.encode(plain.result.prompt)
+                hf_prompt_lookup(self.rt.model, ids, 8, self.rt.eos_token_id, self.rt.device)
+
+    # --- one case ----------------------------------------------------------------------
+    def run_case(self, case: BenchCase, repeat: int = 1) -> dict[str, Any]:
+        """Measure one case; returns its report row (see bench_report for the keys)."""
+        base = {"id": case.id, "kind": case.kind, "mode": case.mode, "workspace": case.workspace_ref,
+                "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
+        index = self.index_for(case.workspace)
+        self.warm_up(case)
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        first: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        spec_runs: list[EngineRun] = []
+        plain_runs: list[EngineRun] = []
+        hf_ids: list[int] | None = None
+        prompt_ids: list[int] | None = None
+        with _case_document(index, case):
+            for r in range(max(1, repeat)):
+                # round 0 starts with plain (hf needs the engine's prompt ids from it);
+                # later rounds rotate, so that no variant always goes first
+                order = VARIANTS_ORDER[r % 3:] + VARIANTS_ORDER[:r % 3]
+                for variant in order:
+                    if variant == "hf":
+                        if not self.hf:
+                            continue
+                        n_plain = len(plain_runs[0].result.token_ids)
+                        hf_ids, ms, ftm = hf_prompt_lookup(self.rt.model, prompt_ids, n_plain,
+                                                           self.rt.eos_token_id, self.rt.device)
+                        times["hf"].append(ms)
+                        first["hf"].append(ftm)
+                        continue
+                    run = self._engine_run(case, index, variant == "spec", record=True)
+                    if run.unsupported:
+                        return {**base, "status": "unsupported", "error": run.unsupported}
+                    (spec_runs if variant == "spec" else plain_runs).append(run)
+                    times[variant].append(run.ms)
+                    first[variant].append(run.result.stats.first_token_ms)
+                    if variant == "plain" and prompt_ids is None:
+                        prompt_ids = self._prompt_ids(run)
+        return self._row(base, case, spec_runs, plain_runs, hf_ids, prompt_ids, times, first)
+
+    def _prompt_ids(self, plain: EngineRun) -> list[int]:
+        ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids))
+        return ids if ids is not None else self.rt.encode(plain.result.prompt)
+
+    def _row(self, base: dict, case: BenchCase, spec_runs: list[EngineRun], plain_runs: list[EngineRun],
+             hf_ids: list[int] | None, prompt_ids: list[int] | None, times: dict[str, list[float]],
+             first: dict[str, list[float]]) -> dict[str, Any]:
+        spec = spec_runs[-1].result
+        plain = plain_runs[-1].result
+        stats = spec.stats
+        spec_ids = [list(r.result.token_ids) for r in spec_runs]
+        plain_ids = list(plain.token_ids)
+        # identical only if every speculative run matched plain decoding exactly
+        identical = all(ids == plain_ids for ids in spec_ids) and \
+            all(list(r.result.token_ids) == plain_ids for r in plain_runs)
+        by_source = {}
+        for src, drafted in sorted(stats.drafted_by_source.items()):
+            acc = stats.accepted_by_source.get(src, 0)
+            by_source[str(src)] = {"drafted": drafted, "accepted": acc,
+                                   "rate": round(acc / drafted, 3) if drafted else 0.0}
+        prompt_len = len(prompt_ids) if prompt_ids is not None else 0
+        trace = decode_trace(spec_runs[-1].passes, prompt_len)
+        plain_trace = decode_trace(plain_runs[-1].passes, prompt_len)
+        med = {v: (statistics.median(t) if t else None) for v, t in times.items()}
+        medf = {v: (statistics.median(t) if t else None) for v, t in first.items()}
+        row = {
+            **base,
+            "status": "ok",
+            "prompt": spec.prompt,
+            "prompt_tokens": prompt_len,
+            "text": spec.text,
+            "token_ids": list(spec.token_ids),
+            "generated": len(spec.token_ids),
+            "stop_reason": spec.stop_reason,
+            "ms": _r(med["spec"]),
+            "plain_ms": _r(med["plain"]),
+            "hf_prompt_lookup_ms": _r(med["hf"]),
+            "first_token_ms": _r(medf["spec"]),
+            "plain_first_token_ms": _r(medf["plain"]),
+            "hf_first_token_ms": _r(medf["hf"]),
+            "runs_ms": {v: [_r(t) for t in ts] for v, ts in times.items()},
+            "forward_passes": stats.forward_passes,
+            "plain_forward_passes": plain.stats.forward_passes,
+            "drafted": stats.drafted,
+            "accepted": stats.accepted,
+            "acceptance": round(stats.acceptance, 3),
+            "tokens_per_pass": round(stats.tokens_per_pass, 3),
+            "acceptance_by_source": by_source,
+            "accepted_per_pass": [t["committed"] - 1 for t in trace if t["committed"] >= 1],
+            "trace": trace,
+            "plain_trace_passes": len(plain_trace),
+            "identical": identical,
+            "hf_identical": _prefix_equal(hf_ids, plain_ids) if hf_ids is not None else None,
+            "hf_generated": len(hf_ids) if hf_ids is not None else None,
+        }
+        if not identical:
+            diverge = next((i for i, (a, b) in enumerate(zip(spec.token_ids, plain_ids)) if a != b),
+                           min(len(spec.token_ids), len(plain_ids)))
+            row["plain_token_ids"] = plain_ids
+            row["plain_text"] = plain.text
+            row["first_difference"] = diverge
+        row["speedup_plain"] = _ratio(row["plain_ms"], row["ms"])
+        row["speedup_hf"] = _ratio(row["hf_prompt_lookup_ms"], row["ms"])
+        return row
+
+
+def _prefix_equal(a: list[int], b: list[int]) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return round(num / den, 3)
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (int, float, str, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+class _case_document:
+    """While a case runs: the file's on-disk copy is out of the index and the case's
+    text is the open current buffer; afterwards the workspace is as it was."""
+
+    def __init__(self, index: Any, case: BenchCase):
+        self.index, self.case = index, case
+        self.was_indexed = False
+
+    def __enter__(self) -> None:
+        path = str(self.case.path)
+        if self.case.path.is_file():
+            self.index.remove_file(path)
+            self.was_indexed = True
+        self.index.open_buffer(self.case.path.as_uri(), self.case.text)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.index.close_buffer(self.case.path.as_uri())
+        if self.was_indexed:
+            self.index.index_file(str(self.case.path))

@@ -1,0 +1,118 @@
+"""Case loading: valid cases resolve, malformed ones are rejected with a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daemon.bench_cases import (BenchCaseError, load_cases, parse_case, resolve_workspace, stdlib_root,
+                                workspace_ref_for)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, *objs, raw: str | None = None) -> Path:
+    path = tmp_path / "cases.jsonl"
+    path.write_text(raw if raw is not None else "".join(json.dumps(o) + "\n" for o in objs))
+    return path
+
+
+def good(ws: Path, **over):
+    case = {"id": "a", "workspace": str(ws), "file": "pkg/util.py", "offset": 0,
+            "max_tokens": 16, "mode": "complete"}
+    case.update(over)
+    return case
+
+
+def test_valid_case_resolves_text_and_defaults(tmp_path, workspace):
+    (case,) = load_cases(write(tmp_path, good(workspace, offset=10)))
+    assert case.text == (workspace / "pkg/util.py").read_text()
+    assert case.offset == 10 and case.kind == "ordinary" and case.mode == "complete"
+    assert case.path == workspace / "pkg/util.py"
+
+
+def test_relative_workspace_is_relative_to_the_cases_file(tmp_path, workspace):
+    (case,) = load_cases(write(tmp_path, good(workspace, workspace="ws")))
+    assert case.workspace == workspace.resolve()
+
+
+def test_buffer_replaces_the_file_and_cut_removes_after_cursor(tmp_path, workspace):
+    (case,) = load_cases(write(tmp_path, good(workspace, buffer="abcdefgh", offset=2, cut=3)))
+    assert case.text == "abfgh" and case.offset == 2
+
+
+def test_anchor_moves_the_cursor_to_its_nearest_occurrence(tmp_path, workspace):
+    text = (workspace / "pkg/util.py").read_text()
+    true_offset = text.index("t = clamp")
+    (case,) = load_cases(write(tmp_path, good(workspace, offset=true_offset - 7, anchor="t = clamp")))
+    assert case.offset == true_offset
+
+
+def test_stdlib_workspace_references():
+    assert resolve_workspace("stdlib:") == stdlib_root()
+    assert resolve_workspace("stdlib:json") == stdlib_root() / "json"
+    assert resolve_workspace("stdlib:email.mime") == stdlib_root() / "email" / "mime"
+    assert workspace_ref_for(stdlib_root() / "json") == "stdlib:json"
+    with pytest.raises(BenchCaseError, match="no stdlib package"):
+        resolve_workspace("stdlib:textwrap")  # a module, not a package directory
+    with pytest.raises(BenchCaseError, match="not a module name"):
+        resolve_workspace("stdlib:../etc")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"id": None}, "field 'id' must be str"),
+    ({"offset": "3"}, "field 'offset' must be int"),
+    ({"offset": True}, "field 'offset' must be int"),
+    ({"offset": -1}, "offset must be >= 0"),
+    ({"offset": 10_000}, "past the end"),
+    ({"max_tokens": 0}, "max_tokens must be >= 1"),
+    ({"mode": "fill"}, "mode must be one of"),
+    ({"kind": "weird"}, "kind must be one of"),
+    ({"file": "nope.py"}, "no file"),
+    ({"file": "../x.py"}, "must be relative"),
+    ({"workspace": "/no/such/dir"}, "not a directory"),
+    ({"anchor": "this text is not in the file"}, "anchor"),
+    ({"mode": "edit"}, "needs 'instruction' and 'end'"),
+    ({"mode": "edit", "instruction": "x", "end": 1, "cut": 2}, "cannot have a cut"),
+    ({"mode": "edit", "instruction": "x", "end": 10_000}, "end 10000 outside"),
+    ({"cut": -2}, "cut must be >= 0"),
+])
+def test_malformed_case_is_rejected_with_its_reason(tmp_path, workspace, change, message):
+    case = good(workspace, **change)
+    with pytest.raises(BenchCaseError, match=message) as info:
+        load_cases(write(tmp_path, case))
+    assert "cases.jsonl:1" in str(info.value)  # names the file and line
+
+
+def test_missing_field_bad_json_duplicates_and_empty_file(tmp_path, workspace):
+    case = good(workspace)
+    del case["max_tokens"]
+    with pytest.raises(BenchCaseError, match="missing field 'max_tokens'"):
+        load_cases(write(tmp_path, case))
+    with pytest.raises(BenchCaseError, match=r"cases.jsonl:2: not valid JSON"):
+        load_cases(write(tmp_path, raw=json.dumps(good(workspace)) + "\n{oops\n"))
+    with pytest.raises(BenchCaseError, match="duplicate id 'a'"):
+        load_cases(write(tmp_path, good(workspace), good(workspace)))
+    with pytest.raises(BenchCaseError, match="no cases"):
+        load_cases(write(tmp_path, raw="# only a comment\n\n"))
+    with pytest.raises(BenchCaseError, match="a case is a JSON object"):
+        parse_case([1, 2])
+    with pytest.raises(BenchCaseError, match="cannot read cases file"):
+        load_cases(tmp_path / "absent.jsonl")
+
+
+def test_edit_case_keeps_instruction_and_range(tmp_path, workspace):
+    (case,) = load_cases(write(tmp_path, good(workspace, mode="edit", offset=4, end=9, instruction="rename")))
+    assert (case.offset, case.end, case.instruction) == (4, 9, "rename")
+
+
+@pytest.mark.parametrize("name", ["stdlib.jsonl", "smoke.jsonl"])
+def test_committed_cases_load_on_this_python(name):
+    cases = load_cases(REPO / "bench" / "cases" / name)
+    assert cases and all(c.workspace_ref.startswith("stdlib:") for c in cases)
+    if name == "stdlib.jsonl":
+        kinds = {c.kind for c in cases}
+        assert kinds == {"ordinary", "repeat", "norepeat"}
+        assert 12 <= len(cases) <= 20
