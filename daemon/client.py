@@ -72,14 +72,17 @@ class Client:
     def send(self, method: str, params: Any = None) -> int:
         """Send a request without waiting; returns its msgid for ``wait``."""
         msgid = next(self._ids)
-        self.sock.sendall(pack_request(msgid, method, {} if params is None else params))
+        self.send_raw(pack_request(msgid, method, {} if params is None else params))
         return msgid
 
     def notify(self, method: str, params: Any = None) -> None:
-        self.sock.sendall(pack_notification(method, {} if params is None else params))
+        self.send_raw(pack_notification(method, {} if params is None else params))
 
     def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise DaemonUnavailable(f"the daemon closed the connection: {exc}") from exc
 
     def call(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
         """Request and wait; raises RpcError for an error reply."""
@@ -119,6 +122,8 @@ class Client:
             data = self.sock.recv(65536)
         except socket.timeout as exc:
             raise TimeoutError("no reply from the daemon in time") from exc
+        except ConnectionResetError as exc:
+            raise DaemonUnavailable(f"the daemon closed the connection: {exc}") from exc
         if not data:
             raise DaemonUnavailable("the daemon closed the connection")
         for obj in self._frames.feed(data):

@@ -89,7 +89,7 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):  # not the main thread
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
                 pass
         await self.start()
         if on_ready is not None:

@@ -1,0 +1,183 @@
+"""Helpers for the daemon service tests: fakes with the engine's and index's API,
+an in-process daemon, a real daemon process, and a polling ``wait_until``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from daemon.client import Client, spawn_daemon, wait_ready
+from daemon.requests import CompletionResult, GenerationStats
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FakeCompleter:
+    """``complete`` returns the 8 characters after the cursor, reversed.
+
+    Text containing ``BLOCK`` blocks until cancelled (or 30 s), so that tests can
+    observe queueing, supersede and cancel deterministically.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.started = threading.Event()
+
+    def complete(self, req: Any, cancel: threading.Event | None = None) -> CompletionResult:
+        self.calls.append(req.uri)
+        if "BLOCK" in req.text:
+            self.started.set()
+            assert cancel is not None
+            cancel.wait(30)
+            return CompletionResult("", [], req.text[:req.offset], GenerationStats(),
+                                    cancelled=True, stop_reason="cancelled")
+        text = req.text[req.offset:req.offset + 8][::-1]
+        stats = GenerationStats(forward_passes=1, drafted=4, accepted=3, generated=len(text))
+        return CompletionResult(text, [ord(c) for c in text], req.text[:req.offset], stats,
+                                stop_reason="max_tokens")
+
+
+class FakeIndex:
+    """Records the calls the service makes; ``index_workspace`` lists files."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.buffers: dict[str, str] = {}
+        self.files: dict[str, str] = {}
+        self.log: list[tuple] = []
+
+    def open_buffer(self, uri: str, text: str) -> None:
+        with self.lock:
+            self.buffers[uri] = text
+            self.log.append(("open", uri))
+
+    def edit_buffer(self, uri: str, start: int, end: int, new_text: str) -> None:
+        with self.lock:
+            old = self.buffers[uri]
+            self.buffers[uri] = old[:start] + new_text + old[end:]
+            self.log.append(("edit", uri, start, end))
+
+    def close_buffer(self, uri: str) -> None:
+        with self.lock:
+            self.buffers.pop(uri, None)
+            self.log.append(("close", uri))
+
+    def index_file(self, path: Path) -> bool:
+        with self.lock:
+            self.files[str(path)] = Path(path).read_text()
+            self.log.append(("index", str(path)))
+        return True
+
+    def remove_file(self, path: Path) -> None:
+        with self.lock:
+            self.files.pop(str(path), None)
+            self.log.append(("remove", str(path)))
+
+    def index_workspace(self, root: Path, progress: Any = None, stop_event: Any = None) -> dict:
+        n = 0
+        for p in sorted(Path(root).rglob("*.py")):
+            self.index_file(p)
+            n += 1
+            if progress:
+                progress(n)
+        return {"files": n}
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {"buffers": len(self.buffers), "files": len(self.files)}
+
+
+class InProcessDaemon:
+    """The real Server and Service on a temp socket, in a thread, with fakes inside."""
+
+    def __init__(self, sock: Path, max_message_bytes: int = 1 << 20) -> None:
+        from daemon.server import Server
+        from daemon.service import Service
+
+        self.sock = sock
+        self.completer = FakeCompleter()
+        self.index = FakeIndex()
+        self.service = Service(self.completer, self.index, model_name="fake", device="cpu",
+                               socket_path=str(sock), max_message_bytes=max_message_bytes)
+        self.server = Server(self.service, sock, max_message_bytes=max_message_bytes)
+        self._ready = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.server.run(self._ready.set)), daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10), "in-process daemon did not start"
+
+    def client(self, timeout: float = 20.0) -> Client:
+        return Client(self.sock, timeout=timeout)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            try:
+                with self.client() as c:
+                    c.call("shutdown")
+            except OSError:
+                pass
+            self._thread.join(15)
+
+
+class RealDaemon:
+    """A ``serve --model tiny`` process; its socket uses the default-path logic
+    (XDG_RUNTIME_DIR points into a temp dir), so the permission rules are tested."""
+
+    def __init__(self, root: Path, workspace: Path) -> None:
+        self.root = root
+        self.workspace = workspace
+        self.runtime_dir = root / "run"
+        self.runtime_dir.mkdir(mode=0o700)
+        self.env = {**os.environ, "XDG_RUNTIME_DIR": str(self.runtime_dir),
+                    "PYTHONPATH": str(REPO)}
+        self.sock = self.runtime_dir / "ngramd" / "ngramd.sock"
+        self.log_path = root / "daemon.log"
+        self._log = open(self.log_path, "w")
+        self.proc = spawn_daemon(None, model="tiny", device="cpu", workspaces=[workspace],
+                                 extra_args=["--max-message-bytes", str(1 << 20)],
+                                 env=self.env, stderr=self._log)
+        try:
+            wait_ready(self.sock, timeout=240, proc=self.proc)
+        except Exception:
+            self.proc.kill()
+            self._log.close()
+            raise AssertionError("daemon did not start:\n" + self.log_path.read_text()[-4000:])
+        # the readiness line comes before any request is served
+        self.ready_line = self.proc.stdout.readline()
+
+    def client(self, timeout: float = 120.0) -> Client:
+        return Client(self.sock, timeout=timeout)
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "daemon.cli", *args], env=self.env,
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def wait_until(pred: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``pred`` until truthy (returned) or fail; never a timed assertion on speed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

@@ -1,0 +1,76 @@
+"""Documents: change application, versions, ranges, holders (pure)."""
+
+import pytest
+
+from daemon.documents import DocumentStore, apply_change, parse_changes
+from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
+
+
+def test_apply_change_range_and_full():
+    text, edit = apply_change("hello world", 6, 11, "there")
+    assert text == "hello there" and (edit.start, edit.end, edit.full) == (6, 11, False)
+    text, edit = apply_change("abc", None, None, "xyz")
+    assert text == "xyz" and edit.full and edit.end == 3
+
+
+def test_characters_not_bytes_or_utf16():
+    # "é" is 2 UTF-8 bytes, "😀" is 2 UTF-16 units; offsets count code points
+    text, _ = apply_change("é😀x", 2, 3, "y")
+    assert text == "é😀y"
+
+
+@pytest.mark.parametrize("start,end", [(-1, 0), (0, 4), (2, 1), (5, 5)])
+def test_range_out_of_bounds_is_invalid_params(start, end):
+    with pytest.raises(RpcError) as err:
+        apply_change("abc", start, end, "")
+    assert err.value.code == INVALID_PARAMS
+
+
+@pytest.mark.parametrize("changes", [None, [], "x", [1], [{"text": 1}], [{"text": "a", "start": 0}],
+                                     [{"text": "a", "start": "0", "end": 1}],
+                                     [{"text": "a", "start": True, "end": 1}]])
+def test_parse_changes_rejects_bad_shapes(changes):
+    with pytest.raises(RpcError) as err:
+        parse_changes(changes)
+    assert err.value.code == INVALID_PARAMS
+
+
+def test_changes_apply_in_order_and_all_or_nothing():
+    store = DocumentStore()
+    store.open(1, "u", "abc", 1)
+    edits = store.change("u", 2, parse_changes([{"text": "X", "start": 0, "end": 1},
+                                                {"text": "YZ", "start": 3, "end": 3}]))
+    assert store.get("u").text == "XbcYZ" and len(edits) == 2
+    with pytest.raises(RpcError):  # the second change is out of range: nothing applies
+        store.change("u", 3, parse_changes([{"text": "Q", "start": 0, "end": 0},
+                                            {"text": "!", "start": 99, "end": 99}]))
+    assert store.get("u").text == "XbcYZ" and store.get("u").version == 2
+
+
+def test_stale_version_is_content_modified():
+    store = DocumentStore()
+    store.open(1, "u", "abc", 5)
+    for version in (5, 4):
+        with pytest.raises(RpcError) as err:
+            store.change("u", version, [(None, None, "zzz")])
+        assert err.value.code == CONTENT_MODIFIED
+    assert store.get("u").text == "abc"
+
+
+def test_shared_document_lives_until_last_holder_leaves():
+    store = DocumentStore()
+    store.open(1, "u", "a", 1)
+    store.open(2, "u", "a", 1)
+    assert not store.close(1, "u") and "u" in store
+    assert store.release_all(2) == ["u"] and "u" not in store
+    with pytest.raises(RpcError):
+        store.get("u")
+
+
+def test_document_size_bound():
+    store = DocumentStore(max_document_chars=10)
+    with pytest.raises(RpcError):
+        store.open(1, "u", "x" * 11, 1)
+    store.open(1, "u", "x" * 10, 1)
+    with pytest.raises(RpcError):
+        store.change("u", 2, [(10, 10, "y")])

@@ -1,0 +1,207 @@
+"""The real Server + Service in-process with a fake engine: protocol, errors, queueing.
+
+The fake completer blocks on text containing BLOCK until cancelled, so cancel and
+supersede are observed deterministically (no sleeps, no timing).
+"""
+
+import socket
+
+import msgpack
+import pytest
+from daemon_helpers import wait_until
+
+from daemon.client import Client, DaemonUnavailable
+from daemon.rpc import (
+    CONTENT_MODIFIED, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    REQUEST_CANCELLED, RpcError, pack_notification, pack_request,
+)
+
+
+def code_of(fn, *args, **kwargs) -> int:
+    with pytest.raises(RpcError) as err:
+        fn(*args, **kwargs)
+    return err.value.code
+
+
+def test_open_change_complete_close(inproc):
+    with inproc.client() as c:
+        assert c.call("initialize", {"client": "t"})["server"] == "ngramd"
+        c.call("open", {"uri": "file:///a.py", "text": "hello world", "version": 1})
+        assert c.call("complete", {"uri": "file:///a.py", "offset": 6})["text"] == "dlrow"
+        c.call("change", {"uri": "file:///a.py", "version": 2,
+                          "changes": [{"start": 6, "end": 11, "text": "there"}]})
+        assert c.call("complete", {"uri": "file:///a.py", "offset": 6})["text"] == "ereht"
+        # the index mirrors every accepted edit
+        assert inproc.index.buffers["file:///a.py"] == "hello there"
+        c.call("change", {"uri": "file:///a.py", "version": 3, "changes": [{"text": "new"}]})
+        assert inproc.index.buffers["file:///a.py"] == "new"
+        status = c.call("status")
+        assert status["documents"]["open"] == 1
+        assert status["requests"]["by_method"]["complete"] == 2
+        assert status["generation"]["accepted"] == 6 and status["generation"]["drafted"] == 8
+        c.call("close", {"uri": "file:///a.py"})
+        assert code_of(c.call, "complete", {"uri": "file:///a.py", "offset": 0}) == INVALID_PARAMS
+        wait_until(lambda: "file:///a.py" not in inproc.index.buffers)
+
+
+def test_stale_version_and_out_of_range(inproc):
+    with inproc.client() as c:
+        c.call("open", {"uri": "u", "text": "abc", "version": 3})
+        assert code_of(c.call, "change", {"uri": "u", "version": 3, "changes": [{"text": "x"}]}) \
+            == CONTENT_MODIFIED
+        assert code_of(c.call, "complete", {"uri": "u", "offset": 0, "version": 2}) == CONTENT_MODIFIED
+        assert code_of(c.call, "complete", {"uri": "u", "offset": 4}) == INVALID_PARAMS
+        assert code_of(c.call, "complete", {"uri": "u", "offset": -1}) == INVALID_PARAMS
+        assert code_of(c.call, "change", {"uri": "u", "version": 4,
+                                          "changes": [{"text": "x", "start": 2, "end": 9}]}) == INVALID_PARAMS
+        assert c.call("complete", {"uri": "u", "offset": 0, "version": 3})["text"] == "cba"
+
+
+@pytest.mark.parametrize("method,params", [
+    ("open", {"uri": 1, "text": "a", "version": 1}),
+    ("open", {"uri": "u", "text": b"bytes", "version": 1}),
+    ("open", {"uri": "u", "text": "a", "version": "1"}),
+    ("open", {"uri": "u", "text": "a", "version": True}),
+    ("open", {"uri": "", "text": "a", "version": 1}),
+    ("complete", {"uri": "u", "offset": 1.5, "text": "abc"}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "maxTokens": 0}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "maxTokens": 10**9}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "temperature": -1}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "topP": 0}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "multiline": "yes"}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "stop": [1]}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "requestId": [1]}),
+    ("change", {"uri": "u", "version": 2, "changes": "all"}),
+    ("cancel", {}),
+    ("initialize", {"workspaceFolders": ["relative/dir"]}),
+    ("initialize", {"workspaceFolders": ["/definitely/not/here"]}),
+    ("initialize", {"workspaceFolders": "/tmp"}),
+    ("status", [1, 2]),
+    ("status", "x"),
+])
+def test_wrong_param_types_are_invalid_params(inproc, method, params):
+    with inproc.client() as c:
+        assert code_of(c.call, method, params) == INVALID_PARAMS
+        assert c.call("status")["daemon"]["ready"]
+
+
+def test_unknown_method_and_invalid_messages(inproc):
+    with inproc.client() as c:
+        assert code_of(c.call, "nope") == METHOD_NOT_FOUND
+        # a request-shaped array with a bad method type: answered on its msgid
+        c.send_raw(msgpack.packb([0, 77, 5, {}]))
+        resp = c.wait_response(77)
+        assert resp.error["code"] == INVALID_REQUEST
+        # no msgid to answer: an "error" notification; the connection stays usable
+        c.send_raw(msgpack.packb({"not": "a message"}))
+        assert c.wait_notification("error").params["code"] == INVALID_REQUEST
+        # a failing notification is reported by notification too
+        c.notify("open", {"uri": 3})
+        note = c.wait_notification("error")
+        assert note.params["code"] == INVALID_PARAMS and note.params["method"] == "open"
+        assert c.call("status")["requests"]["errors"]
+
+
+def test_malformed_msgpack_closes_only_that_connection(inproc):
+    with inproc.client() as bad, inproc.client() as good:
+        bad.send_raw(b"\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+        note = bad.wait_notification("error")
+        assert note.params["code"] == PARSE_ERROR and note.params["fatal"]
+        with pytest.raises(DaemonUnavailable):
+            bad.call("status")
+        assert good.call("status")["daemon"]["ready"]
+
+
+def test_oversized_message_is_refused(inproc):
+    limit = inproc.server.max_message_bytes
+    with inproc.client() as c:
+        with pytest.raises(OSError):  # the daemon hangs up while we are still sending
+            c.send_raw(pack_request(1, "open", {"uri": "u", "text": "x" * (limit * 4), "version": 1}))
+            c.wait_notification("error")
+            c.call("status")
+    with inproc.client() as c:
+        c.sock.sendall(pack_request(1, "open", {"uri": "u", "text": "x" * (limit + 10_000), "version": 1})[:limit + 5_000])
+        note = c.wait_notification("error")
+        assert note.params["code"] == INVALID_REQUEST and "larger than" in note.params["message"]
+    with inproc.client() as c:
+        assert c.call("status")["daemon"]["ready"]
+
+
+def test_supersede_and_cancel(inproc):
+    with inproc.client() as c, inproc.client() as other:
+        c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
+        first = c.send("complete", {"uri": "b", "offset": 0, "requestId": "r1"})
+        wait_until(lambda: inproc.completer.started.is_set())
+        running = other.call("status")["requests"]["running"]
+        assert running["requestId"] == "r1"
+        # a newer request for the same uri supersedes the running one
+        second = c.send("complete", {"uri": "b", "offset": 1, "requestId": "r2"})
+        resp = c.wait_response(first)
+        assert resp.error["code"] == REQUEST_CANCELLED and "superseded" in resp.error["message"]
+        wait_until(lambda: (other.call("status")["requests"]["running"] or {}).get("requestId") == "r2")
+        # a request for another uri queues behind it
+        third = c.send("complete", {"uri": "other", "text": "abc", "offset": 0})
+        wait_until(lambda: len(other.call("status")["requests"]["queued"]) == 1)
+        # cancel from another connection, by requestId
+        assert other.call("cancel", {"requestId": "r2"}) == {"cancelled": 1}
+        assert c.wait_response(second).error["code"] == REQUEST_CANCELLED
+        assert c.wait(third)["text"] == "cba"  # the queue moves on
+        counts = other.call("status")["requests"]
+        assert counts["superseded"] == 1 and counts["cancelled"] == 1 and counts["done"] >= 1
+
+
+def test_cancel_by_uri_drops_queued_requests(inproc):
+    with inproc.client() as c:
+        c.call("open", {"uri": "b", "text": "BLOCK", "version": 1})
+        blocked = c.send("complete", {"uri": "b", "offset": 0})
+        wait_until(lambda: inproc.completer.started.is_set())
+        queued = c.send("complete", {"uri": "q", "text": "xyz", "offset": 0})
+        assert c.call("cancel", {"uri": "q"}) == {"cancelled": 1}
+        assert c.wait_response(queued).error["code"] == REQUEST_CANCELLED
+        assert c.call("cancel", {"uri": "b"}) == {"cancelled": 1}
+        assert c.wait_response(blocked).error["code"] == REQUEST_CANCELLED
+        assert "q" not in inproc.completer.calls  # dropped before it ran
+
+
+def test_client_disconnect_mid_request_cancels_its_job(inproc):
+    c = inproc.client()
+    c.call("open", {"uri": "b", "text": "BLOCK", "version": 1})
+    c.send("complete", {"uri": "b", "offset": 0})
+    wait_until(lambda: inproc.completer.started.is_set())
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    with inproc.client() as other:
+        wait_until(lambda: other.call("status")["requests"].get("client disconnected") == 1)
+        assert other.call("status")["documents"]["open"] == 0  # its document was released
+        assert other.call("complete", {"uri": "x", "text": "abcdef", "offset": 2})["text"] == "fedc"
+
+
+def test_documents_are_shared_between_clients(inproc):
+    with inproc.client() as a, inproc.client() as b:
+        a.call("open", {"uri": "s", "text": "one two", "version": 1})
+        b.call("open", {"uri": "s", "text": "one two", "version": 1})
+        a.call("change", {"uri": "s", "version": 2, "changes": [{"start": 0, "end": 3, "text": "ONE"}]})
+        assert b.call("complete", {"uri": "s", "offset": 0})["text"] == "ONE two"[::-1]
+        a.call("close", {"uri": "s"})
+        assert b.call("status")["documents"]["open"] == 1  # b still holds it
+        b.call("close", {"uri": "s"})
+        assert b.call("status")["documents"]["open"] == 0
+
+
+def test_notifications_and_pipelining_keep_order(inproc):
+    with inproc.client() as c:
+        # all sent before any reply is read: open, change, complete must apply in order
+        c.send_raw(pack_notification("open", {"uri": "p", "text": "abc", "version": 1})
+                   + pack_notification("change", {"uri": "p", "version": 2,
+                                                  "changes": [{"start": 3, "end": 3, "text": "def"}]}))
+        msgid = c.send("complete", {"uri": "p", "offset": 0})
+        assert c.wait(msgid) == c.call("complete", {"uri": "p", "offset": 0})
+        assert c.call("complete", {"uri": "p", "offset": 0})["text"] == "fedcba"
+
+
+def test_shutdown_stops_the_server(inproc):
+    with inproc.client() as c:
+        assert c.call("shutdown") is None
+    wait_until(lambda: not inproc.sock.exists())
+    with pytest.raises(DaemonUnavailable):
+        Client(inproc.sock)
