@@ -1,0 +1,87 @@
+"""Workspace watching with a recording fake index: events, bursts, .gitignore, open buffers."""
+
+from pathlib import Path
+
+import pytest
+from daemon_helpers import FakeIndex, wait_until
+
+from daemon.watcher import Ignorer, WorkspaceWatcher
+
+
+def test_ignorer_follows_nested_gitignores(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n/top_only.txt\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / ".gitignore").write_text("secret.py\n!keep.log\n")
+    ig = Ignorer(tmp_path)
+    assert ig.ignored(tmp_path / "a.log")
+    assert ig.ignored(tmp_path / "pkg" / "deep" / "b.log")
+    assert ig.ignored(tmp_path / "build" / "x" / "y.py")
+    assert ig.ignored(tmp_path / "top_only.txt")
+    assert not ig.ignored(tmp_path / "pkg" / "top_only.txt")  # anchored to the root
+    assert ig.ignored(tmp_path / "pkg" / "secret.py")
+    assert not ig.ignored(tmp_path / "secret.py")  # the nested rule stays in pkg/
+    assert ig.ignored(tmp_path / ".git" / "HEAD")
+    assert not ig.ignored(tmp_path / "pkg" / "mod.py")
+    assert ig.ignored(Path("/elsewhere/x.py"))
+
+
+@pytest.fixture
+def watched(tmp_path):
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / "a.py").write_text("a = 1\n")
+    index = FakeIndex()
+    open_paths: set[Path] = set()
+    w = WorkspaceWatcher(index, lambda p: p in open_paths, debounce_s=0.2)
+    root = tmp_path.resolve()
+    w.add_folder(root)
+    wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+    yield w, index, root, open_paths
+    w.stop()
+
+
+def test_initial_index_then_create_modify_delete_move(watched):
+    w, index, root, _ = watched
+    assert str(root / "a.py") in index.files
+    assert w.status()["folders"][0]["counts"] == {"files": 1}
+    (root / "b.py").write_text("b = 2\n")
+    wait_until(lambda: index.files.get(str(root / "b.py")) == "b = 2\n")
+    (root / "b.py").write_text("b = 3\n")
+    wait_until(lambda: index.files.get(str(root / "b.py")) == "b = 3\n")
+    (root / "b.py").rename(root / "c.py")
+    wait_until(lambda: str(root / "c.py") in index.files and str(root / "b.py") not in index.files)
+    (root / "c.py").unlink()
+    wait_until(lambda: str(root / "c.py") not in index.files)
+
+
+def test_burst_is_coalesced_and_gitignore_respected(watched):
+    w, index, root, _ = watched
+    (root / "ignored").mkdir()
+    before = len(index.log)
+    for i in range(50):  # many writes to a few files, like a checkout
+        (root / f"f{i % 5}.py").write_text(f"v = {i}\n")
+        (root / "ignored" / f"g{i % 5}.py").write_text("x\n")
+    wait_until(lambda: all(index.files.get(str(root / f"f{j}.py")) == f"v = {45 + j}\n"
+                           for j in range(5)))
+    wait_until(lambda: w.status()["pending"] == 0)
+    indexed = [entry for entry in index.log[before:] if entry[0] == "index"]
+    assert len(indexed) < 50  # each file re-indexed far fewer times than it was written
+    assert not any("ignored" in entry[1] for entry in indexed)
+    assert w.status()["events"]["ignored"] > 0
+
+
+def test_open_buffer_wins_over_disk(watched):
+    w, index, root, open_paths = watched
+    open_paths.add(root / "a.py")
+    (root / "a.py").write_text("disk = 1\n")
+    wait_until(lambda: w.status()["events"]["shadowed"] > 0)
+    assert index.files[str(root / "a.py")] == "a = 1\n"  # the disk edit was not indexed
+    open_paths.clear()
+    w.reindex_from_disk(root / "a.py")  # what the service does when the buffer closes
+    wait_until(lambda: index.files[str(root / "a.py")] == "disk = 1\n")
+
+
+def test_remove_folder_stops_watching(watched):
+    w, index, root, _ = watched
+    assert w.remove_folder(root)
+    assert w.status()["folders"] == []
+    assert not w.remove_folder(root)
