@@ -80,6 +80,7 @@ def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path]) -> int:
 
 def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from daemon.completer import Completer
+    from daemon.engine import EngineConfig
     from daemon.model import load_runtime
     from index.store import IndexConfig, NgramIndex
 
@@ -88,7 +89,8 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if getattr(args, "max_indexed_tokens", None):
         cfg = IndexConfig(max_indexed_tokens=args.max_indexed_tokens)
     index = NgramIndex(rt.tokenize_batch, cfg)
-    return Completer(rt, index), index, rt
+    # the service mirrors every open/change into the index itself (incrementally)
+    return Completer(rt, index, EngineConfig(sync_buffers=False)), index, rt
 
 
 # -- status / stop --------------------------------------------------------------------------

@@ -62,6 +62,7 @@ class Service:
         self.docs = DocumentStore()
         self.worker = Worker()
         self._index_exec = ThreadPoolExecutor(1, thread_name_prefix="ngramd-index")
+        self._misc_exec = ThreadPoolExecutor(1, thread_name_prefix="ngramd-misc")  # may wait on the engine
         self.watcher = WorkspaceWatcher(index, self._path_is_open) if index is not None else None
         self.started = time.time()
         self.clients: dict[int, str] = {}  # conn -> client name ("" until initialize)
@@ -109,6 +110,7 @@ class Service:
         if self.watcher is not None:
             self.watcher.stop()
         self._index_exec.shutdown(wait=False, cancel_futures=True)
+        self._misc_exec.shutdown(wait=False, cancel_futures=True)
 
     # -- methods ------------------------------------------------------------------------
 
@@ -254,7 +256,17 @@ class Service:
                          "index_errors": self.index_errors,
                          **self.worker.snapshot()},
             "generation": self.totals.to_dict(),
+            "engine": self._engine_stats(),
         }
+
+    def _engine_stats(self) -> Any:
+        stats = getattr(self.completer, "stats", None)
+        if not callable(stats):
+            return None
+        try:
+            return stats()
+        except Exception as exc:  # figures only; never fail status over them
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _document_text(self, uri: str, p: dict) -> str:
         """The text to complete: ``text`` if given (stateless use), else the open document's."""
@@ -303,6 +315,9 @@ class Service:
         fut = self._index_submit("close_buffer", uri)
         if fut is not None:
             fut.add_done_callback(_log_failure)
+        drop = getattr(self.completer, "drop_cache", None)
+        if callable(drop):  # its KV cache; waits for the engine's lock, so off the loop
+            self._misc_exec.submit(drop, uri).add_done_callback(_log_failure)
         path = self._track_path(uri, -1)
         if path is not None and self.watcher is not None:
             self.watcher.reindex_from_disk(path)  # the disk counts again

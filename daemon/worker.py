@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from daemon.rpc import INTERNAL_ERROR, REQUEST_CANCELLED, RpcError
+from daemon.rpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, RpcError
 
 log = logging.getLogger("ngramd.worker")
 _ids = itertools.count(1)
@@ -72,7 +72,8 @@ class Job:
 class Worker:
     """Run jobs one at a time on a dedicated thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_queued: int = 256) -> None:
+        self.max_queued = max_queued
         self._queue: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._running: Job | None = None
@@ -90,6 +91,10 @@ class Worker:
                 job.resolve(error=RpcError(REQUEST_CANCELLED, "the daemon is shutting down"))
                 return
             self._cancel_where(lambda j: j.uri == job.uri, "superseded")
+            if len(self._queue) >= self.max_queued:  # a flood of distinct uris
+                self.counts["refused"] += 1
+                job.resolve(error=RpcError(INTERNAL_ERROR, f"busy: {len(self._queue)} requests queued"))
+                return
             self._queue.append(job)
             self._cond.notify()
 
@@ -140,6 +145,12 @@ class Worker:
             except RpcError as exc:
                 self.counts["failed"] += 1
                 job.resolve(error=exc)
+            except NotImplementedError as exc:
+                self.counts["failed"] += 1
+                job.resolve(error=RpcError(METHOD_NOT_FOUND, f"{job.kind} is not available: {exc}"))
+            except ValueError as exc:  # the engine's verdict on the request's values
+                self.counts["failed"] += 1
+                job.resolve(error=RpcError(INVALID_PARAMS, str(exc)))
             except Exception as exc:  # the engine failed; report it, keep serving
                 log.exception("job %s failed", job.job_id)
                 self.counts["failed"] += 1
