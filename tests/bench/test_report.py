@@ -1,0 +1,74 @@
+"""The summary's arithmetic, the table, and the plot's clear failure without matplotlib."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from daemon.bench_report import PlotUnavailable, build_report, markdown_table, plot, render_text, summarize
+
+
+def row(id_, kind, ms, plain, hf, identical=True, first=10.0):
+    return {"id": id_, "kind": kind, "status": "ok", "ms": ms, "plain_ms": plain, "hf_prompt_lookup_ms": hf,
+            "first_token_ms": first, "plain_first_token_ms": first, "hf_first_token_ms": first,
+            "generated": 10, "forward_passes": 5, "drafted": 8, "accepted": 6, "identical": identical,
+            "hf_identical": True, "speedup_plain": round(plain / ms, 3), "speedup_hf": round(hf / ms, 3),
+            "accepted_per_pass": [1, 2, 0]}
+
+
+ROWS = [row("a", "ordinary", 100, 300, 200), row("b", "ordinary", 200, 300, 300),
+        row("c", "repeat", 50, 400, 100), row("d", "norepeat", 100, 90, 95, identical=False),
+        {"id": "e", "kind": "ordinary", "status": "unsupported", "error": "edit mode"}]
+
+
+def test_summary_speedups_identical_and_targets():
+    s = summarize(ROWS)
+    assert s["cases"] == 5 and s["ok"] == 4 and s["unsupported"] == ["e"]
+    assert s["identical"] == 3 and s["not_identical"] == ["d"] and s["all_identical"] is False
+    ordinary = s["by_kind"]["ordinary"]
+    assert ordinary["vs_plain"]["total"] == 2.0  # 600 / 300
+    assert ordinary["vs_plain"]["median"] == 2.25  # median(3.0, 1.5)
+    assert ordinary["vs_hf"]["total"] == round(500 / 300, 3)
+    assert ordinary["decode_vs_plain"] == round((290 + 290) / (90 + 190), 3)
+    assert s["by_kind"]["repeat"]["vs_plain"]["total"] == 8.0
+    t = s["targets"]
+    assert t["ordinary_vs_plain"]["met"] is True and t["ordinary_vs_hf"]["met"] is True
+    assert t["repeat_vs_plain"]["met"] is True
+    assert t["norepeat_min_vs_plain"]["met"] is False  # 0.9x
+    assert t["identical"]["met"] is False
+    assert s["acceptance"] == 0.75 and s["tokens_per_pass"] == 2.0
+
+
+def test_text_table_shows_every_case_and_flags_differences():
+    report = build_report(ROWS, {"model": "tiny", "device": "cpu", "repeat": 1, "cases_file": "x"})
+    for use_rich in (False, True):
+        out = io.StringIO()
+        render_text(report, out, use_rich=use_rich)
+        text = out.getvalue()
+        assert all(name in text for name in "abcde")
+        assert "NOT IDENTICAL: d" in text and "MISSED" in text and "unsupported" in text
+    md = markdown_table(report)
+    assert md.count("\n") == 2 + len(ROWS) and "| d | norepeat |" in md
+
+
+def test_summary_of_nothing_that_ran():
+    s = summarize([{"id": "x", "kind": "ordinary", "status": "error", "error": "boom"}])
+    assert s["ok"] == 0 and s["errors"] == ["x"] and s["all_identical"] is False
+    out = io.StringIO()
+    render_text(build_report([], {}), out, use_rich=False)
+    assert "no case ran" in out.getvalue()
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    with pytest.raises(PlotUnavailable, match="pip install"):
+        plot(build_report(ROWS, {}), str(tmp_path / "p.png"))
+
+
+def test_plot_writes_a_png_when_matplotlib_is_there(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "p.png"
+    plot(build_report(ROWS, {"model": "tiny", "device": "cpu"}), str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG"

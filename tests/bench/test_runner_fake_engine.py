@@ -1,0 +1,127 @@
+"""The runner's mechanics with a stand-in engine (greedy decoding of the tiny model
+written out here), so that prompt recovery, the HF baseline, the identical flag and
+the index handling are checked independently of the real engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+
+from daemon.bench_cases import load_cases
+from daemon.bench_runner import BenchRunner, Pass, decode_trace, prompt_ids_from_plain
+from daemon.requests import CompletionResult, GenerationStats
+
+
+class FakeIndex:
+    def __init__(self):
+        self.calls = []
+        self.history = []
+
+    def remove_file(self, path):
+        self.calls.append(("remove_file", path))
+
+    def index_file(self, path):
+        self.calls.append(("index_file", path))
+        return True
+
+    def open_buffer(self, uri, text):
+        self.calls.append(("open_buffer", uri))
+
+    def close_buffer(self, uri):
+        self.calls.append(("close_buffer", uri))
+
+    def add_history(self, ids):
+        self.history.append(ids)
+
+
+def make_fake_completer(diverge: bool):
+    class FakeCompleter:
+        """Greedy decoding, one token per pass; with ``diverge`` the speculative
+        output's last token is changed, as a broken engine would."""
+
+        def __init__(self, runtime, index, config=None):
+            self.rt, self.index = runtime, index
+
+        @torch.inference_mode()
+        def complete(self, req, cancel=None):
+            from transformers import DynamicCache
+
+            prompt = req.text[:req.offset][-300:]
+            ids = self.rt.encode(prompt)
+            cache = DynamicCache()
+            logits = self.rt.model(input_ids=torch.tensor([ids]), **{self.rt.cache_kwarg: cache}).logits[0, -1]
+            out = []
+            for _ in range(req.max_tokens):
+                tok = int(logits.argmax())
+                out.append(tok)
+                if len(out) == req.max_tokens:
+                    break
+                logits = self.rt.model(input_ids=torch.tensor([[tok]]), **{self.rt.cache_kwarg: cache}).logits[0, -1]
+            if diverge and req.speculate:
+                out[-1] = (out[-1] + 1) % 1000
+            self.index.add_history(out)  # the bench must not let this reach the index
+            stats = GenerationStats(forward_passes=len(out), generated=len(out), drafted=4, accepted=2,
+                                    drafted_by_source={"buffer": 4}, accepted_by_source={"buffer": 2})
+            return CompletionResult(text=self.rt.decode(out), token_ids=out, prompt=prompt, stats=stats,
+                                    stop_reason="max_tokens")
+
+        def edit(self, req, cancel=None):
+            raise NotImplementedError("speculative edits are not in yet")
+
+    return FakeCompleter
+
+
+@pytest.fixture()
+def two_cases(tmp_path, workspace):
+    lines = [
+        {"id": "t-ordinary", "workspace": str(workspace), "file": "pkg/shapes.py", "offset": 125,
+         "max_tokens": 6, "mode": "complete", "kind": "ordinary", "cut": 53},
+        {"id": "t-edit", "workspace": str(workspace), "file": "pkg/util.py", "offset": 0, "end": 20,
+         "instruction": "rename", "max_tokens": 6, "mode": "edit"},
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in lines))
+    return load_cases(path)
+
+
+@pytest.mark.parametrize("diverge", [False, True])
+def test_runner_reports_every_field_and_the_identical_flag(monkeypatch, tiny_runtime, two_cases, diverge):
+    monkeypatch.setitem(sys.modules, "daemon.completer",
+                        types.SimpleNamespace(Completer=make_fake_completer(diverge)))
+    runner = BenchRunner(tiny_runtime)
+    index = FakeIndex()
+    runner._indexes[two_cases[0].workspace] = index
+    row = runner.run_case(two_cases[0], repeat=2)
+    assert row["status"] == "ok"
+    assert row["identical"] is (not diverge)  # a difference is reported, not hidden
+    if diverge:
+        assert row["first_difference"] == 5 and row["plain_token_ids"] != row["token_ids"]
+    # hf got exactly the engine's prompt ids: its greedy output equals plain decoding
+    assert row["hf_identical"] is True and row["hf_generated"] == 6
+    assert row["prompt_tokens"] == len(tiny_runtime.encode(row["prompt"]))
+    assert len(row["runs_ms"]["spec"]) == len(row["runs_ms"]["plain"]) == len(row["runs_ms"]["hf"]) == 2
+    assert row["acceptance_by_source"] == {"buffer": {"drafted": 4, "accepted": 2, "rate": 0.5}}
+    assert [t["n"] for t in row["trace"]] == [1] * 5  # the five decode passes after prefill
+    assert index.history == []  # completions never reached the index
+    path = str(two_cases[0].path)
+    assert index.calls[0] == ("remove_file", path) and index.calls[-1] == ("index_file", path)
+    # the edit case: the stand-in engine has no edit mode -> "unsupported", cleanly
+    runner._indexes[two_cases[1].workspace] = index
+    row = runner.run_case(two_cases[1])
+    assert row["status"] == "unsupported" and "not in yet" in row["error"]
+
+
+def test_prompt_recovery_and_trace_on_hand_written_passes():
+    prompt, gen = [5, 6, 7, 8], [9, 10, 11]
+    # prefill in two chunks, then one token a pass (the last generated token is not fed)
+    passes = [Pass(0, [5, 6]), Pass(2, [7, 8]), Pass(4, [9]), Pass(5, [10])]
+    assert prompt_ids_from_plain(passes, gen) == prompt
+    # a speculative run: pass at 4 verifies [9, 10, 12] and commits 2 (9, 10, bonus 11)
+    spec = [Pass(0, prompt), Pass(4, [9, 10, 12]), Pass(6, [11, 13])]
+    assert decode_trace(spec, len(prompt)) == [{"ctx": 4, "n": 3, "committed": 2},
+                                                {"ctx": 6, "n": 2, "committed": -1}]
+    assert prompt_ids_from_plain([Pass(3, [1])], gen) is None  # a gap: not a cold plain run
