@@ -1,0 +1,96 @@
+"""The LSP's settings: what the editor may configure, with defaults and checks.
+
+Settings arrive as a JSON object in ``initializationOptions`` and in
+``workspace/didChangeConfiguration`` (either flat or under an ``"ngramd"`` key), with
+LSP-style camelCase names:
+
+    maxTokens    int    1..1024   tokens a completion may have             (64)
+    multiline    bool             allow completions past the current line  (true)
+    temperature  float  0..2      0 is greedy                              (0)
+    debounceMs   int    0..2000   wait after a keystroke before asking     (50)
+    timeoutMs    int    100..600000  a daemon answer later than this gives
+                                  an empty result                          (8000)
+    model        str|null         model for a daemon this LSP starts       (null: default)
+    device       str              auto | cpu | cuda                        (auto)
+    socket       str|null         daemon socket                            (null: default)
+    enabled      bool             false: answer nothing, keep syncing      (true)
+
+Unknown keys are ignored (editors send their whole section); a known key with a
+wrong type or range raises ``ValueError`` naming the key, and nothing is applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+_FIELDS = {
+    # camelCase -> (attribute, type, min, max)
+    "maxTokens": ("max_tokens", int, 1, 1024),
+    "multiline": ("multiline", bool, None, None),
+    "temperature": ("temperature", float, 0.0, 2.0),
+    "debounceMs": ("debounce_ms", int, 0, 2000),
+    "timeoutMs": ("timeout_ms", int, 100, 600_000),
+    "model": ("model", str, None, None),
+    "device": ("device", str, None, None),
+    "socket": ("socket", str, None, None),
+    "enabled": ("enabled", bool, None, None),
+}
+_NULLABLE = {"model", "socket"}
+_DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_tokens: int = 64
+    multiline: bool = True
+    temperature: float = 0.0
+    debounce_ms: int = 50
+    timeout_ms: int = 8000
+    model: str | None = None
+    device: str = "auto"
+    socket: str | None = None
+    enabled: bool = True
+
+    def updated(self, options: Any) -> "Settings":
+        """A copy with the camelCase keys of ``options`` applied (see module doc)."""
+        if options is None:
+            return self
+        if not isinstance(options, dict):
+            raise ValueError(f"settings must be an object, got {type(options).__name__}")
+        if isinstance(options.get("ngramd"), dict):
+            options = options["ngramd"]
+        changes: dict[str, Any] = {}
+        for key, value in options.items():
+            if key not in _FIELDS:
+                continue
+            attr, kind, lo, hi = _FIELDS[key]
+            changes[attr] = _coerce(key, value, kind, lo, hi, nullable=key in _NULLABLE)
+        if changes.get("device", self.device) not in _DEVICES:
+            raise ValueError(f"device must be one of {_DEVICES}, got {changes['device']!r}")
+        return dataclasses.replace(self, **changes)
+
+    def to_options(self) -> dict[str, Any]:
+        """The camelCase form, as ``ngramd.status`` reports it."""
+        return {key: getattr(self, attr) for key, (attr, *_rest) in _FIELDS.items()}
+
+
+def _coerce(key: str, value: Any, kind: type, lo: Any, hi: Any, nullable: bool) -> Any:
+    if value is None and nullable:
+        return None
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, str) and value != ""
+    if not ok:
+        raise ValueError(f"setting {key!r} must be a {'non-empty ' if kind is str else ''}"
+                         f"{kind.__name__}, got {value!r}")
+    if lo is not None and not (lo <= value <= hi):
+        raise ValueError(f"setting {key!r} must be in [{lo}, {hi}], got {value!r}")
+    return value

@@ -1,0 +1,156 @@
+"""An asyncio msgpack-RPC connection to the daemon (framing: daemon/rpc.py).
+
+One ``RpcConnection`` is one unix-socket connection. Requests carry increasing
+msgids; a reader task matches each response to its future. The connection never
+retries: when the socket closes, every pending request fails with
+``DaemonUnavailable`` and ``on_close`` is called; reconnecting (and restarting the
+daemon) is ``daemon_link.DaemonLink``'s job.
+
+Torch-free: the LSP imports this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any, Callable
+
+from daemon import rpc
+
+log = logging.getLogger(__name__)
+
+
+class DaemonError(Exception):
+    """The daemon answered with an error ``{"code", "message"}``."""
+
+    def __init__(self, code: int, message: str, method: str = "") -> None:
+        super().__init__(f"{method}: {message} (code {code})" if method else message)
+        self.code = code
+        self.message = message
+        self.method = method
+
+
+class DaemonUnavailable(Exception):
+    """No daemon answers: cannot connect, connection lost, or no answer in time."""
+
+
+class RpcConnection:
+    """A msgpack-RPC client over one unix socket.
+
+    Invariant: every msgid in ``_pending`` names a request written on this connection
+    and not yet answered; when the connection closes, ``_pending`` is emptied and each
+    future fails.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_close: Callable[["RpcConnection"], None] | None = None) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._on_close = on_close
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        self._closed = False
+        self._frames = rpc.FrameReader()
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def open(cls, path: str, on_close: Callable[["RpcConnection"], None] | None = None,
+                   timeout: float = 2.0) -> "RpcConnection":
+        """Connect to the socket at ``path``; raises ``DaemonUnavailable``."""
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(path, limit=1 << 20), timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise DaemonUnavailable(f"cannot connect to {path}: {exc or 'timeout'}") from exc
+        return cls(reader, writer, on_close)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        """Write a request now; the returned future resolves to the result.
+
+        Writing is synchronous (the bytes go to the transport's buffer at once), so
+        requests sent from one event-loop step arrive at the daemon in that order.
+        """
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._closed:
+            fut.set_exception(DaemonUnavailable("connection to the daemon is closed"))
+            return fut
+        msgid = next(self._ids)
+        self._pending[msgid] = (method, fut)
+        try:
+            self._writer.write(rpc.pack_request(msgid, method, params if params is not None else {}))
+        except (OSError, RuntimeError) as exc:
+            self._pending.pop(msgid, None)
+            fut.set_exception(DaemonUnavailable(f"write failed: {exc}"))
+            self.close()
+        return fut
+
+    async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
+        """Send and wait. Raises DaemonError, DaemonUnavailable (also on timeout)."""
+        fut = self.send(method, params)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError as exc:
+            fut.cancel()  # a late answer is dropped by _dispatch
+            raise DaemonUnavailable(f"daemon did not answer {method} within {timeout} s") from exc
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        pending, self._pending = self._pending, {}
+        for method, fut in pending.values():
+            if not fut.done():
+                fut.set_exception(DaemonUnavailable(f"connection to the daemon lost during {method}"))
+                fut.exception()  # mark retrieved: nobody may be awaiting a fire-and-forget send
+        try:
+            self._writer.close()
+        except (OSError, RuntimeError):
+            pass
+        if asyncio.current_task() is not self._task:
+            self._task.cancel()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(65536)
+                if not data:
+                    break
+                for obj in self._frames.feed(data):
+                    self._dispatch(obj)
+        except asyncio.CancelledError:
+            pass
+        except rpc.RpcError as exc:
+            log.error("daemon sent unreadable data: %s", exc.message)
+        except OSError as exc:
+            log.info("daemon connection error: %s", exc)
+        finally:
+            self.close()
+
+    def _dispatch(self, obj: Any) -> None:
+        try:
+            msg = rpc.decode(obj)
+        except rpc.RpcError as exc:
+            log.warning("ignoring a malformed message from the daemon: %s", exc.message)
+            return
+        if not isinstance(msg, rpc.Response):
+            log.debug("ignoring %s from the daemon", type(msg).__name__)
+            return
+        method, fut = self._pending.pop(msg.msgid, ("", None))
+        if fut is None or fut.done():
+            return  # timed out or cancelled meanwhile
+        if msg.error is not None:
+            code = msg.error.get("code", rpc.INTERNAL_ERROR)
+            fut.set_exception(DaemonError(int(code) if isinstance(code, int) else rpc.INTERNAL_ERROR,
+                                          str(msg.error.get("message", msg.error)), method))
+        else:
+            fut.set_result(msg.result)

@@ -1,0 +1,217 @@
+"""The LSP's handle on the daemon: connect, start one when none answers, reconnect.
+
+States::
+
+    disconnected --connect()--> connecting --on_connect done--> ready
+         ^                      (may spawn `ngramd serve`          |
+         |                       and wait for its socket)          |
+         +------------------- connection lost ---------------------+
+
+- ``call`` waits for ``ready`` (bounded by its timeout, while connecting goes on in
+  the background) and then for the answer. When the daemon dies, only the requests
+  in flight on the lost connection fail; a reconnect starts at once.
+- ``send`` is fire-and-forget for document sync: on a ready connection it writes
+  now (so sync messages keep their order); otherwise it drops the message, because
+  ``on_connect`` re-sends the whole state (every open buffer) on the next connection.
+- Spawning is single-flight: while a daemon this link started is alive and loading,
+  no second one is started; after a daemon exits without ever answering, spawning
+  backs off for ``SPAWN_BACKOFF_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import time
+from typing import Any, Awaitable, Callable
+
+from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from lsp.spawn import spawn_daemon
+
+log = logging.getLogger(__name__)
+
+SPAWN_BACKOFF_S = 10.0
+POLL_S = 0.1
+
+
+class DaemonLink:
+    def __init__(self, socket_path: str, *, model: str | None = None, device: str = "auto",
+                 on_connect: Callable[[RpcConnection], Awaitable[None]] | None = None,
+                 workspaces: Callable[[], list[str]] | None = None,
+                 spawn: bool = True, start_timeout: float = 180.0) -> None:
+        self.socket_path = socket_path
+        self.model = model
+        self.device = device
+        self.spawn = spawn
+        self.start_timeout = start_timeout
+        self._on_connect = on_connect
+        self._workspaces = workspaces or (lambda: [])
+        self._conn: RpcConnection | None = None
+        self._connecting: asyncio.Task[RpcConnection] | None = None
+        self._procs: list[subprocess.Popen] = []
+        self._no_spawn_until = 0.0
+        self._closing = False
+        self.connects = 0  # connections made ready (a reconnect counts)
+        self.spawned = 0  # daemons this link started
+        self.last_error: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    # -- public ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin connecting in the background (no-op when ready or connecting)."""
+        if not self.ready and not self._closing:
+            self._ensure_task()
+
+    async def connection(self, timeout: float) -> RpcConnection:
+        if self.ready:
+            assert self._conn is not None
+            return self._conn
+        if self._closing:
+            raise DaemonUnavailable("the LSP is shutting down")
+        task = self._ensure_task()
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout)
+        except asyncio.TimeoutError as exc:
+            raise DaemonUnavailable(f"the daemon on {self.socket_path} is not ready "
+                                    f"within {timeout:.1f} s") from exc
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if task.cancelled() and not (me is not None and me.cancelling()):
+                # the connect attempt was dropped (reconfigure), not our caller
+                raise DaemonUnavailable("the connection attempt was abandoned") from None
+            raise
+
+    async def call(self, method: str, params: Any = None, timeout: float = 10.0) -> Any:
+        """Request and wait; raises DaemonUnavailable (incl. timeout) or DaemonError."""
+        deadline = time.monotonic() + timeout
+        conn = await self.connection(timeout)
+        return await conn.request(method, params, max(0.01, deadline - time.monotonic()))
+
+    def send(self, method: str, params: Any = None) -> asyncio.Future[Any] | None:
+        """Fire-and-forget on a ready connection; None (dropped) otherwise."""
+        if not self.ready:
+            return None
+        assert self._conn is not None
+        fut = self._conn.send(method, params)
+        fut.add_done_callback(_retrieve)
+        return fut
+
+    def reconfigure(self, socket_path: str | None = None, model: str | None = None,
+                    device: str | None = None) -> None:
+        """A new socket drops the connection (and the next call connects there);
+        a new model or device applies to the next daemon this link starts."""
+        if model is not None:
+            self.model = model
+        if device is not None:
+            self.device = device
+        if socket_path and socket_path != self.socket_path:
+            self.socket_path = socket_path
+            conn, self._conn = self._conn, None
+            if self._connecting is not None:
+                self._connecting.cancel()
+                self._connecting = None
+            if conn is not None:
+                conn.close()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._conn is not None:
+            self._conn.close()
+        self._reap()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _ensure_task(self) -> asyncio.Task[RpcConnection]:
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            self._connecting.add_done_callback(_retrieve)
+        return self._connecting
+
+    async def _connect(self) -> RpcConnection:
+        try:
+            conn = await self._open_or_spawn()
+            try:
+                if self._on_connect is not None:
+                    await self._on_connect(conn)
+            except (DaemonUnavailable, DaemonError) as exc:
+                conn.close()
+                raise DaemonUnavailable(f"the daemon refused the session: {exc}") from exc
+            # No await between on_connect's last (synchronous) write and this line, so
+            # no sync message can slip between the re-sent state and "ready".
+            self._conn = conn
+            self.connects += 1
+            self.last_error = ""
+            return conn
+        except DaemonUnavailable as exc:
+            self.last_error = str(exc)
+            log.warning("%s", exc)
+            raise
+
+    async def _open_or_spawn(self) -> RpcConnection:
+        try:
+            return await RpcConnection.open(self.socket_path, on_close=self._lost)
+        except DaemonUnavailable:
+            if not self.spawn:
+                raise
+        proc = self._live_proc()
+        if proc is None:
+            if time.monotonic() < self._no_spawn_until:
+                raise DaemonUnavailable(f"no daemon on {self.socket_path}, and the last one started "
+                                        f"exited early (see {self.socket_path}.log)")
+            log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
+            proc = spawn_daemon(self.socket_path, self.model, self.device, self._workspaces())
+            self._procs.append(proc)
+            self.spawned += 1
+        return await self._wait_for(proc)
+
+    async def _wait_for(self, proc: subprocess.Popen) -> RpcConnection:
+        """Poll the socket until the daemon answers, exits, or start_timeout passes."""
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                return await RpcConnection.open(self.socket_path, on_close=self._lost)
+            except DaemonUnavailable:
+                pass
+            code = proc.poll()
+            if code is not None:
+                # It may have lost a race against another editor's daemon: try once more.
+                try:
+                    return await RpcConnection.open(self.socket_path, on_close=self._lost)
+                except DaemonUnavailable:
+                    self._no_spawn_until = time.monotonic() + SPAWN_BACKOFF_S
+                    raise DaemonUnavailable(f"`ngramd serve` exited with code {code} before "
+                                            f"answering; see {self.socket_path}.log") from None
+            if time.monotonic() > deadline:
+                raise DaemonUnavailable(f"the daemon started on {self.socket_path} did not answer "
+                                        f"within {self.start_timeout:.0f} s")
+            await asyncio.sleep(POLL_S)
+
+    def _live_proc(self) -> subprocess.Popen | None:
+        self._reap()
+        return self._procs[-1] if self._procs else None
+
+    def _reap(self) -> None:
+        """Forget (and wait for) daemons this link started that have exited: no zombies."""
+        self._procs = [p for p in self._procs if p.poll() is None]
+
+    def _lost(self, conn: RpcConnection) -> None:
+        if conn is not self._conn:
+            return
+        self._conn = None
+        self._reap()
+        if not self._closing:
+            log.warning("connection to the daemon lost; reconnecting")
+            self._ensure_task()
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a fire-and-forget future's exception as seen (the caller logs what matters)."""
+    if not fut.cancelled():
+        fut.exception()

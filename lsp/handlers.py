@@ -1,0 +1,214 @@
+"""LSP handlers: adapters that fetch the document, call the daemon, convert types.
+
+Every request handler is ``async``: the event loop never waits on the daemon.
+Commands:
+- ``ngramd.rewriteSelection(uri, range, instruction?)``: the daemon's ``edit`` of the
+  range, applied with ``workspace/applyEdit``; returns the ``WorkspaceEdit``.
+- ``ngramd.status()``: settings, connection state, counters and the daemon's status.
+- ``ngramd.toggle(enabled?)``: flip (or set) ``enabled``; returns the new value.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+
+from lsp import items
+from lsp.daemon_client import DaemonError, DaemonUnavailable
+from lsp.server import NgramdServer
+
+log = logging.getLogger(__name__)
+
+REWRITE = "ngramd.rewriteSelection"
+STATUS = "ngramd.status"
+TOGGLE = "ngramd.toggle"
+REWRITE_TITLE = "Rewrite selection with ngramd"
+DEFAULT_INSTRUCTION = "Rewrite this code."
+
+
+def register(server: NgramdServer) -> None:
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: NgramdServer, params: types.InitializeParams) -> None:
+        try:
+            ls.apply_settings(params.initialization_options)
+        except ValueError as exc:
+            # A bad option must not stop the editor's session: report it, keep defaults.
+            ls.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Error, message=f"ngramd: {exc}"))
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: NgramdServer, params: types.InitializedParams) -> None:
+        ls.link.start()  # connect now, starting a daemon if none answers
+
+    @server.feature(types.SHUTDOWN)
+    async def shutdown(ls: NgramdServer, params: None) -> None:
+        await ls.link.close()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: NgramdServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = ls.open_document(params.text_document.uri)
+        if doc is not None:
+            ls.document_opened(doc)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: NgramdServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.document_closed(params.text_document.uri)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_folders(ls: NgramdServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+        from pygls.uris import to_fs_path
+
+        def paths(folders: Any) -> list[str]:
+            return [p for p in (to_fs_path(f.uri) for f in folders or []) if p]
+
+        ls.link.send("workspaceFolders", {"added": paths(params.event.added),
+                                          "removed": paths(params.event.removed)})
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: NgramdServer,
+                                       params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings
+        if not settings and _can_pull_configuration(ls):
+            # pull model (VS Code sends null settings): ask for our section
+            pulled = await ls.workspace_configuration_async(types.ConfigurationParams(
+                items=[types.ConfigurationItem(section="ngramd")]))
+            settings = pulled[0] if pulled else None
+        try:
+            ls.apply_settings(settings)
+        except ValueError as exc:
+            ls.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Error, message=f"ngramd: {exc}"))
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: NgramdServer, params: types.InlineCompletionParams
+                                ) -> types.InlineCompletionList | None:
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        selected = params.context.selected_completion_info
+        multiline = ls.settings.multiline
+        proposal = await ls.propose(params.text_document.uri, params.position,
+                                    multiline=multiline, selected=selected)
+        if proposal is None:
+            return None
+        if selected is not None:
+            found = items.selected_items(proposal.text, selected, invoked=invoked, multiline=multiline)
+        else:
+            cursor = ls.position_of(proposal.doc, proposal.offset)
+            found = items.inline_items(proposal.text, cursor, invoked=invoked, multiline=multiline)
+        return types.InlineCompletionList(items=found)
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[]))
+    async def completion(ls: NgramdServer, params: types.CompletionParams) -> types.CompletionList:
+        uri = params.text_document.uri
+        proposal = await ls.propose(uri, params.position, multiline=ls.settings.multiline)
+        if proposal is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        text = proposal.doc.source
+        cursor = ls.position_of(proposal.doc, proposal.offset)
+        line_start = proposal.offset - cursor_column_chars(text, proposal.offset)
+        word = items.word_before(text[line_start:proposal.offset])
+        word_start = ls.position_of(proposal.doc, proposal.offset - len(word))
+        item = items.completion_item(proposal.text, word, types.Range(start=word_start, end=cursor))
+        return types.CompletionList(is_incomplete=True, items=[item] if item else [])
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
+        code_action_kinds=[types.CodeActionKind.RefactorRewrite], resolve_provider=True))
+    def code_action(ls: NgramdServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        rng = params.range
+        if rng.start == rng.end or not ls.settings.enabled:
+            return []
+        ls.require_document(params.text_document.uri)
+        if params.context.only and not any(
+                types.CodeActionKind.RefactorRewrite.value.startswith(str(getattr(k, "value", k)))
+                for k in params.context.only):
+            return []
+        args = [params.text_document.uri, _unstructure(ls, rng), DEFAULT_INSTRUCTION]
+        action = types.CodeAction(title=REWRITE_TITLE, kind=types.CodeActionKind.RefactorRewrite,
+                                  data={"uri": params.text_document.uri, "range": args[1],
+                                        "instruction": DEFAULT_INSTRUCTION})
+        if not _can_resolve_edit(ls):
+            action.command = types.Command(title=REWRITE_TITLE, command=REWRITE, arguments=args)
+        return [action]
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: NgramdServer, action: types.CodeAction) -> types.CodeAction:
+        data = action.data if isinstance(action.data, dict) else {}
+        uri, rng, instruction = _rewrite_args(ls, [data.get("uri"), data.get("range"),
+                                                   data.get("instruction")])
+        action.edit = await _rewrite(ls, uri, rng, instruction)
+        return action
+
+    @server.command(REWRITE)
+    async def rewrite_selection(ls: NgramdServer, *args: Any) -> Any:
+        uri, rng, instruction = _rewrite_args(ls, list(args))
+        edit = await _rewrite(ls, uri, rng, instruction)
+        applied = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
+            edit=edit, label=REWRITE_TITLE))
+        if not getattr(applied, "applied", False):
+            log.warning("the editor did not apply the rewrite: %s", getattr(applied, "failure_reason", None))
+        return _unstructure(ls, edit)
+
+    @server.command(STATUS)
+    async def status(ls: NgramdServer, *args: Any) -> dict[str, Any]:
+        return await ls.status()
+
+    @server.command(TOGGLE)
+    def toggle(ls: NgramdServer, *args: Any) -> dict[str, Any]:
+        if args and not isinstance(args[0], bool):
+            raise JsonRpcInvalidParams(f"{TOGGLE} takes an optional boolean, got {args[0]!r}")
+        enabled = args[0] if args else not ls.settings.enabled
+        ls.apply_settings({"enabled": enabled})
+        return {"enabled": ls.settings.enabled}
+
+
+def cursor_column_chars(text: str, offset: int) -> int:
+    """Characters between the start of ``offset``'s line and ``offset``."""
+    start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    return offset - start
+
+
+def _unstructure(ls: NgramdServer, value: Any) -> Any:
+    return ls.protocol._converter.unstructure(value)
+
+
+def _can_resolve_edit(ls: NgramdServer) -> bool:
+    caps = ls.client_capabilities.text_document
+    support = caps.code_action.resolve_support if caps and caps.code_action else None
+    return bool(support and "edit" in support.properties)
+
+
+def _can_pull_configuration(ls: NgramdServer) -> bool:
+    ws = ls.client_capabilities.workspace
+    return bool(ws and ws.configuration)
+
+
+def _rewrite_args(ls: NgramdServer, args: list[Any]) -> tuple[str, types.Range, str]:
+    """Validate ``[uri, range, instruction?]`` with errors that say what is wrong."""
+    if not 2 <= len(args) <= 3:
+        raise JsonRpcInvalidParams(f"{REWRITE} takes [uri, range, instruction?], got {len(args)} arguments")
+    uri, raw_range = args[0], args[1]
+    instruction = args[2] if len(args) == 3 and args[2] is not None else DEFAULT_INSTRUCTION
+    if not isinstance(uri, str) or not uri:
+        raise JsonRpcInvalidParams(f"{REWRITE}: uri must be a string, got {uri!r}")
+    if not isinstance(instruction, str):
+        raise JsonRpcInvalidParams(f"{REWRITE}: instruction must be a string, got {instruction!r}")
+    try:
+        rng = ls.protocol._converter.structure(raw_range, types.Range)
+    except Exception as exc:
+        raise JsonRpcInvalidParams(f"{REWRITE}: range must be an LSP Range, got {raw_range!r}") from exc
+    return uri, rng, instruction
+
+
+async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str) -> types.WorkspaceEdit:
+    ls.require_document(uri)
+    try:
+        doc, text = await ls.edit(uri, rng, instruction)
+    except DaemonError as exc:
+        raise JsonRpcException(code=exc.code, message=f"ngramd edit failed: {exc.message}") from exc
+    except DaemonUnavailable as exc:
+        raise JsonRpcInternalError(f"ngramd edit failed: {exc}") from exc
+    ws_caps = ls.client_capabilities.workspace
+    versioned = bool(ws_caps and ws_caps.workspace_edit and ws_caps.workspace_edit.document_changes)
+    return items.workspace_edit(uri, doc.version, rng, text, versioned)

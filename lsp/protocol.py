@@ -1,0 +1,101 @@
+"""pygls protocol tweaks: malformed requests answered, incremental changes as offsets.
+
+Two things pygls 2.1 does not do the way ngramd needs:
+
+1. A request whose params do not validate is logged and dropped by pygls, so the
+   editor would wait for an answer forever. Here it gets an ``InvalidParams`` error
+   naming the bad field, and the server carries on.
+2. pygls applies ``didChange`` edits before any handler runs, so the handler can no
+   longer turn an edit's range into character offsets of the text it applied to.
+   Here each edit is converted with ``lsp.positions`` (the one position helper) on
+   the text before it, applied to pygls' document (which stays the only copy of
+   the text), and the offsets are handed to the server for the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import cattrs
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pygls.protocol import LanguageServerProtocol, lsp_method
+
+from lsp import positions
+
+log = logging.getLogger(__name__)
+
+
+class Malformed:
+    """Stands in for a message whose params did not validate."""
+
+    jsonrpc = "2.0"
+
+    def __init__(self, msg_id: Any, method: str, detail: str) -> None:
+        self.id = msg_id
+        self.method = method
+        self.detail = detail
+
+
+def _describe(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    if isinstance(cause, cattrs.ClassValidationError):
+        try:
+            return "; ".join(cattrs.transform_error(cause))[:500]
+        except Exception:  # pragma: no cover - cattrs' formatting is best-effort
+            pass
+    return str(cause)[:500] or type(cause).__name__
+
+
+class NgramdProtocol(LanguageServerProtocol):
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            method = data.get("method")
+            if "jsonrpc" in data and isinstance(method, str):
+                return Malformed(data.get("id"), method, _describe(exc))
+            raise
+
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, Malformed):
+            text = f"invalid params for {message.method}: {message.detail}"
+            if message.id is None:
+                log.warning("ignoring notification: %s", text)
+            else:
+                self._send_response(message.id, error=types.ResponseError(
+                    code=types.ErrorCodes.InvalidParams, message=text))
+            return
+        super().handle_message(message)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        """Apply each edit via lsp.positions and hand the daemon its offsets."""
+        uri = params.text_document.uri
+        doc = self._server.open_document(uri)  # type: ignore[attr-defined]
+        if doc is None:
+            log.warning("didChange for a document that is not open: %s", uri)
+            return
+        encoding = self.workspace.position_encoding
+        changes: list[dict[str, Any]] = []
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                text = doc.source
+                r = change.range
+                start, end = positions.range_offsets(
+                    text, (r.start.line, r.start.character), (r.end.line, r.end.character), encoding)
+                doc.apply_change(types.TextDocumentContentChangeWholeDocument(
+                    text=text[:start] + change.text + text[end:]))
+                changes.append({"start": start, "end": end, "text": change.text})
+            else:
+                doc.apply_change(change)
+                changes.append({"text": change.text})
+        doc.version = params.text_document.version
+        self._server.document_changed(uri, doc.version, changes)  # type: ignore[attr-defined]
+
+
+def is_parse_error(error: BaseException) -> bool:
+    return isinstance(error, json.JSONDecodeError) or isinstance(
+        getattr(error, "__cause__", None), json.JSONDecodeError)

@@ -1,0 +1,310 @@
+"""The ngramd language server: state and daemon plumbing (handlers: lsp/handlers.py).
+
+Vocabulary:
+- *keystroke generation*: a per-document counter bumped by every ``didChange``; a
+  completion that started under an older generation is *stale* and answers nothing.
+- *in-flight request*: the daemon ``requestId`` of the completion running for a
+  document; a keystroke cancels it in the daemon (``cancel``), and so does the
+  editor's ``$/cancelRequest`` (pygls cancels the handler's task, which sends
+  ``cancel`` on its way out).
+
+pygls owns the document text (``workspace.text_documents``); this class keeps only
+counters and ids, never a second copy of any text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any
+from urllib.parse import unquote
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+from pygls.workspace import TextDocument
+
+from daemon import rpc
+from lsp import positions
+from lsp.config import Settings
+from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from lsp.daemon_link import DaemonLink
+from lsp.protocol import NgramdProtocol, is_parse_error
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+CLIENT_NAME = f"ngramd-lsp {VERSION}"
+
+
+class Proposal:
+    """A daemon answer and where it applies."""
+
+    def __init__(self, doc: TextDocument, offset: int, text: str, result: dict[str, Any]) -> None:
+        self.doc = doc
+        self.offset = offset
+        self.text = text
+        self.result = result
+
+
+class NgramdServer(LanguageServer):
+    def __init__(self, settings: Settings, socket_path: str, *, spawn: bool = True) -> None:
+        super().__init__("ngramd", VERSION, protocol_cls=NgramdProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = settings
+        self.default_socket = socket_path
+        self.link = DaemonLink(settings.socket or socket_path, model=settings.model,
+                               device=settings.device, on_connect=self._on_connect,
+                               workspaces=self.folder_paths, spawn=spawn)
+        self._ids = itertools.count(1)
+        self._generation: dict[str, int] = {}
+        self._inflight: dict[str, str] = {}
+        self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
+                         "failed": 0, "resyncs": 0}
+
+    # -- documents ------------------------------------------------------------------
+
+    def open_document(self, uri: str) -> TextDocument | None:
+        """pygls' document for ``uri`` if the editor opened it (never one read from disk)."""
+        try:
+            return self.workspace.text_documents.get(unquote(uri))
+        except RuntimeError:  # before initialize
+            return None
+
+    def require_document(self, uri: str) -> TextDocument:
+        doc = self.open_document(uri)
+        if doc is None:
+            raise JsonRpcInvalidParams(f"document not open: {uri}")
+        return doc
+
+    def encoding(self) -> str:
+        return str(getattr(self.workspace.position_encoding, "value", None)
+                   or self.workspace.position_encoding or positions.UTF16)
+
+    def offset_of(self, doc: TextDocument, pos: types.Position) -> int:
+        return positions.offset_at(doc.source, pos.line, pos.character, self.encoding())
+
+    def position_of(self, doc: TextDocument, offset: int) -> types.Position:
+        line, character = positions.position_at(doc.source, offset, self.encoding())
+        return types.Position(line=line, character=character)
+
+    def folder_paths(self) -> list[str]:
+        try:
+            folders = list(self.workspace.folders.values())
+        except RuntimeError:
+            return []
+        return [p for p in (to_fs_path(f.uri) for f in folders) if p and os.path.isdir(p)]
+
+    # -- document sync -> daemon ---------------------------------------------------------
+
+    def document_opened(self, doc: TextDocument) -> None:
+        self._generation[doc.uri] = self._generation.get(doc.uri, 0) + 1
+        self._sync(doc.uri, "open", self._open_params(doc))
+
+    def document_changed(self, uri: str, version: int | None, changes: list[dict[str, Any]]) -> None:
+        """Called by the protocol with offsets into the text before each edit."""
+        self._generation[uri] = self._generation.get(uri, 0) + 1
+        self.cancel_inflight(uri)
+        self._sync(uri, "change", {"uri": uri, "version": version or 0, "changes": changes})
+
+    def document_closed(self, uri: str) -> None:
+        self.cancel_inflight(uri)
+        self._generation.pop(uri, None)
+        self._sync(uri, "close", {"uri": uri}, resync=False)
+
+    def cancel_inflight(self, uri: str) -> None:
+        request_id = self._inflight.pop(uri, None)
+        if request_id is not None:
+            self.link.send("cancel", {"uri": uri, "requestId": request_id})
+
+    @staticmethod
+    def _open_params(doc: TextDocument) -> dict[str, Any]:
+        return {"uri": doc.uri, "text": doc.source, "version": doc.version or 0,
+                "languageId": doc.language_id or ""}
+
+    def _sync(self, uri: str, method: str, params: dict[str, Any], resync: bool = True) -> None:
+        fut = self.link.send(method, params)
+        if fut is not None and resync:
+            fut.add_done_callback(lambda f: self._sync_done(f, uri, method))
+
+    def _sync_done(self, fut: asyncio.Future[Any], uri: str, method: str) -> None:
+        if fut.cancelled() or not isinstance(fut.exception(), DaemonError):
+            return  # a lost connection is re-synced whole on reconnect
+        log.warning("daemon refused %s for %s (%s); re-sending the document", method, uri,
+                    fut.exception())
+        self.resync(uri)
+
+    def resync(self, uri: str) -> None:
+        """Replace the daemon's copy of ``uri`` by pygls' text (no further retry)."""
+        doc = self.open_document(uri)
+        if doc is not None:
+            self.counters["resyncs"] += 1
+            self.link.send("open", self._open_params(doc))
+
+    async def _on_connect(self, conn: RpcConnection) -> None:
+        """A new daemon connection: say hello, then re-send every open buffer.
+
+        The opens are written synchronously after the last await, so they precede any
+        sync message sent once the link is ready.
+        """
+        info = await conn.request("initialize", {"client": CLIENT_NAME,
+                                                 "workspaceFolders": self.folder_paths()},
+                                  timeout=60.0)
+        self.daemon_info = info if isinstance(info, dict) else {}
+        try:
+            docs = list(self.workspace.text_documents.values())
+        except RuntimeError:
+            docs = []
+        for doc in docs:
+            conn.send("open", self._open_params(doc)).add_done_callback(_log_failure)
+        log.info("daemon ready (%s); %d open documents sent", self.daemon_info, len(docs))
+
+    # -- completion ---------------------------------------------------------------------
+
+    async def propose(self, uri: str, pos: types.Position, *, multiline: bool,
+                      selected: types.SelectedCompletionInfo | None = None) -> Proposal | None:
+        """Debounce, then ask the daemon to complete at ``pos``.
+
+        None when disabled, stale (a keystroke came meanwhile), cancelled by the daemon,
+        or when the daemon fails or does not answer within ``timeoutMs``.
+        ``selected``: complete the text as it would be with the menu's selection applied
+        (sent as the daemon's stateless ``text``), the proposal continuing after it.
+        """
+        if not self.settings.enabled:
+            return None
+        doc = self.require_document(uri)
+        generation = self._generation.get(uri, 0)
+        if self.settings.debounce_ms:
+            await asyncio.sleep(self.settings.debounce_ms / 1000)
+        if self._generation.get(uri, 0) != generation:
+            self.counters["stale"] += 1
+            return None
+        text = doc.source
+        offset = positions.offset_at(text, pos.line, pos.character, self.encoding())
+        params: dict[str, Any] = {"uri": uri, "offset": offset, "version": doc.version or 0,
+                                  "maxTokens": self.settings.max_tokens, "multiline": multiline,
+                                  "temperature": self.settings.temperature}
+        if selected is not None:
+            s, e = positions.range_offsets(
+                text, (selected.range.start.line, selected.range.start.character),
+                (selected.range.end.line, selected.range.end.character), self.encoding())
+            params["text"] = text[:s] + selected.text + text[e:]
+            params["offset"] = s + len(selected.text)
+            del params["version"]
+        request_id = f"{os.getpid()}-{next(self._ids)}"
+        params["requestId"] = request_id
+        self.cancel_inflight(uri)
+        self._inflight[uri] = request_id
+        started = time.monotonic()
+        try:
+            result = await self._complete(uri, params)
+        except asyncio.CancelledError:
+            self.counters["cancelled"] += 1
+            if self._inflight.get(uri) == request_id:
+                self.cancel_inflight(uri)
+            raise
+        except DaemonUnavailable as exc:
+            self.counters["failed"] += 1
+            log.warning("completion failed: %s", exc)
+            return None
+        except DaemonError as exc:
+            if exc.code == rpc.REQUEST_CANCELLED:
+                self.counters["cancelled"] += 1
+            else:
+                self.counters["failed"] += 1
+                log.warning("daemon error: %s", exc)
+            return None
+        finally:
+            if self._inflight.get(uri) == request_id:
+                del self._inflight[uri]
+        if self._generation.get(uri, 0) != generation:
+            self.counters["stale"] += 1
+            return None
+        if not isinstance(result, dict) or not isinstance(result.get("text"), str) or result.get("cancelled"):
+            self.counters["empty"] += 1
+            return None
+        self.counters["completions"] += 1
+        log.debug("completion in %.0f ms: %r", (time.monotonic() - started) * 1000, result["text"][:80])
+        return Proposal(doc, offset, result["text"], result)
+
+    async def _complete(self, uri: str, params: dict[str, Any]) -> Any:
+        """``complete``; once re-sends the document and retries if the daemon's copy was
+        stale or missing (CONTENT_MODIFIED / INVALID_PARAMS)."""
+        timeout = self.settings.timeout_ms / 1000
+        deadline = time.monotonic() + timeout
+        try:
+            return await self.link.call("complete", params, timeout)
+        except DaemonError as exc:
+            if exc.code not in (rpc.CONTENT_MODIFIED, rpc.INVALID_PARAMS) or "text" in params:
+                raise
+            log.info("daemon's copy of %s is out of date (%s); re-sending", uri, exc.message)
+            self.resync(uri)
+            return await self.link.call("complete", params, max(0.01, deadline - time.monotonic()))
+
+    async def edit(self, uri: str, rng: types.Range, instruction: str) -> tuple[TextDocument, str]:
+        """The daemon's rewrite of ``rng``; raises DaemonError / DaemonUnavailable."""
+        doc = self.require_document(uri)
+        text = doc.source
+        start, end = positions.range_offsets(
+            text, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character),
+            self.encoding())
+        params = {"uri": uri, "start": start, "end": end, "instruction": instruction,
+                  "version": doc.version or 0, "requestId": f"{os.getpid()}-{next(self._ids)}"}
+        timeout = max(self.settings.timeout_ms / 1000, 30.0)
+        try:
+            result = await self.link.call("edit", params, timeout)
+        except DaemonError as exc:
+            if exc.code != rpc.CONTENT_MODIFIED:
+                raise
+            self.resync(uri)
+            result = await self.link.call("edit", params, timeout)
+        if not isinstance(result, dict) or not isinstance(result.get("text"), str):
+            raise DaemonError(rpc.INTERNAL_ERROR, f"unexpected edit result: {str(result)[:200]}", "edit")
+        return doc, result["text"]
+
+    # -- status -----------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        daemon: Any
+        try:
+            daemon = await self.link.call("status", None, min(self.settings.timeout_ms / 1000, 5.0))
+        except (DaemonUnavailable, DaemonError) as exc:
+            daemon = {"error": str(exc)}
+        return {
+            "enabled": self.settings.enabled,
+            "settings": self.settings.to_options(),
+            "socket": self.link.socket_path,
+            "connected": self.link.ready,
+            "connects": self.link.connects,
+            "daemonsStarted": self.link.spawned,
+            "lastError": self.link.last_error,
+            "counters": dict(self.counters),
+            "daemon": daemon,
+        }
+
+    def apply_settings(self, options: Any) -> None:
+        """Apply editor settings (raises ValueError naming a bad key; nothing applied then)."""
+        new = self.settings.updated(options)
+        self.settings = new
+        self.link.reconfigure(socket_path=new.socket or self.default_socket, model=new.model,
+                              device=new.device)
+
+    # -- errors -------------------------------------------------------------------------
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Unparseable JSON gets a JSON-RPC parse error (id null); nothing is shown in
+        the editor for errors already answered to a request."""
+        if is_parse_error(error):
+            self.protocol._send_response(None, error=types.ResponseError(  # type: ignore[arg-type]
+                code=types.ErrorCodes.ParseError, message=f"parse error: {error}"))
+            return
+        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("daemon refused a re-sent document: %s", fut.exception())

@@ -1,0 +1,164 @@
+"""A small fake daemon speaking docs/rpc.md on a unix socket, for the LSP's tests.
+
+It keeps each document's text by applying ``change`` offsets exactly as the real
+daemon must, so a test can compare its copy against the editor's text. ``complete``
+answers ``proposal`` (after ``delay`` seconds, unless cancelled or superseded);
+``edit`` answers ``edit_text(original)``. Every request is recorded in ``calls``.
+
+Run standalone (``python tests/lsp/fake_daemon.py SOCKET``) it serves until killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+from daemon import rpc  # noqa: E402
+
+
+class FakeDaemon:
+    def __init__(self, path: str, proposal: str = "fake_completion()\n    return 1") -> None:
+        self.path = path
+        self.proposal = proposal
+        self.delay = 0.0
+        self.edit_error: tuple[int, str] | None = None
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, Any]] = []
+        self.cancelled: list[Any] = []
+        self._jobs: dict[str, tuple[Any, asyncio.Event]] = {}  # uri -> (requestId, cancel)
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> "FakeDaemon":
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        self._server = await asyncio.start_unix_server(self._serve, self.path)
+        return self
+
+    async def stop(self) -> None:
+        """Close the socket and every connection, like a daemon that died."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self._writers):
+            w.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def methods(self, name: str) -> list[Any]:
+        return [p for m, p in self.calls if m == name]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        frames = rpc.FrameReader()
+        try:
+            while data := await reader.read(65536):
+                for obj in frames.feed(data):
+                    msg = rpc.decode(obj)
+                    if isinstance(msg, rpc.Request):
+                        asyncio.ensure_future(self._answer(writer, msg))
+        except (ConnectionError, rpc.RpcError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _answer(self, writer: asyncio.StreamWriter, msg: rpc.Request) -> None:
+        self.calls.append((msg.method, msg.params))
+        try:
+            result = await self._handle(msg.method, msg.params or {})
+            data = rpc.pack_response(msg.msgid, None, result)
+        except rpc.RpcError as exc:
+            data = rpc.pack_response(msg.msgid, exc.to_wire(), None)
+        if not writer.is_closing():
+            writer.write(data)
+
+    async def _handle(self, method: str, p: dict) -> Any:
+        if method == "initialize":
+            return {"server": "fake", "version": "0", "model": "fake", "device": "cpu", "pid": os.getpid()}
+        if method == "open":
+            self.docs[p["uri"]] = {"text": p["text"], "version": p["version"]}
+            return None
+        if method == "change":
+            doc = self.docs.get(p["uri"])
+            if doc is None:
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {p['uri']}")
+            if p["version"] <= doc["version"]:
+                raise rpc.RpcError(rpc.CONTENT_MODIFIED, "stale version")
+            text = doc["text"]
+            for ch in p["changes"]:
+                if "start" in ch:
+                    assert 0 <= ch["start"] <= ch["end"] <= len(text), (ch, len(text))
+                    text = text[:ch["start"]] + ch["text"] + text[ch["end"]:]
+                else:
+                    text = ch["text"]
+            doc.update(text=text, version=p["version"])
+            return None
+        if method == "close":
+            self.docs.pop(p["uri"], None)
+            return None
+        if method == "workspaceFolders":
+            return None
+        if method == "complete":
+            return await self._complete(p)
+        if method == "edit":
+            if self.edit_error is not None:
+                raise rpc.RpcError(*self.edit_error)
+            text = self.docs[p["uri"]]["text"]
+            return _result(text[p["start"]:p["end"]].upper())
+        if method == "cancel":
+            n = 0
+            for uri, (rid, event) in list(self._jobs.items()):
+                if p.get("uri") in (None, uri) and p.get("requestId") in (None, rid):
+                    event.set()
+                    self.cancelled.append(rid)
+                    n += 1
+            return {"cancelled": n}
+        if method == "status":
+            return {"daemon": {"server": "fake"}, "documents": {"open": len(self.docs)}}
+        if method == "shutdown":
+            return None
+        raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
+
+    async def _complete(self, p: dict) -> Any:
+        uri = p["uri"]
+        if "text" not in p:
+            doc = self.docs.get(uri)
+            if doc is None:
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {uri}")
+            if "version" in p and p["version"] != doc["version"]:
+                raise rpc.RpcError(rpc.CONTENT_MODIFIED, "stale version")
+        old = self._jobs.get(uri)
+        if old is not None:  # supersede
+            old[1].set()
+        event = asyncio.Event()
+        self._jobs[uri] = (p.get("requestId"), event)
+        try:
+            if self.delay:
+                try:
+                    await asyncio.wait_for(event.wait(), self.delay)
+                except asyncio.TimeoutError:
+                    pass
+            if event.is_set():
+                raise rpc.RpcError(rpc.REQUEST_CANCELLED, "cancelled")
+        finally:
+            if self._jobs.get(uri, (None, None))[1] is event:
+                del self._jobs[uri]
+        return _result(self.proposal)
+
+
+def _result(text: str) -> dict[str, Any]:
+    return {"text": text, "token_ids": [], "prompt": "", "stats": {}, "cancelled": False,
+            "stop_reason": "max_tokens"}
+
+
+async def _main(path: str) -> None:
+    await FakeDaemon(path).start()
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_main(sys.argv[1]))
