@@ -1,0 +1,107 @@
+"""Pure functions over token arrays: longest-suffix matching and drafting.
+
+Vocabulary (see ``draft``): the *context* is the token ids the model has seen;
+an *occurrence* is a position ``p`` in an indexed array such that the
+``match_len`` tokens before ``p`` equal the context's last ``match_len`` tokens,
+and ``p`` has a *continuation* (``a[p]`` is a real token). Documents are
+concatenated with the separator ``SEP`` (-1), which equals no token, so no
+match and no continuation crosses a document edge.
+
+Worked example. ``a = [5, 6, 7, 8, 5, 6, 9]``, context ``[1, 5, 6]``,
+``min_n = 2``: ``scan_longest`` returns ``match_len = 2`` and occurrences
+``[2, 6]`` (followed by 7 and 9). ``rank_occurrences`` with both from the same
+buffer and w=2 picks the later one first; ``build_draft`` with k=3 then gives
+branches ``[9]`` and ``[7, 8, 5]``, each with count 1.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .draft import NO_DRAFT, Branch, Draft, Source
+
+SEP = -1  # document separator inside concatenated int32 arrays
+_EMPTY = np.zeros(0, np.int64)
+
+
+def scan_longest(a: np.ndarray, ctx: np.ndarray, min_n: int, narrow: int = 64) -> tuple[int, np.ndarray]:
+    """Longest suffix of ``ctx`` occurring in ``a``, and all its occurrences.
+
+    a:   [n] int32, documents separated by SEP
+    ctx: [L] int32, the context's last tokens (L is the longest match wanted), all >= 0
+    Returns ``(match_len, positions)``: positions are continuation starts,
+    ascending; ``(0, [])`` when no suffix of length >= ``min_n`` occurs.
+
+    Narrows token by token while there are many candidates, then compares the
+    rest in one [candidates, depth] gather: few numpy calls either way.
+    """
+    L = len(ctx)
+    if L < min_n or len(a) < min_n + 1:
+        return 0, _EMPTY
+    p = np.flatnonzero(a[:-1] == ctx[-1]) + 1
+    if len(p):
+        p = p[a[p] != SEP]
+    m = 1
+    while len(p) > narrow and m < L:
+        q = p[p > m]
+        q = q[a[q - m - 1] == ctx[-m - 1]]
+        if not len(q):
+            break
+        p, m = q, m + 1
+    if 0 < len(p) <= narrow and m < L:
+        depth = np.arange(m, L)
+        idx = p[:, None] - 1 - depth[None, :]  # [c, L - m]
+        want = ctx[::-1][m:L]
+        eq = (a[np.maximum(idx, 0)] == want[None, :]) & (idx >= 0)
+        ext = np.where(eq.all(1), L - m, eq.argmin(1))
+        best = int(ext.max())
+        p, m = p[ext == best], m + best
+    if m < min_n or not len(p):
+        return 0, _EMPTY
+    return m, p
+
+
+def continuation(a: np.ndarray, p: int, k: int) -> np.ndarray:
+    """Up to ``k`` tokens of ``a`` from ``p``, stopping at SEP or the end. [<=k] int32"""
+    seg = a[p : p + k]
+    stop = np.flatnonzero(seg == SEP)
+    return np.array(seg[: stop[0]] if len(stop) else seg, np.int32)
+
+
+def rank_occurrences(
+    first: np.ndarray,  # [c] int32, the token after each occurrence
+    source: np.ndarray,  # [c] int, Source of each occurrence
+    stamp: np.ndarray,  # [c] int64, recency of the occurrence's document (higher is newer)
+    pos: np.ndarray,  # [c] int64, position inside its document (later is newer)
+    w: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pick up to ``w`` occurrences with distinct first tokens, best first.
+
+    Order: source priority (Source order), then newer document, then later
+    position. Occurrences are grouped by their first token; a group is
+    represented by its best occurrence and counted by its size. Groups come in
+    the order of their best occurrence. Returns ``(rows, counts)``, both [<=w].
+    """
+    order = np.lexsort((-pos, -stamp, source))
+    _, first_at, counts = np.unique(first[order], return_index=True, return_counts=True)
+    pick = np.argsort(first_at)[:w]
+    return order[first_at[pick]], counts[pick]
+
+
+def build_draft(
+    rows: np.ndarray,  # [b] occurrence indices from rank_occurrences
+    counts: np.ndarray,  # [b]
+    source: np.ndarray,  # [c] Source of each occurrence
+    match_len: int,
+    k: int,
+    tokens_of: Callable[[int, int], np.ndarray],  # (occurrence index, k) -> [<=k] int32
+) -> Draft:
+    """One branch per picked occurrence: its next ``k`` tokens (fewer at a document end)."""
+    branches = []
+    for i, c in zip(rows.tolist(), counts.tolist()):
+        toks = tokens_of(i, k)
+        if len(toks):
+            branches.append(Branch(toks, int(c), Source(int(source[i])), match_len))
+    return Draft(tuple(branches)) if branches else NO_DRAFT

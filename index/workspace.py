@@ -1,0 +1,141 @@
+"""Which files of a workspace folder get indexed, and reading them safely.
+
+Discovery respects ``.gitignore``: ``git ls-files -co --exclude-standard``
+where the folder is in a git work tree, else a walk that applies every
+``.gitignore`` on the way down (pathspec's git semantics). The walk follows
+directory symlinks but never the same directory twice (a symlink loop is
+counted, not followed).
+
+Reading (``read_text``) refuses, with a ``SkipFile`` that says why: files over
+the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
+unreadable or vanished files, symlink loops, non-files.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pathspec
+
+
+class SkipFile(ValueError):
+    """A file that is not indexed; ``reason`` is one of the stats counter names."""
+
+    def __init__(self, path: str, reason: str, detail: str):
+        super().__init__(f"{path}: not indexed ({reason}): {detail}")
+        self.path, self.reason = path, reason
+
+
+def read_text(path: str | os.PathLike, max_bytes: int) -> str:
+    """The file's text, or ``SkipFile`` with reason
+    ``too_large`` | ``binary`` | ``unreadable`` | ``vanished`` | ``symlink_loop`` | ``not_a_file``."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError as e:
+        # A dangling symlink also lands here; either way there is nothing to read.
+        raise SkipFile(p, "vanished", str(e)) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SkipFile(p, "symlink_loop", str(e)) from None
+        raise SkipFile(p, "unreadable", str(e)) from None
+    if not os.path.isfile(p):
+        raise SkipFile(p, "not_a_file", "not a regular file")
+    if st.st_size > max_bytes:
+        raise SkipFile(p, "too_large", f"{st.st_size} bytes > max_file_bytes={max_bytes}")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError as e:
+        raise SkipFile(p, "vanished", str(e)) from None
+    except OSError as e:
+        raise SkipFile(p, "unreadable", str(e)) from None
+    if len(data) > max_bytes:  # it grew since stat
+        raise SkipFile(p, "too_large", f"more than max_file_bytes={max_bytes} bytes")
+    if b"\0" in data[:8192]:
+        raise SkipFile(p, "binary", "NUL byte in the first 8 KiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SkipFile(p, "binary", f"not UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def _git_files(root: Path) -> list[Path] | None:
+    try:
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True, text=True, timeout=30,
+        )
+        if top.returncode != 0 or top.stdout.strip() != "true":
+            return None
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
+            capture_output=True, timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    names = [n for n in out.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
+    return [root / n for n in names]
+
+
+def _walk_files(root: Path, counts: Counter) -> list[Path]:
+    files: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    # Stack of (directory, [(base directory, spec), ...] of .gitignore files above it).
+    stack: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
+    while stack:
+        d, specs = stack.pop()
+        try:
+            st = d.stat()
+        except OSError as e:
+            counts["symlink_loop" if e.errno == errno.ELOOP else "unreadable"] += 1
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            counts["symlink_loop"] += 1
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        gi = d / ".gitignore"
+        if gi.is_file():
+            try:
+                lines = gi.read_text("utf-8", "replace").splitlines()
+                specs = specs + [(d, pathspec.GitIgnoreSpec.from_lines(lines))]
+            except OSError:
+                counts["unreadable"] += 1
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            counts["unreadable"] += 1
+            continue
+        for e in entries:
+            if e.name == ".git":
+                continue
+            path = Path(e.path)
+            try:
+                is_dir = e.is_dir()  # follows symlinks
+            except OSError:
+                is_dir = False
+            if any(spec.match_file(os.path.relpath(path, base) + ("/" if is_dir else "")) for base, spec in specs):
+                continue
+            if is_dir:
+                stack.append((path, specs))
+            else:
+                files.append(path)
+    return files
+
+
+def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Path]:
+    """Files under ``root`` that are not ignored, sorted. Skipped directories are counted."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"workspace folder {os.fspath(root)!r} is not a directory")
+    counts = Counter() if counts is None else counts
+    files = _git_files(root)
+    if files is None:
+        files = _walk_files(root, counts)
+    return sorted(files)
