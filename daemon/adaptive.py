@@ -1,0 +1,211 @@
+"""Adaptive draft size: spend verification work only where it pays.
+
+A pass over ``n`` new tokens (the pending token plus n-1 draft tokens) costs
+``cost(n)`` ms, measured on the actual device (``CostModel.calibrate``, cached
+on disk). Each draft node has a value: the probability that it is reached and
+accepted. A branch's first token is right with probability r (its acceptance
+rate times its share of the index's counts), each later token with a, where a
+is an exponential moving average of past outcomes per (source, match length).
+For a chain of k tokens the expected yield is 1 + a + ... + a^k
+= (1 - a^(k+1)) / (1 - a), as in DESIGN.md.
+
+``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
+fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
+plain decoding: on text that does not repeat, the draft is dropped and the pass
+costs what a plain step costs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from index.draft import Draft
+
+log = logging.getLogger("ngramd.adaptive")
+
+CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass
+class CostModel:
+    """ms per forward pass as a function of new tokens, piecewise linear between measured points."""
+
+    sizes: list[int] = field(default_factory=lambda: [1, 64])
+    ms: list[float] = field(default_factory=lambda: [70.0, 260.0])  # DESIGN.md's CPU figures as a prior
+
+    def __call__(self, n: int) -> float:
+        return float(np.interp(n, self.sizes, self.ms))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sizes": list(self.sizes), "ms": [round(x, 3) for x in self.ms]}
+
+    @classmethod
+    def calibrate(cls, runtime: Any, context: int = 512, sizes: Sequence[int] = CALIBRATION_SIZES,
+                  repeats: int = 3) -> "CostModel":
+        """Time passes of n new tokens after ``context`` cached tokens (random ids, median of repeats)."""
+        import torch
+
+        from daemon.kv_cache import KVCache
+
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(100, min(runtime.vocab_size, 30000), (1, context + max(sizes)), generator=gen)
+        kv = KVCache()
+        runtime.forward(ids[:, :context].to(runtime.device), kv.cache, last_only=True)
+        kv.extended(ids[0, :context].tolist())
+        out_ms = []
+        for n in sizes:
+            times = []
+            for _ in range(repeats + 1):  # the first run warms up
+                _sync(runtime)
+                t0 = time.perf_counter()
+                runtime.forward(ids[:, context:context + n].to(runtime.device), kv.cache)
+                _sync(runtime)
+                times.append((time.perf_counter() - t0) * 1000)
+                kv.extended(ids[0, context:context + n].tolist())
+                kv.crop(context)
+            out_ms.append(statistics.median(times[1:]))
+        # a pass never gets cheaper with more tokens; smooth out timer noise
+        out_ms = list(np.maximum.accumulate(out_ms))
+        return cls(sizes=list(sizes), ms=out_ms)
+
+    @classmethod
+    def cached(cls, runtime: Any, path: Path | None = None) -> "CostModel":
+        """The calibration for this model/device from disk, measured once when missing."""
+        import torch
+
+        from daemon.model import cache_root
+
+        key = f"{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        path = path or cache_root() / "calibration.json"
+        data: dict[str, Any] = {}
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+        if key in data:
+            return cls(**data[key])
+        t0 = time.perf_counter()
+        model = cls.calibrate(runtime)
+        log.info("calibrated verify cost in %.1f s: %s", time.perf_counter() - t0, model.to_dict())
+        data[key] = model.to_dict()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(data, indent=1))
+        except OSError as exc:
+            log.warning("could not save calibration to %s: %s", path, exc)
+        return model
+
+
+def _sync(runtime: Any) -> None:
+    if runtime.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(runtime.device)
+
+
+def _bucket(match_len: int) -> int:
+    return 0 if match_len <= 2 else 1 if match_len <= 4 else 2 if match_len <= 8 else 3
+
+
+# prior acceptance per match-length bucket, before any outcome was seen
+_PRIOR = (0.3, 0.45, 0.6, 0.75)
+
+
+class AcceptanceTracker:
+    """EMA of the per-token acceptance rate, keyed by (source, match-length bucket)."""
+
+    def __init__(self, alpha: float = 0.15) -> None:
+        self.alpha = alpha
+        self._rate: dict[tuple[int, int], float] = {}
+
+    def rate(self, source: int, match_len: int) -> float:
+        b = _bucket(match_len)
+        return self._rate.get((int(source), b), _PRIOR[b])
+
+    def update(self, source: int, match_len: int, accepted: int, drafted: int) -> None:
+        """``accepted`` of the ``drafted`` tokens of the taken branch were kept (tokens in order)."""
+        key = (int(source), _bucket(match_len))
+        a = self._rate.get(key, _PRIOR[key[1]])
+        tried = min(accepted + 1, drafted)  # tokens after the first rejection were never judged
+        for i in range(tried):
+            a += self.alpha * ((1.0 if i < accepted else 0.0) - a)
+        self._rate[key] = min(max(a, 0.01), 0.99)
+
+    def snapshot(self) -> dict[str, float]:
+        return {f"{s}/{b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    max_draft: int = 32  # tokens per pass at most (all branches together)
+    max_width: int = 3  # branches at most (1 = chains only)
+    min_gain: float = 1.0  # speculate only when expected tokens/ms beats plain by this factor
+    fixed_k: int | None = None  # bypass the cost model: draft up to this many tokens of each branch
+
+
+class DraftPolicy:
+    """Trims a draft to the size that maximises expected tokens per millisecond."""
+
+    def __init__(self, cost: CostModel, config: AdaptiveConfig = AdaptiveConfig(),
+                 tracker: AcceptanceTracker | None = None) -> None:
+        self.cost = cost
+        self.cfg = config
+        self.tracker = tracker or AcceptanceTracker()
+
+    def choose(self, draft: Draft, budget: int) -> list[tuple[int, np.ndarray]]:
+        """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain."""
+        if not draft or budget <= 0:
+            return []
+        branches = draft.branches[: self.cfg.max_width]
+        if self.cfg.fixed_k is not None:  # no cost model: every branch cut to fixed_k, within budget
+            out = []
+            for bi, b in enumerate(branches):
+                take = min(self.cfg.fixed_k, len(b.tokens), budget)
+                if take <= 0:
+                    break
+                out.append((bi, b.tokens[:take]))
+                budget -= take
+            return out
+        total = sum(max(b.count, 1) for b in branches)
+        values: list[tuple[float, int, int]] = []  # (value, branch, depth)
+        for bi, b in enumerate(branches):
+            a = self.tracker.rate(int(b.source), b.match_len)
+            share = max(b.count, 1) / total if len(branches) > 1 else 1.0
+            v = a * share
+            for d in range(min(len(b.tokens), self.cfg.max_draft)):
+                values.append((v, bi, d))
+                v *= a
+        values.sort(key=lambda x: -x[0])
+        values = values[: min(budget, self.cfg.max_draft)]
+        best_m, best_rate = 0, 1.0 / self.cost(1)
+        expected = 1.0
+        for m, (v, _, _) in enumerate(values, start=1):
+            expected += v
+            rate = expected / self.cost(1 + m)
+            if rate > best_rate * (self.cfg.min_gain if best_m == 0 else 1.0):
+                best_m, best_rate = m, rate
+        if best_m == 0:
+            return []
+        depth = [0] * len(branches)
+        for _, bi, d in values[:best_m]:
+            depth[bi] = max(depth[bi], d + 1)
+        return [(bi, branches[bi].tokens[:depth[bi]]) for bi in range(len(branches)) if depth[bi] > 0]
+
+    def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
+        """Outcome of one pass: ``accepted`` tokens of branch ``taken_branch`` (-1: none matched)."""
+        if not draft:
+            return
+        if taken_branch < 0:
+            b = draft.branches[0]
+            self.tracker.update(int(b.source), b.match_len, 0, max(drafted_len, 1))
+            return
+        b = draft.branches[taken_branch]
+        self.tracker.update(int(b.source), b.match_len, accepted, drafted_len)

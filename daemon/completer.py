@@ -1,0 +1,128 @@
+"""Completer: one completion request from buffer text to ``CompletionResult``.
+
+    c = Completer(runtime, index, EngineConfig())
+    result = c.complete(CompletionRequest(uri, text, offset, max_tokens=48), cancel_event)
+
+Buffers and the index: with ``config.sync_buffers`` (the default) the
+Completer itself calls ``index.open_buffer(uri, text)`` whenever the text of
+``uri`` differs from the text it last gave the index, so a caller that only has
+whole texts (the CLI, the bench) needs nothing else. A caller that forwards
+incremental edits to the index (the daemon, through ``edit_buffer``) sets
+``sync_buffers=False`` and keeps the index current itself.
+
+History: a finished (not cancelled) completion of at least two tokens is added
+to the index with ``add_history`` (``config.add_history``), so the next request
+at the same place, one keystroke later, drafts the previous answer.
+
+Requests are served one at a time (a lock): there is one model and one KV pool.
+``speculate=False`` runs plain decoding through the same loop and prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from typing import Any
+
+from daemon.adaptive import CostModel, DraftPolicy
+from daemon.engine import EngineConfig, generate, prefill
+from daemon.kv_cache import KVPool
+from daemon.prompt import ForcedPrefix, build_prompt
+from daemon.proposer import IndexProposer, NullProposer, SequenceProposer
+from daemon.requests import CompletionRequest, CompletionResult, EditRequest, GenerationStats
+from daemon.stops import StopConfig, StopChecker
+
+log = logging.getLogger("ngramd.completer")
+
+
+class Completer:
+    def __init__(self, runtime: Any, index: Any | None = None, config: EngineConfig | None = None) -> None:
+        self.runtime = runtime
+        self.index = index
+        self.cfg = config or EngineConfig()
+        self.cost = CostModel.cached(runtime) if self.cfg.calibrate else CostModel()
+        self.policy = DraftPolicy(self.cost, self.cfg.adaptive)
+        self.pool = KVPool(self.cfg.max_caches)
+        self.totals = GenerationStats()
+        self.requests = 0
+        self._synced: dict[str, str] = {}  # uri -> digest of the text last given to the index
+        self._lock = threading.Lock()
+        eos = {runtime.eos_token_id} if runtime.eos_token_id is not None else set()
+        self._eos_ids = frozenset(int(i) for i in eos | set(runtime.tokenizer.all_special_ids))
+
+    # --- public API ------------------------------------------------------------------
+    def complete(self, req: CompletionRequest, cancel: threading.Event | None = None) -> CompletionResult:
+        """Complete ``req.text`` at ``req.offset``. Raises ValueError for bad input."""
+        _validate(req)
+        t0 = time.perf_counter()
+        stats = GenerationStats()
+        with self._lock:
+            if self.index is not None and self.cfg.sync_buffers:
+                self._sync_buffer(req.uri, req.text)
+            prompt = build_prompt(self.runtime, req.text, req.offset, self.cfg.prompt)
+            kv = self.pool.get(req.uri)
+            if not prefill(self.runtime, kv, prompt.ids, stats, cancel, self.cfg.prefill_chunk,
+                           reuse=self.cfg.reuse_kv):
+                return self._finish(CompletionResult("", [], prompt.text, stats, True, "cancelled"), t0)
+            if not req.speculate:
+                proposer, policy = NullProposer(), None
+            elif self.index is not None:
+                proposer, policy = IndexProposer(self.index, req.uri), self.policy
+            else:
+                proposer, policy = SequenceProposer(), self.policy
+            stopper = StopChecker(
+                StopConfig(max_tokens=req.max_tokens, stop_strings=tuple(req.stop),
+                           single_line=not req.multiline, line_prefix=prompt.line_prefix,
+                           eos_ids=self._eos_ids),
+                self.runtime.token_bytes, skip=prompt.forced.encode("utf-8"))
+            forced = ForcedPrefix(self.runtime, prompt.forced) if prompt.forced else None
+            out = generate(self.runtime, kv, prompt.ids, proposer, policy, stopper, req.sampling, forced,
+                           stats, cancel, self.cfg.propose_k, t_start=t0)
+        if self.index is not None and self.cfg.add_history and not out.cancelled and len(out.tokens) >= 2:
+            try:
+                self.index.add_history(list(out.tokens))
+            except Exception as exc:  # the completion stands even if the index refuses it
+                log.warning("add_history failed: %s", exc)
+        result = CompletionResult(text=out.text, token_ids=out.tokens, prompt=prompt.text, stats=stats,
+                                  cancelled=out.cancelled, stop_reason=out.stop_reason)
+        return self._finish(result, t0)
+
+    def edit(self, req: EditRequest, cancel: threading.Event | None = None) -> CompletionResult:
+        raise NotImplementedError("speculative edits are provided by daemon/edit*.py")
+
+    def drop_cache(self, uri: str) -> None:
+        """Forget the KV cache of ``uri`` (document closed, or a cold measurement wanted)."""
+        with self._lock:
+            self.pool.drop(uri)
+
+    def stats(self) -> dict[str, Any]:
+        """Totals over all requests, the cost model and the learnt acceptance rates."""
+        return {"requests": self.requests, "totals": self.totals.to_dict(),
+                "cost_ms": self.cost.to_dict(), "acceptance": self.policy.tracker.snapshot(),
+                "kv_caches": len(self.pool), "kv_tokens": self.pool.cached_tokens()}
+
+    # --- internals -------------------------------------------------------------------
+    def _finish(self, result: CompletionResult, t0: float) -> CompletionResult:
+        result.stats.ms = (time.perf_counter() - t0) * 1000
+        self.totals.merge(result.stats)
+        self.requests += 1
+        return result
+
+    def _sync_buffer(self, uri: str, text: str) -> None:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        if self._synced.get(uri) != digest:
+            self.index.open_buffer(uri, text)
+            self._synced[uri] = digest
+
+
+def _validate(req: CompletionRequest) -> None:
+    if not isinstance(req.text, str):
+        raise ValueError("text must be a string")
+    if not isinstance(req.offset, int) or not 0 <= req.offset <= len(req.text):
+        raise ValueError(f"offset {req.offset!r} is out of range: the text has {len(req.text)} characters")
+    if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer, got {req.max_tokens!r}")
+    if req.sampling.temperature < 0 or not 0 < req.sampling.top_p <= 1:
+        raise ValueError("temperature must be >= 0 and top_p in (0, 1]")

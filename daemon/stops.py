@@ -1,0 +1,132 @@
+"""Stop rules editors expect, applied token by token to the generated stream.
+
+The generated tokens are turned into text incrementally from their raw bytes,
+so a multi-byte character split across tokens is only emitted once complete.
+Rules, checked after each token (the stop reason names the first that fires):
+
+- ``eos``: an end-of-sequence or other special token (not emitted);
+- ``max_tokens``: that many tokens were generated;
+- ``stop_string``: the text contains a stop string (cut before it);
+- ``end_of_line`` (single-line mode): the text reaches a newline (cut before it);
+- ``block_end`` (multi-line mode): a line starts with less indentation than the
+  block's first line (the cursor's line, or the first non-blank line generated
+  when the cursor's line is blank: the block closed), or a blank line is followed by a line
+  indented less than the line before the blank (cut before the blank/dedented line).
+
+``skip`` bytes at the start of the stream (the characters before the cursor
+that the prompt backed off, see prompt.py) are consumed but not part of the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+@dataclass
+class StopConfig:
+    max_tokens: int
+    stop_strings: tuple[str, ...] = ()
+    single_line: bool = False
+    line_prefix: str = ""  # text between the cursor's line start and the cursor
+    eos_ids: frozenset[int] = frozenset()
+
+
+class StopChecker:
+    """Feed tokens with ``push``; ``reason`` becomes non-empty when generation must stop."""
+
+    def __init__(self, config: StopConfig, token_bytes: Callable[[int], bytes], skip: bytes = b"") -> None:
+        self.cfg = config
+        self._token_bytes = token_bytes
+        self._skip = skip
+        self._raw = bytearray()
+        self._consumed = 0  # bytes of _raw already decoded into text
+        self.text = ""
+        self.num_tokens = 0
+        self.reason = ""
+
+    def push(self, token: int) -> bool:
+        """Add one generated token; returns True when generation must stop now."""
+        if self.reason:
+            return True
+        self.num_tokens += 1
+        if token in self.cfg.eos_ids:
+            self.reason = "eos"
+            return True
+        self._raw += self._token_bytes(token)
+        self._decode()
+        self._check_text()
+        if not self.reason and self.num_tokens >= self.cfg.max_tokens:
+            self.reason = "max_tokens"
+        return bool(self.reason)
+
+    def push_many(self, tokens: Sequence[int]) -> int:
+        """Push tokens until one stops; returns how many were consumed."""
+        for i, t in enumerate(tokens):
+            if self.push(int(t)):
+                return i + 1
+        return len(tokens)
+
+    def _decode(self) -> None:
+        if len(self._raw) <= len(self._skip):
+            return  # still inside the forced characters before the cursor
+        start = max(self._consumed, len(self._skip))
+        chunk = bytes(self._raw[start:])
+        # the longest prefix that is complete UTF-8 (a character may span tokens)
+        for cut in range(len(chunk), max(len(chunk) - 4, -1), -1):
+            try:
+                piece = chunk[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            self.text += piece
+            self._consumed = start + cut
+            return
+        # more than 3 undecodable bytes: not UTF-8 at all; replace rather than stall
+        self.text += chunk.decode("utf-8", errors="replace")
+        self._consumed = start + len(chunk)
+
+    def _check_text(self) -> None:
+        text = self.text
+        for s in self.cfg.stop_strings:
+            if s and s in text:
+                self.text = text[: text.index(s)]
+                self.reason = "stop_string"
+                return
+        if self.cfg.single_line:
+            if "\n" in text:
+                self.text = text[: text.index("\n")]
+                self.reason = "end_of_line"
+            return
+        self._check_block_end()
+
+    def _check_block_end(self) -> None:
+        lines = (self.cfg.line_prefix + self.text).split("\n")
+        # lines[0] is the cursor's line. The block's indentation is that of the first
+        # non-blank line from there on; indentation is known once a non-blank character arrived.
+        base = next((_indent(x) for x in lines if x.strip()), None)
+        if base is None:
+            return
+        prev_indent = base
+        blank_before = False
+        offset = len(lines[0]) + 1  # char offset of lines[i] in line_prefix + text
+        for i in range(1, len(lines)):
+            line = lines[i]
+            if not line.strip():
+                if i < len(lines) - 1:
+                    blank_before = True
+                offset += len(line) + 1
+                continue
+            ind = _indent(line)
+            if ind < base or (blank_before and ind < prev_indent):
+                cut = offset - len(self.cfg.line_prefix)
+                kept = self.text[: max(cut, 0)]
+                self.text = kept.rstrip("\n \t") if kept.strip() else kept.rstrip(" \t")
+                self.reason = "block_end"
+                return
+            prev_indent = ind
+            blank_before = False
+            offset += len(line) + 1
