@@ -13,6 +13,7 @@
 import * as fs from "fs";
 import * as vscode from "vscode";
 import {
+  CancellationToken,
   DidChangeConfigurationNotification,
   ExecuteCommandRequest,
   LanguageClient,
@@ -24,7 +25,7 @@ import {
 
 import { initializationOptions, needsRestart, NgramdSettings, readSettings, resolveServerPath, serverArgs } from "./config";
 import { CLIENT_COMMANDS, rewriteCodeActionArgs, SERVER_COMMANDS } from "./commands";
-import { errorView, isWorkspaceEdit, statusView, StatusView, validateInstruction } from "./status";
+import { errorView, shouldApplyReturnedEdit, statusView, StatusView, validateInstruction } from "./status";
 
 const STATUS_POLL_MS = 5000;
 
@@ -33,6 +34,8 @@ let settings: NgramdSettings;
 let statusItem: vscode.StatusBarItem;
 let pollTimer: NodeJS.Timeout | undefined;
 let output: vscode.LogOutputChannel;
+// workspace/applyEdit requests the server sent so far (see shouldApplyReturnedEdit).
+let applyEditsSeen = 0;
 
 function currentSettings(): NgramdSettings {
   const cfg = vscode.workspace.getConfiguration("ngramd");
@@ -88,6 +91,13 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
     initializationOptions: initializationOptions(settings),
     outputChannel: output,
     middleware: {
+      workspace: {
+        handleApplyEdit: (params, next) => {
+          applyEditsSeen += 1;
+          // The client's own handler ignores the token (client.js handleApplyWorkspaceEdit).
+          return next(params, CancellationToken.None);
+        },
+      },
       // Disabled: answer locally, so that no request reaches the server.
       provideInlineCompletionItems: (document, position, ctx, token, next) =>
         settings.enable ? next(document, position, ctx, token) : undefined,
@@ -202,9 +212,10 @@ async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise
   await vscode.window.withProgress(
     { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: false },
     async () => {
+      const before = applyEditsSeen;
       const result = await serverCommand(SERVER_COMMANDS.rewriteSelection, [uri, lspRange, instruction]);
-      // The server may apply the edit itself (workspace/applyEdit) or return it.
-      if (isWorkspaceEdit(result)) {
+      // The server may apply the edit itself (workspace/applyEdit) or only return it.
+      if (shouldApplyReturnedEdit(result, before, applyEditsSeen)) {
         const edit = await client!.protocol2CodeConverter.asWorkspaceEdit(result as never);
         if (edit && !(await vscode.workspace.applyEdit(edit))) {
           throw new Error("the rewrite could not be applied (the document changed meanwhile?)");

@@ -2,15 +2,18 @@
  * Status bar text from the result of the server's `ngramd.status` command. Pure: no
  * `vscode` import.
  *
- * The result is a JSON object; its exact shape belongs to the server, so this reads it
- * leniently:
- * - enabled: `enabled` (boolean), default true;
- * - daemon state: `daemon` or `state` — a string ("running", "starting", "down"...)
- *   or an object with a `state`/`status` string, or `connected` (boolean);
- * - acceptance rate, the share of drafted tokens that the model accepted: the first of
- *   `acceptance_rate`, `acceptanceRate`, `acceptance.rate`, `stats.acceptance_rate`, or
- *   `accepted / drafted` found at the top level or under `acceptance`, `stats`, `daemon`;
- * - accepted completions: `completions_accepted` / `completions_shown` when present.
+ * The result is the JSON object `ngramd lsp` returns (lsp/server.py `status`):
+ *   { enabled, settings, socket, connected, connects, daemonsStarted, lastError, counters,
+ *     daemon: <the daemon's `status` reply (docs/rpc.md)> | { error } }
+ * where the daemon's reply holds `daemon` (server, pid, ready...), `model` ({ name }),
+ * and `generation` ({ drafted, accepted, acceptance, ... }, totals since it started).
+ * It is read leniently, so that a missing part gives "unknown", never an exception:
+ * - enabled: `enabled`, default true;
+ * - daemon state: "down" when `connected` is false or `daemon.error` is set, "running"
+ *   when connected; a `state`/`status` string wins where a server sends one;
+ * - acceptance rate, the share of drafted tokens that the model accepted:
+ *   `accepted / drafted` (or an `acceptance_rate` in [0, 1]) found at the top level or
+ *   under `generation`, `daemon`, `daemon.generation`, `stats`, `acceptance`.
  */
 
 export interface StatusView {
@@ -33,26 +36,39 @@ function finite(v: unknown): number | undefined {
 }
 
 /** Share of drafted tokens accepted, in [0, 1], or undefined when nothing was drafted yet. */
+function scopesOf(result: Obj): Obj[] {
+  const scopes: Obj[] = [result];
+  const push = (v: unknown) => {
+    if (isObj(v)) {
+      scopes.push(v);
+    }
+  };
+  push(result["generation"]);
+  push(result["acceptance"]);
+  push(result["stats"]);
+  const daemon = result["daemon"];
+  if (isObj(daemon)) {
+    push(daemon["generation"]);
+    push(daemon);
+    push(daemon["stats"]);
+  }
+  return scopes;
+}
+
+/** Share of drafted tokens accepted, in [0, 1], or undefined when nothing was drafted yet. */
 export function acceptanceRate(result: unknown): number | undefined {
   if (!isObj(result)) {
     return undefined;
   }
-  const scopes: Obj[] = [result];
-  for (const key of ["acceptance", "stats", "daemon", "speculation"]) {
-    const v = result[key];
-    if (isObj(v)) {
-      scopes.push(v);
-    }
-  }
-  for (const scope of scopes) {
-    const rate = finite(scope["acceptance_rate"]) ?? finite(scope["acceptanceRate"]) ?? finite(scope["rate"]);
-    if (rate !== undefined && rate >= 0 && rate <= 1) {
-      return rate;
-    }
+  for (const scope of scopesOf(result)) {
     const drafted = finite(scope["drafted"]) ?? finite(scope["drafted_tokens"]);
     const accepted = finite(scope["accepted"]) ?? finite(scope["accepted_tokens"]);
-    if (drafted !== undefined && accepted !== undefined && drafted > 0) {
-      return Math.min(1, Math.max(0, accepted / drafted));
+    if (drafted !== undefined && accepted !== undefined) {
+      return drafted > 0 ? Math.min(1, Math.max(0, accepted / drafted)) : undefined;
+    }
+    const rate = finite(scope["acceptance_rate"]) ?? finite(scope["acceptanceRate"]);
+    if (rate !== undefined && rate >= 0 && rate <= 1) {
+      return rate;
     }
   }
   return undefined;
@@ -63,25 +79,49 @@ export function daemonState(result: unknown): string {
   if (!isObj(result)) {
     return "unknown";
   }
-  for (const key of ["daemon", "state", "status"]) {
+  for (const key of ["state", "status"]) {
     const v = result[key];
     if (typeof v === "string" && v) {
       return v.toLowerCase();
     }
-    if (isObj(v)) {
-      const inner = v["state"] ?? v["status"];
-      if (typeof inner === "string" && inner) {
-        return inner.toLowerCase();
-      }
-      if (typeof v["connected"] === "boolean") {
-        return v["connected"] ? "running" : "down";
-      }
+  }
+  const daemon = result["daemon"];
+  if (typeof daemon === "string" && daemon) {
+    return daemon.toLowerCase();
+  }
+  if (isObj(daemon)) {
+    if (typeof daemon["error"] === "string" && daemon["error"]) {
+      return "down";
+    }
+    const inner = daemon["state"] ?? daemon["status"];
+    if (typeof inner === "string" && inner) {
+      return inner.toLowerCase();
+    }
+    if (typeof daemon["connected"] === "boolean") {
+      return daemon["connected"] ? "running" : "down";
     }
   }
   if (typeof result["connected"] === "boolean") {
     return result["connected"] ? "running" : "down";
   }
   return "unknown";
+}
+
+/** The model's name: `model` (string or { name }) at the top level or under `daemon`. */
+export function modelName(result: unknown): string | undefined {
+  if (!isObj(result)) {
+    return undefined;
+  }
+  const daemon = result["daemon"];
+  for (const m of [result["model"], isObj(daemon) ? daemon["model"] : undefined]) {
+    if (typeof m === "string" && m) {
+      return m;
+    }
+    if (isObj(m) && typeof m["name"] === "string" && m["name"]) {
+      return m["name"];
+    }
+  }
+  return undefined;
 }
 
 const OK_STATES = new Set(["running", "ok", "ready", "connected", "up", "idle", "busy"]);
@@ -101,9 +141,13 @@ export function statusView(result: unknown): StatusView {
     lines.push(`draft acceptance: ${formatPercent(rate)} of drafted tokens`);
   }
   if (isObj(result)) {
-    const model = result["model"];
-    if (typeof model === "string" && model) {
+    const model = modelName(result);
+    if (model) {
       lines.push(`model: ${model}`);
+    }
+    const error = result["lastError"];
+    if (typeof error === "string" && error) {
+      lines.push(`last error: ${error}`);
     }
     const shown = finite(result["completions_shown"]);
     const taken = finite(result["completions_accepted"]);
@@ -152,4 +196,13 @@ export function validateInstruction(text: string): string | undefined {
 /** True when a command result looks like an LSP WorkspaceEdit the client must apply itself. */
 export function isWorkspaceEdit(v: unknown): boolean {
   return isObj(v) && (isObj(v["changes"]) || Array.isArray(v["documentChanges"]));
+}
+
+/**
+ * Whether the client must apply the WorkspaceEdit a rewrite command returned: only when
+ * the server did not already send it with `workspace/applyEdit` while the command ran
+ * (`ngramd lsp` does both; applying twice would insert the text twice).
+ */
+export function shouldApplyReturnedEdit(result: unknown, applyEditsBefore: number, applyEditsAfter: number): boolean {
+  return applyEditsAfter === applyEditsBefore && isWorkspaceEdit(result);
 }

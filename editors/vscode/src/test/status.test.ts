@@ -4,7 +4,16 @@ import * as assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as path from "node:path";
 
-import { acceptanceRate, daemonState, errorView, isWorkspaceEdit, statusView, validateInstruction } from "../status";
+import {
+  acceptanceRate,
+  daemonState,
+  errorView,
+  isWorkspaceEdit,
+  modelName,
+  shouldApplyReturnedEdit,
+  statusView,
+  validateInstruction,
+} from "../status";
 import { CLIENT_COMMANDS, rewriteCodeActionArgs, SERVER_COMMANDS } from "../commands";
 
 test("acceptance rate: explicit rate, nested rate, or accepted / drafted", () => {
@@ -14,6 +23,7 @@ test("acceptance rate: explicit rate, nested rate, or accepted / drafted", () =>
   assert.equal(acceptanceRate({ drafted_tokens: 10, accepted_tokens: 1 }), 0.1);
   assert.equal(acceptanceRate({ drafted: 0, accepted: 0 }), undefined, "nothing drafted yet");
   assert.equal(acceptanceRate({ acceptance_rate: 7 }), undefined, "out of range is ignored");
+  assert.equal(acceptanceRate({ daemon: { generation: { drafted: 8, accepted: 2, acceptance: 0.25 } } }), 0.25);
   assert.equal(acceptanceRate(null), undefined);
   assert.equal(acceptanceRate("x"), undefined);
 });
@@ -22,6 +32,7 @@ test("daemon state from a string, an object or a flag", () => {
   assert.equal(daemonState({ daemon: "Running" }), "running");
   assert.equal(daemonState({ daemon: { state: "starting" } }), "starting");
   assert.equal(daemonState({ daemon: { connected: false } }), "down");
+  assert.equal(daemonState({ connected: false, daemon: { error: "no daemon" } }), "down");
   assert.equal(daemonState({ connected: true }), "running");
   assert.equal(daemonState({}), "unknown");
   assert.equal(daemonState(undefined), "unknown");
@@ -87,4 +98,41 @@ test("rewrite code action: prompt unless the server's action already has an inst
   assert.equal(rewriteCodeActionArgs(["file:///a", {}, "add types"], "file:///a", "R"), undefined);
   assert.equal(rewriteCodeActionArgs([{ uri: "u", instruction: "x" }], "file:///a", "R"), undefined);
   assert.deepEqual(rewriteCodeActionArgs([{ uri: "u" }], "file:///a", "R"), ["file:///a", "R"]);
+});
+
+// The shape `ngramd lsp` returns (lsp/server.py status), daemon part from docs/rpc.md.
+const LSP_STATUS = {
+  enabled: true,
+  settings: { maxTokens: 64 },
+  socket: "/run/ngramd.sock",
+  connected: true,
+  connects: 1,
+  daemonsStarted: 1,
+  lastError: null,
+  counters: { completions: 3 },
+  daemon: {
+    daemon: { server: "ngramd", ready: true, pid: 1 },
+    model: { name: "SmolLM2-135M", device: "cpu" },
+    generation: { drafted: 200, accepted: 150, acceptance: 0.75, forward_passes: 40 },
+  },
+};
+
+test("status view of the real server's reply shape", () => {
+  assert.equal(daemonState(LSP_STATUS), "running");
+  assert.equal(acceptanceRate(LSP_STATUS), 0.75);
+  assert.equal(modelName(LSP_STATUS), "SmolLM2-135M");
+  const v = statusView(LSP_STATUS);
+  assert.equal(v.text, "$(sparkle) ngramd 75%");
+  assert.match(v.tooltip, /model: SmolLM2-135M/);
+  const down = statusView({ ...LSP_STATUS, connected: false, daemon: { error: "connection refused" } });
+  assert.equal(down.state, "error");
+  const fresh = statusView({ ...LSP_STATUS, daemon: { ...LSP_STATUS.daemon, generation: { drafted: 0, accepted: 0 } } });
+  assert.equal(fresh.text, "$(sparkle) ngramd", "nothing drafted yet: no rate");
+});
+
+test("a returned rewrite edit is applied only if the server did not apply it itself", () => {
+  const edit = { changes: { "file:///a": [] } };
+  assert.equal(shouldApplyReturnedEdit(edit, 3, 3), true);
+  assert.equal(shouldApplyReturnedEdit(edit, 3, 4), false);
+  assert.equal(shouldApplyReturnedEdit(null, 3, 3), false);
 });
