@@ -19,12 +19,15 @@ Fairness rules, each chosen so that the three do the same work:
   ``identical`` compares ``spec`` with ``plain`` over the full ids (length too);
   ``hf_identical`` compares ``hf`` with ``plain`` over the shorter length (eos may
   stop ``hf`` early; float noise may differ between the two code paths).
-- Cold prefix each run: a fresh ``Completer`` per run, so the engine never reuses
-  a KV cache from the previous run (``hf`` cannot either); every ``ms`` includes
-  tokenization, prefill and decoding, wall clock.
-- No leak of answers: completions are not added to the index's history during the
-  bench (``add_history`` is a no-op for the engine here); the file being completed
-  is taken out of the workspace index while its case runs (the buffer replaces it).
+- Cold prefix each run: the engine runs with ``reuse_kv=False`` and its cache of
+  the document is dropped before each run, so it never reuses the KV of the
+  previous run (``hf`` cannot either); every ``ms`` includes tokenization, prefill
+  and decoding, wall clock.
+- No leak of answers: ``add_history=False``, and ``add_history`` is a no-op on the
+  engine's view of the index anyway; the file being completed is taken out of the
+  workspace index while its case runs (the case's text is the open buffer).
+- One engine for the whole bench, as in the daemon: the draft policy's learnt
+  acceptance rates carry over from case to case (they hold rates, never text).
 - Interleaved and warmed up: one warm-up of each variant before the first case;
   each of ``repeat`` rounds runs the three in a rotating order; figures are medians.
 """
@@ -211,6 +214,8 @@ class BenchRunner:
         self._indexes: dict[Path, Any] = {}
         self.index_stats: dict[str, Any] = {}
         self._warm = False
+        self._completer = None
+        self._index_view = _NoHistory(None)  # the engine's view of the current case's index
 
     # --- index -------------------------------------------------------------------------
     def index_for(self, workspace: Path) -> Any:
@@ -229,13 +234,31 @@ class BenchRunner:
         return self._indexes[workspace]
 
     # --- one engine run ----------------------------------------------------------------
+    def completer(self) -> Any:
+        """The one engine of the bench (as in the daemon: its learnt acceptance rates
+        carry over from case to case, never any text), with the fairness overrides."""
+        if self._completer is None:
+            import dataclasses
+
+            from daemon.completer import Completer
+            from daemon.engine import EngineConfig
+
+            cfg = self.engine_config if self.engine_config is not None else EngineConfig()
+            overrides = {"add_history": False, "reuse_kv": False}
+            if dataclasses.is_dataclass(cfg):
+                names = {f.name for f in dataclasses.fields(cfg)}
+                cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in names})
+            self.engine_config = cfg
+            self._completer = Completer(self.rt, self._index_view, cfg)
+        return self._completer
+
     def _engine_run(self, case: BenchCase, index: Any, speculate: bool, max_tokens: int | None = None,
                     record: bool = False) -> EngineRun:
-        from daemon.completer import Completer
-
-        # a fresh engine each run: no KV cache carried over from the previous run
-        completer = Completer(self.rt, _NoHistory(index), self.engine_config)
+        self._index_view._index = index
+        completer = self.completer()
         uri = case.path.as_uri()
+        if hasattr(completer, "drop_cache"):
+            completer.drop_cache(uri)  # cold prefix every run, like hf
         n = max_tokens or case.max_tokens
         cancel = threading.Event()
         recorder = PassRecorder(self.rt.model)
