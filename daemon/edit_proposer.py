@@ -57,9 +57,9 @@ from index.draft import NO_DRAFT, Branch, Draft, Source
 
 
 class Proposer(Protocol):
-    """The two-method seam between proposing and verifying."""
+    """The two-method seam between proposing and verifying (daemon/proposer.py)."""
 
-    def propose(self, context: np.ndarray) -> Draft: ...
+    def propose(self, context: np.ndarray, k: int, w: int) -> Draft: ...
 
     def feedback(self, num_accepted: int) -> None: ...
 
@@ -144,7 +144,7 @@ def adapt_k(k: int, drafted: int, accepted: int, k_min: int, k_max: int) -> int:
 
 @dataclass(frozen=True)
 class EditProposerConfig:
-    k_max: int = 32  # longest draft (the whole original when it is shorter)
+    k_max: int = 64  # longest draft (the whole original when it is shorter)
     k_min: int = 4
     k_guess: int = 8  # longest draft after a guess or a one-token re-sync
     max_n: int = 8  # longest generated suffix tried when re-synchronising
@@ -187,15 +187,21 @@ class EditProposer:
 
     # -- the seam
 
-    def propose(self, context: np.ndarray) -> Draft:
-        """Draft the continuation of ``context`` (prompt + generated, [t] int32)."""
+    def propose(self, context: np.ndarray, k: int | None = None, w: int | None = None) -> Draft:
+        """Draft the continuation of ``context`` (prompt + generated, [t] int32).
+
+        ``k`` caps the tokens of a branch (the engine's remaining budget), ``w``
+        the branches; None: no cap beyond the config's.
+        """
         assert context.ndim == 1 and len(context) >= self.prompt_len
         generated = np.asarray(context[self.prompt_len:], dtype=np.int32)
         self._update_pointer(generated)
-        draft = self._draft_from_original()
+        k_cap = self.cfg.k_max if k is None else min(k, self.cfg.k_max)
+        w_cap = self.cfg.branches if w is None else min(w, self.cfg.branches)
+        draft = self._draft_from_original(k_cap, w_cap) if k_cap > 0 and w_cap > 0 else NO_DRAFT
         self._used_fallback = False
-        if not draft and self.fallback is not None:
-            draft = self.fallback.propose(context)
+        if not draft and self.fallback is not None and k_cap > 0:
+            draft = self.fallback.propose(context, k_cap, max(w or 1, 1))
             self._used_fallback = bool(draft)
         self._last_drafted = len(draft.best.tokens) if draft and not self._used_fallback else 0
         self._last_was_guess = self._guessing
@@ -251,13 +257,14 @@ class EditProposer:
         self.pointer = None
         self.mode = "lost"
 
-    def _draft_from_original(self) -> Draft:
+    def _draft_from_original(self, k_cap: int, w_cap: int) -> Draft:
         if self.pointer is None or self.pointer >= len(self.original):
             return NO_DRAFT
         k = self._k if not self._guessing else min(self._k, self.cfg.k_guess)
+        k = min(k, k_cap)
         p = self.pointer
         branches = [Branch(self.original[p:p + k].copy(), 1, Source.EDIT_ORIGINAL, 0)]
-        if (self.cfg.branches > 1 and self.mode == "guess" and self.anchor < len(self.original)
+        if (w_cap > 1 and self.mode == "guess" and self.anchor < len(self.original)
                 and self.original[self.anchor] != self.original[p]):
             # the insertion hypothesis: the original token still comes, after the new one
             a = self.anchor

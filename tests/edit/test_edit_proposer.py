@@ -134,7 +134,7 @@ class _Fallback:
         self.proposed = 0
         self.fed: list[int] = []
 
-    def propose(self, context):
+    def propose(self, context, k=None, w=None):
         self.proposed += 1
         return Draft((Branch(A(42), 1, Source.WORKSPACE, 1),))
 

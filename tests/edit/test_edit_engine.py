@@ -1,0 +1,78 @@
+"""Edits through the engine: identical with and without speculation, errors, cancellation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from daemon.edit import run_edit
+from daemon.edit_prompt import EditRangeError
+from daemon.requests import EditRequest, SamplingParams
+
+SRC = '''def mean(values):
+    """Arithmetic mean."""
+    x = 0
+    for v in values:
+        x += v
+    return x / len(values)
+
+
+def spread(values):
+    lo = min(values)
+    hi = max(values)
+    return hi - lo
+'''
+START = SRC.index("def mean")
+END = SRC.index("\n\n\ndef spread") + 1
+
+
+@pytest.fixture(scope="module")
+def tiny_completer(tiny_runtime):
+    from daemon.completer import Completer
+    from daemon.engine import EngineConfig
+
+    return Completer(tiny_runtime, None, EngineConfig(calibrate=False))
+
+
+def _edit(completer, runtime, speculate, start=START, end=END, max_tokens=40, **kw):
+    req = EditRequest(uri="file:///w/stats.py", text=SRC, start=start, end=end,
+                      instruction="rename variable x to total", max_tokens=max_tokens,
+                      speculate=speculate, **kw)
+    return run_edit(completer, runtime, None, req, threading.Event())
+
+
+@pytest.mark.parametrize("start,end", [(START, END), (SRC.index("    lo ="), len(SRC)), (5, 5)])
+def test_tiny_identical_with_and_without_speculation(tiny_completer, tiny_runtime, start, end):
+    spec = _edit(tiny_completer, tiny_runtime, True, start, end)
+    plain = _edit(tiny_completer, tiny_runtime, False, start, end)
+    assert spec.token_ids == plain.token_ids
+    assert spec.text == plain.text
+    assert plain.stats.drafted == 0
+    assert spec.stats.drafted > 0  # the original was offered as a draft
+    assert spec.stats.forward_passes <= plain.stats.forward_passes
+    assert spec.prompt == plain.prompt and spec.prompt.endswith("```python")
+
+
+def test_tiny_sampling_is_seeded_identically(tiny_completer, tiny_runtime):
+    s = SamplingParams(temperature=0.8, seed=3)
+    a = _edit(tiny_completer, tiny_runtime, False, sampling=s, max_tokens=12)
+    b = _edit(tiny_completer, tiny_runtime, False, sampling=s, max_tokens=12)
+    assert a.token_ids == b.token_ids and len(a.token_ids) > 0
+
+
+def test_bad_ranges_raise_clear_errors(tiny_completer, tiny_runtime):
+    with pytest.raises(EditRangeError, match="after end"):
+        _edit(tiny_completer, tiny_runtime, True, END, START)
+    with pytest.raises(EditRangeError, match="outside"):
+        _edit(tiny_completer, tiny_runtime, True, 0, len(SRC) + 5)
+    with pytest.raises(ValueError, match="max_tokens"):
+        _edit(tiny_completer, tiny_runtime, True, max_tokens=0)
+
+
+def test_cancelled_before_start_returns_a_cancelled_result(tiny_completer, tiny_runtime):
+    cancel = threading.Event()
+    cancel.set()
+    req = EditRequest(uri="file:///w/stats.py", text=SRC, start=START, end=END, instruction="x")
+    res = run_edit(tiny_completer, tiny_runtime, None, req, cancel)
+    assert res.cancelled and res.stop_reason == "cancelled" and res.text == ""
