@@ -90,7 +90,10 @@ class Completer:
         return self._finish(result, t0)
 
     def edit(self, req: EditRequest, cancel: threading.Event | None = None) -> CompletionResult:
-        raise NotImplementedError("speculative edits are provided by daemon/edit*.py")
+        """Rewrite ``req.text[req.start:req.end]``; see daemon/edit.py. Raises ValueError for bad input."""
+        from daemon.edit import run_edit
+
+        return run_edit(self, self.runtime, self.index, req, cancel)
 
     def drop_cache(self, uri: str) -> None:
         """Forget the KV cache of ``uri`` (document closed, or a cold measurement wanted)."""
