@@ -299,8 +299,9 @@ class NgramdServer(LanguageServer):
         """Unparseable JSON gets a JSON-RPC parse error (id null); nothing is shown in
         the editor for errors already answered to a request."""
         if is_parse_error(error):
-            self.protocol._send_response(None, error=types.ResponseError(  # type: ignore[arg-type]
-                code=types.ErrorCodes.ParseError, message=f"parse error: {error}"))
+            # A plain dict: pygls' converter would drop the null id that JSON-RPC requires.
+            self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
+                "code": int(types.ErrorCodes.ParseError), "message": f"parse error: {error}"}})
             return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
 

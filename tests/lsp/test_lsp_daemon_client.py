@@ -1,0 +1,120 @@
+"""lsp/daemon_client.py and lsp/daemon_link.py against the fake daemon (in-process)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from daemon import rpc
+from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from lsp.daemon_link import DaemonLink
+
+
+async def test_request_and_error(fake, sock):
+    conn = await RpcConnection.open(sock)
+    info = await conn.request("initialize", {"client": "t"}, timeout=5)
+    assert info["server"] == "fake"
+    await conn.request("open", {"uri": "file:///a", "text": "abc", "version": 1}, timeout=5)
+    result = await conn.request("complete", {"uri": "file:///a", "offset": 3}, timeout=5)
+    assert result["text"] == fake.proposal
+    with pytest.raises(DaemonError) as err:
+        await conn.request("nope", {}, timeout=5)
+    assert err.value.code == rpc.METHOD_NOT_FOUND and "nope" in err.value.message
+    conn.close()
+
+
+async def test_pipelined_sends_keep_order(fake, sock):
+    conn = await RpcConnection.open(sock)
+    conn.send("open", {"uri": "u", "text": "ab", "version": 1})
+    conn.send("change", {"uri": "u", "version": 2, "changes": [{"start": 1, "end": 1, "text": "X"}]})
+    last = conn.send("change", {"uri": "u", "version": 3, "changes": [{"start": 0, "end": 1, "text": ""}]})
+    await asyncio.wait_for(last, 5)
+    assert fake.docs["u"] == {"text": "Xb", "version": 3}
+    conn.close()
+
+
+async def test_timeout_is_unavailable_and_late_answer_dropped(fake, sock):
+    fake.delay = 0.5
+    conn = await RpcConnection.open(sock)
+    await conn.request("open", {"uri": "u", "text": "", "version": 1}, timeout=5)
+    with pytest.raises(DaemonUnavailable, match="within"):
+        await conn.request("complete", {"uri": "u", "offset": 0}, timeout=0.05)
+    await asyncio.sleep(0.6)  # the late answer arrives and is ignored
+    assert not conn.closed
+    fake.delay = 0
+    assert (await conn.request("status", None, timeout=5))["daemon"]["server"] == "fake"
+    conn.close()
+
+
+async def test_connection_lost_fails_pending(fake, sock):
+    fake.delay = 5
+    lost = []
+    conn = await RpcConnection.open(sock, on_close=lost.append)
+    await conn.request("open", {"uri": "u", "text": "", "version": 1}, timeout=5)
+    pending = asyncio.ensure_future(conn.request("complete", {"uri": "u", "offset": 0}, timeout=10))
+    await asyncio.sleep(0.05)
+    await fake.stop()
+    with pytest.raises(DaemonUnavailable, match="lost"):
+        await pending
+    assert lost == [conn] and conn.closed
+
+
+async def test_connect_refused(sock):
+    with pytest.raises(DaemonUnavailable, match="cannot connect"):
+        await RpcConnection.open(sock)
+
+
+async def test_link_reconnects_and_resends_state(sock):
+    """The daemon dies and comes back: on_connect runs again and the next call works."""
+    hellos = []
+
+    async def on_connect(conn):
+        hellos.append(await conn.request("initialize", {}, timeout=5))
+        conn.send("open", {"uri": "u", "text": "state", "version": 7})
+
+    from lsp_fake_daemon import FakeDaemon
+
+    first = await FakeDaemon(sock).start()
+    link = DaemonLink(sock, on_connect=on_connect, spawn=False)
+    assert (await link.call("complete", {"uri": "u", "offset": 0}, 5))["text"] == first.proposal
+    assert link.ready and len(hellos) == 1
+    await first.stop()
+    await asyncio.sleep(0.05)
+    assert not link.ready
+    with pytest.raises(DaemonUnavailable):  # nobody there: no spawn allowed
+        await link.call("status", None, 0.5)
+    second = await FakeDaemon(sock, proposal="again").start()
+    result = await link.call("complete", {"uri": "u", "offset": 0}, 5)
+    assert result["text"] == "again" and len(hellos) == 2
+    assert second.docs["u"] == {"text": "state", "version": 7}  # re-sent by on_connect
+    assert link.send("close", {"uri": "u"}) is not None
+    await link.close()
+    await second.stop()
+
+
+async def test_link_send_drops_when_not_ready(sock):
+    link = DaemonLink(sock, spawn=False)
+    assert link.send("open", {"uri": "u", "text": "", "version": 1}) is None
+
+
+async def test_link_spawn_failure_is_reported(sock, monkeypatch):
+    """A daemon that exits before answering: a clear error, then a back-off (no storm)."""
+    import subprocess
+    import sys
+
+    import lsp.daemon_link as dl
+
+    spawned = []
+
+    def fake_spawn(path, model, device, workspaces):
+        spawned.append(path)
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
+    link = DaemonLink(sock, spawn=True, start_timeout=10)
+    with pytest.raises(DaemonUnavailable, match="exited with code 3"):
+        await link.call("status", None, 10)
+    with pytest.raises(DaemonUnavailable, match="exited early"):
+        await link.call("status", None, 10)
+    assert len(spawned) == 1

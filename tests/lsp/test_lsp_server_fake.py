@@ -1,0 +1,368 @@
+"""``ngramd lsp`` end to end (pytest-lsp spawns it) against the fake daemon.
+
+The fake daemon applies the LSP's change offsets to its own copy of each document,
+so comparing that copy with the editor's text checks the position translation and
+the incremental sync across the process boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from daemon import rpc
+from lsp_helpers import apply_lsp_edit, change, inline_params, open_doc, pos, raw_request, rng, until
+
+URI = "file:///tmp/ngl-doc/a.py"
+EMOJI = "\U0001F600"
+
+
+async def test_initialize_result(fake, sock):
+    """The server advertises inline completion (with options), completion, code actions
+    with resolve, its three commands, and incremental sync."""
+    import os
+    import sys
+
+    from pytest_lsp import make_test_lsp_client
+
+    from conftest import client_capabilities
+
+    client = make_test_lsp_client()
+    await client.start_io(sys.executable, "-m", "daemon.cli", "lsp", "--socket", sock,
+                          env=dict(os.environ, NGRAMD_LSP_NO_SPAWN="1"))
+    try:
+        result = await client.initialize_session(types.InitializeParams(capabilities=client_capabilities()))
+        caps = result.capabilities
+        assert caps.inline_completion_provider is not None
+        assert caps.completion_provider is not None
+        assert caps.code_action_provider.resolve_provider is True
+        assert set(caps.execute_command_provider.commands) == {
+            "ngramd.rewriteSelection", "ngramd.status", "ngramd.toggle"}
+        sync = caps.text_document_sync
+        assert sync.change == types.TextDocumentSyncKind.Incremental and sync.open_close
+        assert caps.position_encoding == types.PositionEncodingKind.Utf16
+        await client.shutdown_session()
+    finally:
+        await client.stop()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8"])
+async def test_incremental_sync_non_ascii(fake, sock, lsp_client, encoding):
+    from conftest import client_capabilities
+
+    client = await lsp_client(sock, capabilities=client_capabilities(encodings=[encoding]))
+    text = f"def f():\n    s = '{EMOJI}漢字'\n    return s\n"
+    open_doc(client, URI, text)
+    await until(lambda: fake.docs.get(URI), what="open")
+
+    def col(line_text: str, chars: int) -> int:
+        prefix = line_text[:chars]
+        return len(prefix.encode("utf-16-le")) // 2 if encoding == "utf-16" else len(prefix.encode())
+
+    line1 = text.split("\n")[1]
+    # insert after the emoji, then replace 漢字 by a CJK+combining string, then delete a line
+    at = line1.index(EMOJI) + 1
+    change(client, URI, 2, (rng(1, col(line1, at), 1, col(line1, at)), "é\u0301"))
+    expected = text.replace(EMOJI, EMOJI + "é\u0301")
+    line1b = expected.split("\n")[1]
+    s, e = line1b.index("漢"), line1b.index("字") + 1
+    change(client, URI, 3, (rng(1, col(line1b, s), 1, col(line1b, e)), "中文"))
+    expected = expected.replace("漢字", "中文")
+    change(client, URI, 4, (rng(2, 0, 3, 0), ""),  # two edits in one notification
+           (rng(0, 4, 0, 5), "g"))
+    expected = "def g():\n" + expected.split("\n")[1] + "\n"
+    await until(lambda: fake.docs[URI]["version"] == 4, what="version 4")
+    assert fake.docs[URI]["text"] == expected
+
+
+async def test_inline_completion_automatic_and_invoked(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    text = f"x = '{EMOJI}'; y = \n"
+    open_doc(client, URI, text)
+    cursor_chars = text.index("\n")
+    cursor_units = cursor_chars + 1  # the emoji is 2 UTF-16 units
+    auto = await client.text_document_inline_completion_async(inline_params(URI, 0, cursor_units))
+    assert len(auto.items) == 1
+    item = auto.items[0]
+    assert item.insert_text == fake.proposal  # multiline by default
+    assert item.range == rng(0, cursor_units, 0, cursor_units)
+    call = fake.methods("complete")[-1]
+    assert call["offset"] == cursor_chars and call["version"] == 1 and call["uri"] == URI
+    assert call["multiline"] is True and call["maxTokens"] == 64
+
+    invoked = await client.text_document_inline_completion_async(
+        inline_params(URI, 0, cursor_units, invoked=True))
+    assert [i.insert_text for i in invoked.items] == [fake.proposal, fake.proposal.split("\n")[0]]
+
+
+async def test_inline_completion_single_line_setting(fake, sock, lsp_client):
+    client = await lsp_client(sock, options={"multiline": False, "maxTokens": 9})
+    open_doc(client, URI, "a = \n")
+    result = await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
+    assert [i.insert_text for i in result.items] == [fake.proposal.split("\n")[0]]
+    call = fake.methods("complete")[-1]
+    assert call["multiline"] is False and call["maxTokens"] == 9
+
+
+async def test_inline_completion_selected_completion_info(fake, sock, lsp_client):
+    """The item replaces the menu selection's range and starts with its text; the daemon
+    completes the text with the selection applied."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "import os\nos.pa\n")
+    selected = types.SelectedCompletionInfo(range=rng(1, 3, 1, 5), text="path")
+    result = await client.text_document_inline_completion_async(
+        inline_params(URI, 1, 5, selected=selected))
+    assert len(result.items) == 1
+    assert result.items[0].range == selected.range
+    assert result.items[0].insert_text == "path" + fake.proposal
+    call = fake.methods("complete")[-1]
+    assert call["text"] == "import os\nos.path\n" and call["offset"] == len("import os\nos.path")
+
+
+async def test_completion_fallback(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    fake.proposal = "ult = compute()\nprint(result)"
+    open_doc(client, URI, f"# {EMOJI}\nres")
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=pos(1, 3)))
+    assert result.is_incomplete is True and len(result.items) == 1
+    item = result.items[0]
+    assert item.label == "result = compute()"
+    assert item.text_edit.range == rng(1, 0, 1, 3) and item.text_edit.new_text == item.label
+    assert item.documentation.value == "res" + fake.proposal
+    assert item.insert_text_format == types.InsertTextFormat.PlainText
+    assert fake.methods("complete")[-1]["offset"] == len(f"# {EMOJI}\nres")
+
+
+async def test_cancel_request_cancels_in_daemon(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    fake.delay = 30
+    open_doc(client, URI, "a = \n")
+    fut = asyncio.wrap_future(client.protocol.send_request(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(URI, 0, 4), msg_id="slow-1"))
+    await until(lambda: fake.methods("complete"), what="complete sent")
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="slow-1"))
+    with pytest.raises(JsonRpcException) as err:
+        await asyncio.wait_for(fut, 10)
+    assert err.value.code == types.LSPErrorCodes.RequestCancelled
+    rid = fake.methods("complete")[-1]["requestId"]
+    await until(lambda: rid in fake.cancelled, what="daemon-side cancel")
+
+
+async def test_keystroke_cancels_stale_request(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    fake.delay = 30
+    open_doc(client, URI, "a = \n")
+    fut = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(URI, 0, 4)))
+    await until(lambda: fake.methods("complete"), what="complete sent")
+    change(client, URI, 2, (rng(0, 4, 0, 4), "1"))
+    assert await asyncio.wait_for(fut, 10) is None  # stale: nothing to show
+    rid = fake.methods("complete")[-1]["requestId"]
+    await until(lambda: rid in fake.cancelled, what="daemon-side cancel")
+    fake.delay = 0
+    fresh = await client.text_document_inline_completion_async(inline_params(URI, 0, 5))
+    assert fresh.items[0].insert_text == fake.proposal
+
+
+async def test_debounce_drops_superseded_request(fake, sock, lsp_client):
+    """With a debounce, a keystroke during the wait means the daemon is never asked."""
+    client = await lsp_client(sock, options={"debounceMs": 300})
+    open_doc(client, URI, "a = \n")
+    fut = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(URI, 0, 4)))
+    await asyncio.sleep(0.05)
+    change(client, URI, 2, (rng(0, 4, 0, 4), "1"))
+    assert await asyncio.wait_for(fut, 10) is None
+    assert fake.methods("complete") == []
+
+
+async def test_slow_daemon_gives_empty_result(fake, sock, lsp_client):
+    client = await lsp_client(sock, options={"timeoutMs": 300})
+    fake.delay = 20
+    open_doc(client, URI, "a = \n")
+    result = await asyncio.wait_for(
+        client.text_document_inline_completion_async(inline_params(URI, 0, 4)), 10)
+    assert result is None
+
+
+def _record_apply_edit(client):
+    applied = []
+
+    @client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams):
+        applied.append(params)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    return applied
+
+
+async def test_code_action_and_rewrite_command(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    applied = _record_apply_edit(client)
+    text = f"s = '{EMOJI}abc'\n"
+    open_doc(client, URI, text)
+    selection = rng(0, 7, 0, 10)  # "abc", after the 2-unit emoji
+    actions = await raw_request(client, types.TEXT_DOCUMENT_CODE_ACTION, {
+        "textDocument": {"uri": URI}, "range": client.protocol._converter.unstructure(selection),
+        "context": {"diagnostics": []}}, "ca-1")
+    assert len(actions) == 1 and actions[0]["title"] == "Rewrite selection with ngramd"
+    assert actions[0]["kind"] == "refactor.rewrite"
+    command = types.Command(**actions[0]["command"])
+    assert command.command == "ngramd.rewriteSelection"
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=command.command, arguments=command.arguments))
+    call = fake.methods("edit")[-1]
+    assert (call["start"], call["end"]) == (6, 9) and call["instruction"]
+    assert len(applied) == 1
+    edit = applied[0].edit.document_changes[0]
+    assert edit.text_document.uri == URI and edit.text_document.version == 1
+    assert edit.edits[0].range == selection and edit.edits[0].new_text == "ABC"
+    assert apply_lsp_edit(text, edit.edits[0].range, edit.edits[0].new_text) == f"s = '{EMOJI}ABC'\n"
+    assert result["documentChanges"][0]["edits"][0]["newText"] == "ABC"
+
+    # an empty selection offers nothing
+    none = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=rng(0, 1, 0, 1),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert not none
+
+
+async def test_code_action_resolve(fake, sock, lsp_client):
+    from conftest import client_capabilities
+
+    client = await lsp_client(sock, capabilities=client_capabilities(resolve_edit=True))
+    open_doc(client, URI, "x = 1\ny = 2\n")
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=rng(0, 0, 1, 5),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert actions[0].command is None and actions[0].edit is None
+    resolved = await client.code_action_resolve_async(actions[0])
+    edit = resolved.edit.document_changes[0].edits[0]
+    assert edit.new_text == "X = 1\nY = 2" and edit.range == rng(0, 0, 1, 5)
+
+
+async def test_rewrite_errors_are_clear(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    _record_apply_edit(client)
+    open_doc(client, URI, "x = 1\n")
+    fake.edit_error = (rpc.METHOD_NOT_FOUND, "this engine does not support 'edit'")
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.rewriteSelection", arguments=[URI, {"start": {"line": 0, "character": 0},
+                                                                "end": {"line": 0, "character": 1}}]))
+    assert "does not support 'edit'" in err.value.message
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.rewriteSelection", arguments=[URI, "not a range"]))
+    assert err.value.code == types.ErrorCodes.InvalidParams and "range" in err.value.message
+
+
+async def test_toggle_status_and_configuration(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    open_doc(client, URI, "a = \n")
+    off = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.toggle"))
+    assert off == {"enabled": False}
+    assert await client.text_document_inline_completion_async(inline_params(URI, 0, 4)) is None
+    assert fake.methods("complete") == []
+    on = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.toggle", arguments=[True]))
+    assert on == {"enabled": True}
+
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"ngramd": {"maxTokens": 7, "temperature": 0.5, "unknownKey": 1}}))
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"ngramd": {"maxTokens": "many"}}))  # rejected as a whole, with a message
+    await until(lambda: client.messages, what="error message")
+    assert "maxTokens" in client.messages[-1].message
+    await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
+    call = fake.methods("complete")[-1]
+    assert call["maxTokens"] == 7 and call["temperature"] == 0.5
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    assert status["settings"]["maxTokens"] == 7 and status["counters"]["completions"] == 1
+    assert status["daemon"]["daemon"]["server"] == "fake"
+
+
+async def test_workspace_folders_forwarded(fake, sock, lsp_client, tmp_path):
+    client = await lsp_client(sock)
+    await until(lambda: fake.methods("initialize"), what="initialize")
+    client.workspace_did_change_workspace_folders(types.DidChangeWorkspaceFoldersParams(
+        event=types.WorkspaceFoldersChangeEvent(
+            added=[types.WorkspaceFolder(uri=tmp_path.as_uri(), name="t")], removed=[])))
+    await until(lambda: fake.methods("workspaceFolders"), what="workspaceFolders")
+    assert fake.methods("workspaceFolders")[-1] == {"added": [str(tmp_path)], "removed": []}
+
+
+async def test_malformed_requests_get_errors_and_server_lives(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    open_doc(client, URI, "a = \n")
+    async def raw(msg: dict):
+        return await raw_request(client, msg["method"], msg["params"], msg["id"])
+
+    # params missing a required field
+    err = await raw({"jsonrpc": "2.0", "id": "bad-1", "method": "textDocument/inlineCompletion",
+                     "params": {"textDocument": {"uri": URI}}})
+    assert isinstance(err, JsonRpcException) and err.code == types.ErrorCodes.InvalidParams
+    assert "position" in err.message
+    # wrong types
+    err = await raw({"jsonrpc": "2.0", "id": "bad-2", "method": "textDocument/completion",
+                     "params": {"textDocument": {"uri": URI}, "position": {"line": "x", "character": 0}}})
+    assert isinstance(err, JsonRpcException) and err.code == types.ErrorCodes.InvalidParams
+    # a document the editor never opened
+    with pytest.raises(JsonRpcException) as exc:
+        await client.text_document_inline_completion_async(inline_params("file:///nope.py", 0, 0))
+    assert exc.value.code == types.ErrorCodes.InvalidParams and "not open" in exc.value.message
+    # an unknown method
+    err = await raw({"jsonrpc": "2.0", "id": "bad-3", "method": "ngramd/nothing", "params": {}})
+    assert isinstance(err, JsonRpcException) and err.code == types.ErrorCodes.MethodNotFound
+    # bytes that are not JSON: a parse error reply, and the stream goes on
+    body = b"{not json"
+    client._server.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    # a position far out of range is clamped, not an error
+    result = await client.text_document_inline_completion_async(inline_params(URI, 99, 99))
+    assert result.items[0].range == rng(1, 0, 1, 0)
+    assert fake.methods("complete")[-1]["offset"] == len("a = \n")
+
+
+async def test_daemon_death_then_recovery(fake, sock, lsp_client):
+    """The daemon goes away: at most one request fails (empty), and once a daemon is
+    back every open buffer is re-sent and completion works again."""
+    from lsp_fake_daemon import FakeDaemon
+
+    client = await lsp_client(sock, options={"timeoutMs": 1000})
+    open_doc(client, URI, "a = \n")
+    other = URI.replace("a.py", "b.py")
+    open_doc(client, other, "b = 2\n")
+    first = await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
+    assert first.items
+    await fake.stop()
+    change(client, URI, 2, (rng(0, 4, 0, 4), "1"))  # while no daemon: dropped, re-sent later
+    failed = await client.text_document_inline_completion_async(inline_params(URI, 0, 5))
+    assert failed is None
+    reborn = await FakeDaemon(sock, proposal=" + 2").start()
+    try:
+        again = await client.text_document_inline_completion_async(inline_params(URI, 0, 5))
+        assert again.items[0].insert_text == " + 2"
+        assert reborn.docs[URI] == {"text": "a = 1\n", "version": 2}
+        assert reborn.docs[other]["text"] == "b = 2\n"
+    finally:
+        await reborn.stop()
+
+
+async def test_no_torch_in_the_lsp_process(fake, sock):
+    """``ngramd lsp`` must start without torch/transformers: check in a subprocess that
+    imports the entry point and builds the server."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lsp.main; lsp.main.build_server('/tmp/x.sock'); "
+            "import daemon.cli; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'transformers', 'numpy', 'gguf', 'accelerate'))))")
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,
+                         text=True, timeout=60, cwd=str(Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
