@@ -1,0 +1,6 @@
+"""The n-gram index: proposes draft continuations from buffers, history and workspace files."""
+
+from .draft import NO_DRAFT, Branch, Draft, Source
+from .store import IndexConfig, NgramIndex
+
+__all__ = ["NO_DRAFT", "Branch", "Draft", "Source", "IndexConfig", "NgramIndex"]

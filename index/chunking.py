@@ -6,24 +6,23 @@ pre-token boundary of the whole text, so that tokenizing chunks separately and
 concatenating gives the whole-text tokenization.
 
 The GPT-2 regex ends a whitespace run one character early when a non-space
-follows (``\\s+(?!\\S)``), and the last space then joins the word
-(`` ?\\p{L}+``): ``"\\n    return"`` pre-tokenizes as ``"\\n   "`` +
-``" return"``. So a *boundary* is, for a line that holds something other than
-whitespace:
+follows (``\\s+(?!\\S)``), and that last character stands alone or joins the
+word (`` ?\\p{L}+``): ``"\\n    return"`` pre-tokenizes as ``"\\n   "`` +
+``" return"``, and ``"\\n\\nx"`` as ``"\\n"`` + ``"\\n"`` + ``"x"``. So the
+*boundary* of a line (other than the first) whose first non-space character is
+at ``j`` is ``j - 1``: just before the last character of the whitespace run that
+precedes it, which is the last indentation space or tab, or the newline itself
+when the line starts at column 0. Indentation must be spaces and tabs only
+(anything else: no boundary, which is always safe). Whitespace-only lines get
+no boundary. Position 0 and ``len(text)`` are boundaries too.
 
-- the line start itself when the line starts with a non-space character;
-- just before the last character of its indentation when the indentation is
-  only spaces and tabs.
-
-Whitespace-only lines get no boundary (their run joins the next line's).
-Position 0 and ``len(text)`` are boundaries too. Every test is local: whether
-``pos`` is a boundary depends only on the characters from the start of its
-line to ``pos + 1``. That is what makes incremental re-chunking exact
-(``document.Document.edit``).
+Every test is local: whether ``pos`` is a boundary depends only on the
+characters from the newline that starts ``pos + 1``'s line to ``pos + 1``.
+That is what makes incremental re-chunking exact (``document.Document.edit``).
 
 Worked example: ``"a\\n  b\\n\\nc"`` has boundaries 0, 3 (before the second
-space of ``"  b"``), 7 (``"c"``), 8 (the end). Chunks: ``"a\\n "``,
-``" b\\n\\n"``, ``"c"``.
+space of ``"  b"``), 6 (the newline before ``"c"``), 8 (the end). Chunks:
+``"a\\n "``, ``" b\\n"``, ``"\\nc"``.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ def boundaries(text: str, lo: int = 0, hi: int | None = None) -> list[int]:
     # endpos hi + 1: the lookahead must see the character after the boundary.
     start = text.rfind("\n", 0, lo + 1) + 1  # a boundary after lo may sit on lo's line
     for m in _LINE_CONTENT.finditer(text, start, min(hi + 1, len(text))):
-        b = m.end() - 1 if m.end() > m.start() else m.start()
+        b = m.end() - 1
         if lo < b < hi:
             out.append(b)
     return out
@@ -57,17 +56,12 @@ def is_boundary(text: str, pos: int) -> bool:
     n = len(text)
     if pos <= 0 or pos >= n:
         return pos == 0 or pos == n
-    s = text.rfind("\n", 0, pos + 1) + 1  # start of the line holding pos (or pos+1)
+    if pos + 1 >= n or text[pos + 1].isspace():
+        return False  # the character after a boundary starts a line's content
+    s = text.rfind("\n", 0, pos + 1) + 1  # start of the line holding pos + 1
     if s == 0:
-        return False  # first line: no newline before it, no boundary inside
-    if s == pos + 1:
-        return False  # pos is the newline itself
-    if s == pos and not text[pos].isspace():
-        return True
-    indent = text[s : pos + 1]
-    if indent.strip(" \t"):
-        return False
-    return pos + 1 < n and not text[pos + 1].isspace()
+        return False  # first line: no boundary inside it
+    return not text[s : pos + 1].strip(" \t")  # only indentation (or nothing) before
 
 
 def chunk(text: str) -> list[str]:

@@ -107,6 +107,10 @@ class StaticSegment:
         stop = np.flatnonzero(seg == SEP_U32)
         return (seg[: stop[0]] if len(stop) else seg).astype(np.int32)
 
+    def first_tokens(self, p: np.ndarray) -> np.ndarray:
+        """T[p] for each position (the first continuation token). [c] int32"""
+        return self._r[self.n - 1 - p].astype(np.int32)
+
     def _lcp(self, r: int, q: bytes) -> int:
         a = np.frombuffer(self._rb, ">u4", count=len(q) // 4, offset=4 * r)
         b = np.frombuffer(q, ">u4")

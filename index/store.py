@@ -1,0 +1,485 @@
+"""NgramIndex: the live n-gram index over buffers, history and workspace files.
+
+Sources and where their tokens live:
+
+- open buffers (``Document``: chunked, re-tokenized per edit), scanned directly;
+  the buffer named ``current_uri`` is Source.BUFFER, the others OPEN_BUFFER
+  (concatenated into one cached array while the current buffer is edited);
+- accepted completions (``add_history``), a bounded list, scanned directly;
+- workspace files: a *static* suffix-sorted segment (``suffix.StaticSegment``)
+  with tombstones for changed or removed files, plus a small *dynamic* set of
+  recently (re)indexed files, scanned directly. When the dynamic set or the
+  tombstones grow, ``merge`` rebuilds the static segment from all live files,
+  building outside the lock so lookups keep working.
+
+Invariant: the index proposes exactly what an index built from scratch from
+the same documents (same texts, same recency order) proposes, as long as no
+lookup meets more than ``max_candidates`` static occurrences (``rebuild()``
+and the property test check it).
+
+Recency: every (re)indexed document gets a fresh stamp from one counter; a
+higher stamp ranks first among equal matches of one source. Eviction uses a
+separate least-recently-used clock (indexing a file or drafting from it uses it).
+
+Thread safety: one lock. Tokenization of files and merges run outside it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import ngram
+from .document import Document, TokenizeBatch, _tokenize_chunks
+from .draft import NO_DRAFT, Draft, Source
+from .suffix import StaticSegment
+from .workspace import SkipFile, discover, read_text
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    min_n: int = 2  # shortest context suffix that may produce a draft
+    max_match: int = 32  # longest suffix compared (also the static segment's sort depth)
+    max_indexed_tokens: int = 8_000_000  # bound on live tokens; LRU workspace files go first
+    max_file_bytes: int = 1 << 20  # larger workspace files are skipped
+    max_history_tokens: int = 65_536  # oldest accepted completions are dropped past this
+    merge_tokens: int = 65_536  # dynamic-set (or tombstoned) tokens that trigger a merge
+    max_candidates: int = 256  # static occurrences ranked per lookup (evenly sampled beyond)
+    batch_files: int = 64  # files tokenized per batch while indexing a workspace
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_n <= self.max_match:
+            raise ValueError(f"need 1 <= min_n <= max_match, got {self.min_n}, {self.max_match}")
+        for name in ("max_indexed_tokens", "max_file_bytes", "max_history_tokens", "merge_tokens",
+                     "max_candidates", "batch_files"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"IndexConfig.{name} must be >= 1")
+
+
+@dataclass
+class _Buffer:
+    doc: Document
+    stamp: int
+
+
+@dataclass
+class _File:
+    stamp: int  # recency for ranking
+    used: int  # LRU clock for eviction
+    n_tokens: int
+    slot: int = -1  # index in the static segment; -1 while in the dynamic set
+    tokens: np.ndarray | None = None  # [n] int32, dynamic set only
+
+
+class _ScanSet:
+    """Several documents concatenated with SEP, scanned with ``ngram.scan_longest``."""
+
+    def __init__(self, docs: list[np.ndarray], stamps: list[int], keys: list):
+        lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
+        self.starts = (np.concatenate([[1], 1 + np.cumsum(lengths + 1)[:-1]]) if docs else np.ones(0)).astype(np.int64)
+        parts = [np.full(1, ngram.SEP, np.int32)]
+        for d in docs:
+            parts += [d, parts[0]]
+        self.cat = np.concatenate(parts).astype(np.int32)  # [sum n_i + D + 1]
+        self.stamps = np.asarray(stamps, np.int64)
+        self.keys = keys
+
+    def match(self, ctx: np.ndarray, min_n: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """(match_len, positions in cat, document index of each)."""
+        m, p = ngram.scan_longest(self.cat, ctx, min_n)
+        return m, p, np.searchsorted(self.starts, p, "right") - 1
+
+
+def _as_tokens(ids, what: str) -> np.ndarray:
+    a = np.asarray(ids)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{what} must be a 1-D sequence of integer token ids, got shape {a.shape} dtype {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= 2**31 - 1):
+        raise ValueError(f"{what} holds token ids outside [0, 2**31 - 1)")
+    return a.astype(np.int32)
+
+
+class NgramIndex:
+    """See the module docstring. All public methods are thread-safe."""
+
+    def __init__(self, tokenize_batch: TokenizeBatch, config: IndexConfig | None = None):
+        self.cfg = config or IndexConfig()
+        self._tok = tokenize_batch
+        self._lock = threading.RLock()
+        self._clock = 0
+        self._buffers: dict[str, _Buffer] = {}
+        self._history: deque[tuple[np.ndarray, int]] = deque()
+        self._history_tokens = 0
+        self._files: dict[str, _File] = {}
+        self._ws_tokens = 0  # live workspace tokens
+        self._dyn_tokens = 0
+        self._static: StaticSegment | None = None
+        self._static_keys: list[str] = []
+        self._static_live = np.zeros(0, bool)
+        self._static_stamps = np.zeros(0, np.int64)
+        self._static_dead = 0  # tombstoned tokens in the static segment
+        self._merging = False
+        self._cache: dict[str, object] = {}  # "history", "dynamic", "others": (key, _ScanSet)
+        self._skipped: Counter = Counter()
+        self._evicted = 0
+        self._merges = 0
+        self.last_skip: str | None = None  # the message of the last file not indexed
+
+    # ---- clocks -----------------------------------------------------------
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    # ---- buffers ----------------------------------------------------------
+    def open_buffer(self, uri: str, text: str) -> None:
+        """Index ``text`` as the open buffer ``uri`` (replacing any earlier text)."""
+        if not isinstance(uri, str):
+            raise ValueError(f"buffer uri must be str, got {type(uri).__name__}")
+        doc = Document.from_text(text, self._tok)  # tokenize outside the lock
+        with self._lock:
+            self._buffers[uri] = _Buffer(doc, self._tick())
+            self._enforce_bound()
+
+    def edit_buffer(self, uri: str, start: int, end: int, new_text: str) -> None:
+        """Replace characters ``[start, end)`` of buffer ``uri`` (str indices) by ``new_text``."""
+        with self._lock:
+            b = self._buffers.get(uri)
+            if b is None:
+                raise ValueError(f"buffer {uri!r} is not open")
+            b.doc.edit(start, end, new_text, self._tok)
+            b.stamp = self._tick()
+            self._enforce_bound()
+
+    def close_buffer(self, uri: str) -> None:
+        with self._lock:
+            self._buffers.pop(uri, None)
+
+    def buffer_text(self, uri: str) -> str:
+        with self._lock:
+            b = self._buffers.get(uri)
+            if b is None:
+                raise ValueError(f"buffer {uri!r} is not open")
+            return b.doc.text
+
+    def buffer_tokens(self, uri: str) -> np.ndarray:
+        """The buffer's token ids (a copy). [n] int32"""
+        with self._lock:
+            b = self._buffers.get(uri)
+            if b is None:
+                raise ValueError(f"buffer {uri!r} is not open")
+            return b.doc.tokens.copy()
+
+    # ---- history ----------------------------------------------------------
+    def add_history(self, token_ids) -> None:
+        """Remember an accepted completion; the oldest go past max_history_tokens."""
+        t = _as_tokens(token_ids, "history")
+        if not len(t):
+            return
+        t = t[-self.cfg.max_history_tokens :]
+        with self._lock:
+            self._history.append((t, self._tick()))
+            self._history_tokens += len(t)
+            while self._history_tokens > self.cfg.max_history_tokens:
+                old, _ = self._history.popleft()
+                self._history_tokens -= len(old)
+            self._cache.pop("history", None)
+            self._enforce_bound()
+
+    # ---- workspace files --------------------------------------------------
+    def index_file(self, path: str | os.PathLike) -> bool:
+        """(Re)index one file. False when it is skipped (the reason is counted in
+        stats()["skipped"] and kept in ``last_skip``); a skipped file leaves the index."""
+        key = os.path.abspath(os.fspath(path))
+        try:
+            text = read_text(key, self.cfg.max_file_bytes)
+        except SkipFile as e:
+            with self._lock:
+                self._skipped[e.reason] += 1
+                self.last_skip = str(e)
+                self._remove(key)
+            return False
+        tokens, _ = _tokenize_chunks([text], self._tok)
+        with self._lock:
+            self._install(key, tokens)
+            self._enforce_bound()
+            kept = key in self._files
+        self._maybe_merge()
+        return kept
+
+    def remove_file(self, path: str | os.PathLike) -> None:
+        with self._lock:
+            self._remove(os.path.abspath(os.fspath(path)))
+        self._maybe_merge()
+
+    def index_workspace(
+        self,
+        root: str | os.PathLike,
+        progress: Callable[[int, int], None] | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> dict:
+        """Index every non-ignored file under ``root``. Synchronous; run it in a thread.
+
+        Files are read and tokenized in batches outside the lock; lookups work
+        throughout. ``progress(done, total)`` after each batch; ``stop_event``
+        is checked between batches. Returns counts: ``files`` (considered),
+        ``indexed``, ``tokens``, one count per skip reason, ``stopped``.
+        """
+        counts: Counter = Counter()
+        files = discover(root, counts)
+        total, done = len(files), 0
+        stopped = False
+        for i in range(0, total, self.cfg.batch_files):
+            if stop_event is not None and stop_event.is_set():
+                stopped = True
+                break
+            keys, texts = [], []
+            for f in files[i : i + self.cfg.batch_files]:
+                try:
+                    texts.append(read_text(f, self.cfg.max_file_bytes))
+                    keys.append(os.path.abspath(f))
+                except SkipFile as e:
+                    counts[e.reason] += 1
+            if texts:
+                ids = self._tok(texts)
+                arrays = [_as_tokens(x, "tokenizer output") for x in ids]
+                with self._lock:
+                    for key, arr in zip(keys, arrays):
+                        self._install(key, arr)
+                        counts["indexed"] += 1
+                        counts["tokens"] += len(arr)
+                    self._enforce_bound()
+                # Geometric: merge when the dynamic set outgrows the static segment.
+                self._maybe_merge(threshold=max(self.cfg.merge_tokens, self._static_tokens()))
+            done = min(i + self.cfg.batch_files, total)
+            if progress is not None:
+                progress(done, total)
+        self._maybe_merge()
+        with self._lock:
+            for reason, n in counts.items():
+                if reason not in ("indexed", "tokens"):
+                    self._skipped[reason] += n
+        out = {"files": total, "indexed": 0, "tokens": 0, **counts, "stopped": stopped}
+        return out
+
+    def _static_tokens(self) -> int:
+        s = self._static
+        return 0 if s is None else s.num_tokens - self._static_dead
+
+    def _install(self, key: str, tokens: np.ndarray) -> None:
+        """Put a file's new tokens in the dynamic set (lock held)."""
+        self._remove(key)
+        t = self._tick()
+        self._files[key] = _File(stamp=t, used=t, n_tokens=len(tokens), tokens=tokens)
+        self._ws_tokens += len(tokens)
+        self._dyn_tokens += len(tokens)
+        self._cache.pop("dynamic", None)
+
+    def _remove(self, key: str) -> None:
+        f = self._files.pop(key, None)
+        if f is None:
+            return
+        self._ws_tokens -= f.n_tokens
+        if f.slot >= 0:
+            self._static_live[f.slot] = False
+            self._static_dead += f.n_tokens
+        else:
+            self._dyn_tokens -= f.n_tokens
+            self._cache.pop("dynamic", None)
+
+    def _indexed_tokens(self) -> int:
+        return self._ws_tokens + self._history_tokens + sum(len(b.doc.tokens) for b in self._buffers.values())
+
+    def _enforce_bound(self) -> None:
+        """Evict least recently used workspace files until the bound holds (lock held)."""
+        over = self._indexed_tokens() - self.cfg.max_indexed_tokens
+        if over <= 0 or not self._files:
+            return
+        for key, f in sorted(self._files.items(), key=lambda kv: kv[1].used):
+            if over <= 0:
+                break
+            self._remove(key)
+            self._evicted += 1
+            over -= f.n_tokens
+
+    # ---- merging ----------------------------------------------------------
+    def _maybe_merge(self, threshold: int | None = None) -> None:
+        threshold = self.cfg.merge_tokens if threshold is None else threshold
+        with self._lock:
+            due = self._dyn_tokens > threshold or self._static_dead > max(
+                self.cfg.merge_tokens, self._static_tokens() // 4
+            )
+        if due:
+            self.merge()
+
+    def merge(self) -> None:
+        """Rebuild the static segment from all live workspace files (drops tombstones,
+        absorbs the dynamic set). The sort runs outside the lock."""
+        with self._lock:
+            if self._merging:
+                return
+            self._merging = True
+            snap = []  # (key, _File, tokens)
+            for key, f in self._files.items():
+                toks = f.tokens if f.slot < 0 else self._static.doc_tokens(f.slot)
+                snap.append((key, f, toks))
+        try:
+            seg = StaticSegment([t for _, _, t in snap], self.cfg.max_match)
+        except BaseException:
+            with self._lock:
+                self._merging = False
+            raise
+        with self._lock:
+            live = np.zeros(len(snap), bool)
+            for i, (key, f, _) in enumerate(snap):
+                if self._files.get(key) is f:  # unchanged since the snapshot
+                    live[i] = True
+                    if f.slot < 0:
+                        self._dyn_tokens -= f.n_tokens
+                    f.slot, f.tokens = i, None
+            self._static = seg
+            self._static_keys = [key for key, _, _ in snap]
+            self._static_live = live
+            self._static_stamps = np.array([f.stamp for _, f, _ in snap], np.int64)
+            self._static_dead = int(seg.lengths[~live].sum()) if len(snap) else 0
+            self._cache.pop("dynamic", None)
+            self._merges += 1
+            self._merging = False
+
+    def rebuild(self) -> None:
+        """Rebuild every structure from its source text: buffers re-chunked and
+        re-tokenized, workspace merged into a fresh static segment."""
+        with self._lock:
+            for b in self._buffers.values():
+                b.doc = b.doc.rebuild(self._tok)
+            self._cache.clear()
+        self.merge()
+
+    # ---- lookup -----------------------------------------------------------
+    def _scan_set(self, name: str, key, make) -> _ScanSet:
+        hit = self._cache.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        s = make()
+        self._cache[name] = (key, s)
+        return s
+
+    def _dynamic_set(self) -> _ScanSet:
+        dyn = [(key, f) for key, f in self._files.items() if f.slot < 0]
+        return _ScanSet([f.tokens for _, f in dyn], [f.stamp for _, f in dyn], [key for key, _ in dyn])
+
+    def propose(self, context, k: int, w: int = 1, current_uri: str | None = None) -> Draft:
+        """Draft up to ``k`` tokens continuing ``context`` (token ids), as up to ``w``
+        branches diverging at their first token. NO_DRAFT when no suffix of at
+        least ``min_n`` tokens occurs. See ``ngram`` for the ranking."""
+        if not isinstance(k, (int, np.integer)) or k < 1 or not isinstance(w, (int, np.integer)) or w < 1:
+            raise ValueError(f"need integers k >= 1 and w >= 1, got k={k!r}, w={w!r}")
+        cfg = self.cfg
+        ctx = _as_tokens(context, "context")[-cfg.max_match :]
+        if len(ctx) < cfg.min_n:
+            return NO_DRAFT
+        with self._lock:
+            return self._propose(ctx, int(k), int(w), current_uri)
+
+    def _propose(self, ctx: np.ndarray, k: int, w: int, current_uri: str | None) -> Draft:
+        min_n = self.cfg.min_n
+        # Each group: (match_len, source, first[c], stamp[c], pos[c], tokens_of(j, k), file keys or None)
+        groups = []
+
+        def add_scan(s: _ScanSet, m, p, d, source: Source, files: bool) -> None:
+            if m >= min_n and len(p):
+                groups.append((m, source, s.cat[p], s.stamps[d], p - s.starts[d],
+                               lambda j, kk, s=s, p=p: ngram.continuation(s.cat, int(p[j]), kk),
+                               [s.keys[i] for i in d.tolist()] if files else None))
+
+        cur = self._buffers.get(current_uri) if current_uri is not None else None
+        if cur is not None:
+            a = cur.doc.tokens
+            m, p = ngram.scan_longest(a, ctx, min_n)
+            if m:
+                groups.append((m, Source.BUFFER, a[p], np.full(len(p), cur.stamp, np.int64), p,
+                               lambda j, kk, a=a, p=p: ngram.continuation(a, int(p[j]), kk), None))
+        others = [(u, b) for u, b in self._buffers.items() if u != current_uri]
+        if others:
+            okey = tuple((u, b.stamp) for u, b in others)
+            s = self._scan_set("others", okey, lambda: _ScanSet([b.doc.tokens for _, b in others],
+                                                               [b.stamp for _, b in others], [u for u, _ in others]))
+            add_scan(s, *s.match(ctx, min_n), Source.OPEN_BUFFER, False)
+        if self._history:
+            s = self._scan_set("history", None, lambda: _ScanSet([t for t, _ in self._history],
+                                                               [st for _, st in self._history], [None] * len(self._history)))
+            add_scan(s, *s.match(ctx, min_n), Source.HISTORY, False)
+        if self._dyn_tokens:
+            s = self._scan_set("dynamic", None, self._dynamic_set)
+            add_scan(s, *s.match(ctx, min_n), Source.WORKSPACE, True)
+        best = max((g[0] for g in groups), default=0)
+        seg = self._static
+        if seg is not None and self._static_live.any():
+            m, _ = seg.longest(ctx)
+            while m >= max(min_n, best):
+                lo, hi = seg.range_of(ctx, m)
+                p = seg.positions(lo, hi, self.cfg.max_candidates)
+                d = seg.doc_of(p)
+                keep = self._static_live[d]
+                if keep.any():
+                    p, d = p[keep], d[keep]
+                    groups.append((m, Source.WORKSPACE, seg.first_tokens(p), self._static_stamps[d],
+                                   p - seg.starts[d], lambda j, kk, p=p: seg.continuation(int(p[j]), kk),
+                                   [self._static_keys[i] for i in d.tolist()]))
+                    break
+                m -= 1  # every occurrence of this length is in a removed file
+        best = max((g[0] for g in groups), default=0)
+        if best < min_n:
+            return NO_DRAFT
+        chosen = [g for g in groups if g[0] == best]
+        first = np.concatenate([g[2] for g in chosen]).astype(np.int32)
+        source = np.concatenate([np.full(len(g[2]), int(g[1]), np.int8) for g in chosen])
+        stamp = np.concatenate([g[3] for g in chosen]).astype(np.int64)
+        pos = np.concatenate([g[4] for g in chosen]).astype(np.int64)
+        owner = np.concatenate([np.full(len(g[2]), i, np.int64) for i, g in enumerate(chosen)])
+        offset = np.concatenate([np.arange(len(g[2]), dtype=np.int64) for g in chosen])
+        rows, counts = ngram.rank_occurrences(first, source, stamp, pos, w)
+
+        def tokens_of(i: int, kk: int) -> np.ndarray:
+            g = chosen[int(owner[i])]
+            j = int(offset[i])
+            if g[6] is not None:  # a workspace file drafted from: it was used
+                f = self._files.get(g[6][j])
+                if f is not None:
+                    f.used = self._tick()
+            return g[5](j, kk)
+
+        return ngram.build_draft(rows, counts, source, best, k, tokens_of)
+
+    # ---- stats ------------------------------------------------------------
+    def stats(self) -> dict:
+        with self._lock:
+            seg = self._static
+            static_bytes = 0 if seg is None else seg.nbytes + self._static_live.nbytes + self._static_stamps.nbytes
+            dyn_bytes = sum(f.tokens.nbytes for f in self._files.values() if f.tokens is not None)
+            hist_bytes = sum(t.nbytes for t, _ in self._history)
+            buf_bytes = sum(b.doc.nbytes for b in self._buffers.values())
+            cache_bytes = sum(v[1].cat.nbytes + v[1].starts.nbytes + v[1].stamps.nbytes for v in self._cache.values())
+            index_bytes = static_bytes + dyn_bytes + hist_bytes + buf_bytes + cache_bytes
+            indexed = self._indexed_tokens()
+            return {
+                "indexed_tokens": indexed,
+                "max_indexed_tokens": self.cfg.max_indexed_tokens,
+                "buffers": len(self._buffers),
+                "buffer_tokens": sum(len(b.doc.tokens) for b in self._buffers.values()),
+                "history_tokens": self._history_tokens,
+                "workspace_files": len(self._files),
+                "workspace_tokens": self._ws_tokens,
+                "static_tokens": 0 if seg is None else seg.num_tokens,
+                "static_dead_tokens": self._static_dead,
+                "dynamic_tokens": self._dyn_tokens,
+                "index_bytes": index_bytes,
+                "bytes_per_token": index_bytes / indexed if indexed else 0.0,
+                "skipped": dict(self._skipped),
+                "evicted_files": self._evicted,
+                "merges": self._merges,
+            }
