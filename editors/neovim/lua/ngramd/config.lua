@@ -1,0 +1,153 @@
+-- Options of require("ngramd").setup{...}: defaults, validation, and what is sent to the
+-- server. Pure apart from vim.tbl_* helpers and executable look-up.
+local M = {}
+
+M.defaults = {
+  -- Command that starts the server; nil: <root>/.venv/bin/ngramd, then `ngramd` on PATH,
+  -- each run as `ngramd lsp [--model M] [--socket P]`.
+  cmd = nil,
+  filetypes = {
+    "python", "lua", "javascript", "javascriptreact", "typescript", "typescriptreact",
+    "go", "rust", "c", "cpp", "java", "sh", "ruby", "php", "zig", "haskell", "ocaml",
+    "kotlin", "scala", "swift", "cs", "vim", "toml", "yaml", "json", "markdown",
+  },
+  root_markers = { ".git", "pyproject.toml", "package.json", "Cargo.toml", "go.mod", ".hg" },
+  model = nil, -- passed as --model and in initializationOptions
+  socket = nil, -- passed as --socket and in initializationOptions
+  max_tokens = 64,
+  multiline = true,
+  temperature = 0,
+  debounce_ms = 75,
+  enabled = true,
+  -- "auto": vim.lsp.inline_completion on Neovim >= 0.12, this plugin's ghost text before;
+  -- false: always this plugin's ghost text; true: require the built-in one.
+  native = "auto",
+  -- Insert-mode keys; false disables one (or all, keymaps = false).
+  keymaps = {
+    accept = "<Tab>", -- falls back to a plain <Tab> when nothing is shown
+    next = "<M-]>",
+    prev = "<M-[>",
+    dismiss = "<C-]>",
+    trigger = "<M-\\>",
+  },
+  highlight = "NgramdGhost", -- linked to Comment unless defined
+}
+
+local function check(cond, msg)
+  if not cond then
+    error("ngramd.setup: " .. msg, 3)
+  end
+end
+
+local function is_list_of_strings(t)
+  if type(t) ~= "table" then
+    return false
+  end
+  for _, v in ipairs(t) do
+    if type(v) ~= "string" then
+      return false
+    end
+  end
+  return true
+end
+
+--- Defaults merged with `opts`; bad values raise a clear error naming the option.
+function M.resolve(opts)
+  opts = opts or {}
+  check(type(opts) == "table", "options must be a table")
+  local cfg = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts)
+  if opts.keymaps == false then
+    cfg.keymaps = false
+  end
+  if opts.filetypes then
+    cfg.filetypes = opts.filetypes -- a list replaces, it does not merge by index
+  end
+  check(cfg.cmd == nil or is_list_of_strings(cfg.cmd) and #cfg.cmd > 0, "cmd must be a non-empty list of strings")
+  check(is_list_of_strings(cfg.filetypes) or cfg.filetypes == "*", "filetypes must be a list of strings or '*'")
+  check(type(cfg.max_tokens) == "number" and cfg.max_tokens >= 1 and cfg.max_tokens <= 1024,
+    "max_tokens must be a number in 1..1024")
+  check(type(cfg.debounce_ms) == "number" and cfg.debounce_ms >= 0 and cfg.debounce_ms <= 2000,
+    "debounce_ms must be a number in 0..2000")
+  check(type(cfg.temperature) == "number" and cfg.temperature >= 0 and cfg.temperature <= 2,
+    "temperature must be a number in 0..2")
+  check(type(cfg.multiline) == "boolean", "multiline must be a boolean")
+  check(type(cfg.enabled) == "boolean", "enabled must be a boolean")
+  check(cfg.model == nil or type(cfg.model) == "string", "model must be a string")
+  check(cfg.socket == nil or type(cfg.socket) == "string", "socket must be a string")
+  check(cfg.native == "auto" or type(cfg.native) == "boolean", "native must be 'auto', true or false")
+  check(cfg.keymaps == false or type(cfg.keymaps) == "table", "keymaps must be a table or false")
+  cfg.max_tokens = math.floor(cfg.max_tokens)
+  cfg.debounce_ms = math.floor(cfg.debounce_ms)
+  return cfg
+end
+
+--- initializationOptions / didChangeConfiguration settings: the server's keys.
+--- `server_debounce_ms` overrides debounce_ms (the fallback path debounces in the client
+--- and asks the server not to wait a second time).
+function M.init_options(cfg, server_debounce_ms)
+  local o = {
+    maxTokens = cfg.max_tokens,
+    multiline = cfg.multiline,
+    temperature = cfg.temperature,
+    debounceMs = server_debounce_ms or cfg.debounce_ms,
+    enabled = cfg.enabled,
+  }
+  if cfg.model and cfg.model ~= "" then
+    o.model = cfg.model
+  end
+  if cfg.socket and cfg.socket ~= "" then
+    o.socket = cfg.socket
+  end
+  return o
+end
+
+--- The server command for a buffer whose project root is `root` (may be nil).
+--- `executable(path) -> bool` and `exepath(name) -> string` are injectable for tests.
+function M.server_cmd(cfg, root, executable, exepath)
+  if cfg.cmd then
+    return vim.deepcopy(cfg.cmd)
+  end
+  executable = executable or function(p)
+    return vim.fn.executable(p) == 1
+  end
+  exepath = exepath or vim.fn.exepath
+  local exe
+  if root then
+    local venv = root .. "/.venv/bin/ngramd"
+    if executable(venv) then
+      exe = venv
+    end
+  end
+  if not exe then
+    local found = exepath("ngramd")
+    if found == nil or found == "" then
+      return nil, "ngramd was not found: pass cmd = {...} to setup, install it into the project's "
+        .. ".venv, or put it on PATH"
+    end
+    exe = found
+  end
+  local cmd = { exe, "lsp" }
+  if cfg.model and cfg.model ~= "" then
+    cmd[#cmd + 1] = "--model"
+    cmd[#cmd + 1] = cfg.model
+  end
+  if cfg.socket and cfg.socket ~= "" then
+    cmd[#cmd + 1] = "--socket"
+    cmd[#cmd + 1] = cfg.socket
+  end
+  return cmd
+end
+
+--- Whether the built-in vim.lsp.inline_completion is used.
+function M.use_native(cfg)
+  local available = vim.lsp.inline_completion ~= nil and vim.fn.has("nvim-0.12") == 1
+  if cfg.native == "auto" then
+    return available
+  end
+  if cfg.native == true and not available then
+    error("ngramd.setup: native = true needs Neovim >= 0.12 (vim.lsp.inline_completion)", 2)
+  end
+  return cfg.native
+end
+
+return M

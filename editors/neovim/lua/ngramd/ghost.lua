@@ -1,0 +1,324 @@
+-- Inline completion for Neovim < 0.12 (and for native = false): requests
+-- textDocument/inlineCompletion on a debounce while typing, draws the suggestion as
+-- ghost text with an extmark (virt_text for its first line, virt_lines for the rest),
+-- and inserts it on accept.
+--
+-- A response is shown only if the buffer and the cursor are still where they were when it
+-- was requested (same changedtick, same position, still in Insert mode): a stale
+-- suggestion is never drawn. A new keystroke cancels the request in flight.
+local text = require("ngramd.text")
+local client_mod = require("ngramd.client")
+
+local M = {}
+
+local ns = vim.api.nvim_create_namespace("ngramd_ghost")
+M.namespace = ns
+
+local TRIGGER_INVOKED, TRIGGER_AUTOMATIC = 1, 2
+
+-- bufnr -> { timer, request = {client, id}, items, index, extmark, row, col, tick }
+local state = {}
+local uv = vim.uv or vim.loop
+
+M.options = { debounce_ms = 75, highlight = "NgramdGhost", enabled = true }
+
+local function st(bufnr)
+  local s = state[bufnr]
+  if not s then
+    s = {}
+    state[bufnr] = s
+  end
+  return s
+end
+
+local function stop_timer(s)
+  if s.timer then
+    s.timer:stop()
+    s.timer:close()
+    s.timer = nil
+  end
+end
+
+local function cancel_request(s)
+  if s.request then
+    pcall(client_mod.cancel, s.request.client, s.request.id)
+    s.request = nil
+  end
+end
+
+local function clear_mark(bufnr, s)
+  if s.extmark then
+    pcall(vim.api.nvim_buf_del_extmark, bufnr, ns, s.extmark)
+    s.extmark = nil
+  end
+end
+
+--- Removes the ghost text and forgets the suggestions; cancels pending work.
+function M.dismiss(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local s = state[bufnr]
+  if not s then
+    return
+  end
+  stop_timer(s)
+  cancel_request(s)
+  clear_mark(bufnr, s)
+  s.items, s.index = nil, nil
+end
+
+local function cursor()
+  local pos = vim.api.nvim_win_get_cursor(0)
+  return pos[1] - 1, pos[2]
+end
+
+local function line_at(bufnr, row)
+  return vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
+end
+
+-- Byte range {srow, scol, erow, ecol} of an item, the cursor when it has none.
+local function item_range(bufnr, item, encoding, row, col)
+  if not item.range then
+    return row, col, row, col
+  end
+  local s, e = item.range.start, item.range["end"]
+  local scol = text.byte_col(line_at(bufnr, s.line), s.character, encoding)
+  local ecol = text.byte_col(line_at(bufnr, e.line), e.character, encoding)
+  return s.line, scol, e.line, ecol
+end
+
+local function supports_inline_pos()
+  return vim.fn.has("nvim-0.10") == 1
+end
+
+--- Draws item `index` of the current suggestions; false if it does not fit the buffer.
+local function render(bufnr, s, index)
+  clear_mark(bufnr, s)
+  local item = s.items and s.items[index]
+  if not item then
+    return false
+  end
+  local row, col = cursor()
+  local srow, scol = item_range(bufnr, item, s.encoding, row, col)
+  if srow ~= row then
+    return false
+  end
+  local body = text.item_text(item)
+  if not body then
+    return false
+  end
+  local line = line_at(bufnr, row)
+  local ghost = text.ghost_text(body, line, scol, col)
+  if not ghost then
+    return false
+  end
+  local lines = text.split_lines(ghost)
+  local hl = M.options.highlight
+  local pos
+  if supports_inline_pos() then
+    pos = "inline"
+  elseif col >= #line then
+    pos = "overlay"
+  else
+    pos = "eol" -- 0.7-0.9 cannot insert virtual text mid-line; show it after the line
+  end
+  local opts = { virt_text = { { lines[1], hl } }, virt_text_pos = pos, hl_mode = "combine" }
+  if #lines > 1 then
+    local virt_lines = {}
+    for i = 2, #lines do
+      virt_lines[#virt_lines + 1] = { { lines[i], hl } }
+    end
+    opts.virt_lines = virt_lines
+  end
+  s.extmark = vim.api.nvim_buf_set_extmark(bufnr, ns, row, col, opts)
+  s.index = index
+  s.row, s.col, s.tick = row, col, vim.api.nvim_buf_get_changedtick(bufnr)
+  s.shown = ghost
+  return true
+end
+
+--- Sends textDocument/inlineCompletion for the cursor now; the reply is drawn if still
+--- current. `trigger`: 1 invoked (a key), 2 automatic (typing).
+function M.request(bufnr, trigger)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local s = st(bufnr)
+  stop_timer(s)
+  cancel_request(s)
+  clear_mark(bufnr, s)
+  s.items = nil
+  if not M.options.enabled then
+    return false
+  end
+  local client = client_mod.get(bufnr)
+  if not client or not client.initialized then
+    return false
+  end
+  local row, col = cursor()
+  local encoding = client.offset_encoding or "utf-16"
+  local params = {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    position = { line = row, character = text.lsp_col(line_at(bufnr, row), col, encoding) },
+    context = { triggerKind = trigger or TRIGGER_AUTOMATIC },
+  }
+  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+  local request
+  local ok, id = client_mod.request(client, "textDocument/inlineCompletion", params, function(err, result)
+    if s.request ~= request then
+      return -- superseded
+    end
+    s.request = nil
+    if err then
+      s.last_error = err.message or vim.inspect(err)
+      return
+    end
+    if vim.api.nvim_get_current_buf() ~= bufnr or vim.api.nvim_buf_get_changedtick(bufnr) ~= tick then
+      return
+    end
+    local r, c = cursor()
+    if r ~= row or c ~= col or M.require_insert and vim.fn.mode() ~= "i" then
+      return
+    end
+    local items = result and (result.items or result) or {}
+    if type(items) ~= "table" or #items == 0 then
+      clear_mark(bufnr, s)
+      s.items = nil
+      return
+    end
+    s.items, s.encoding, s.client_id = items, encoding, client.id
+    for i = 1, #items do
+      if render(bufnr, s, i) then
+        return
+      end
+    end
+    s.items = nil
+  end, bufnr)
+  if ok then
+    request = { client = client, id = id }
+    s.request = request
+  end
+  return ok
+end
+
+--- Schedules a request after the debounce; called on every keystroke in Insert mode.
+function M.on_change(bufnr)
+  local s = st(bufnr)
+  -- The ghost text is valid only at the position and text it was drawn for.
+  if s.extmark then
+    local row, col = cursor()
+    if row ~= s.row or col ~= s.col or vim.api.nvim_buf_get_changedtick(bufnr) ~= s.tick then
+      clear_mark(bufnr, s)
+      s.items = nil
+    else
+      return
+    end
+  end
+  if not M.options.enabled then
+    return
+  end
+  stop_timer(s)
+  cancel_request(s)
+  local timer = uv.new_timer()
+  s.timer = timer
+  timer:start(M.options.debounce_ms, 0, vim.schedule_wrap(function()
+    if s.timer == timer then
+      stop_timer(s)
+      if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr then
+        M.request(bufnr, TRIGGER_AUTOMATIC)
+      end
+    end
+  end))
+end
+
+--- Is a request in flight for `bufnr`?
+function M.pending(bufnr)
+  local s = state[bufnr or vim.api.nvim_get_current_buf()]
+  return s ~= nil and s.request ~= nil
+end
+
+--- Is a suggestion drawn in `bufnr`?
+function M.visible(bufnr)
+  local s = state[bufnr or vim.api.nvim_get_current_buf()]
+  return s ~= nil and s.extmark ~= nil
+end
+
+--- What is drawn: the ghost text (string) or nil.
+function M.shown(bufnr)
+  local s = state[bufnr or vim.api.nvim_get_current_buf()]
+  return s and s.extmark and s.shown or nil
+end
+
+--- Shows the next (delta 1) or previous (-1) suggestion that fits.
+function M.cycle(bufnr, delta)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local s = state[bufnr]
+  if not s or not s.items or not s.index then
+    return false
+  end
+  local n = #s.items
+  for step = 1, n do
+    local i = (s.index - 1 + delta * step) % n + 1
+    if render(bufnr, s, i) then
+      return true
+    end
+  end
+  return false
+end
+
+--- Inserts the drawn suggestion, replacing the item's range; returns true if it did.
+function M.accept(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local s = state[bufnr]
+  if not s or not s.extmark or not s.items then
+    return false
+  end
+  local item = s.items[s.index]
+  local row, col = cursor()
+  local srow, scol, erow, ecol = item_range(bufnr, item, s.encoding, row, col)
+  local body = text.item_text(item)
+  M.dismiss(bufnr)
+  local lines = text.split_lines(body)
+  vim.api.nvim_buf_set_text(bufnr, srow, scol, erow, ecol, lines)
+  local crow, ccol = text.end_of_insert(srow, scol, lines)
+  vim.api.nvim_win_set_cursor(0, { crow + 1, ccol })
+  if item.command then
+    local client = vim.lsp.get_client_by_id(s.client_id)
+    if client then
+      client_mod.request(client, "workspace/executeCommand",
+        { command = item.command.command, arguments = item.command.arguments }, function() end, bufnr)
+    end
+  end
+  return true
+end
+
+--- Autocommands of one buffer.
+function M.attach(bufnr)
+  local group = vim.api.nvim_create_augroup("ngramd_ghost_" .. bufnr, { clear = true })
+  vim.api.nvim_create_autocmd({ "TextChangedI", "CursorMovedI" }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      M.on_change(bufnr)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      M.dismiss(bufnr)
+    end,
+  })
+  vim.api.nvim_create_autocmd("BufUnload", {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      M.dismiss(bufnr)
+      state[bufnr] = nil
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
+end
+
+-- Responses are drawn only in Insert mode; tests that drive the functions directly turn
+-- this off.
+M.require_insert = true
+
+return M

@@ -1,0 +1,405 @@
+-- ngramd for Neovim: inline code completions from a local model through `ngramd lsp`.
+--
+--   require("ngramd").setup{ cmd = {...}, filetypes = {...}, max_tokens = 64,
+--                            debounce_ms = 75, keymaps = {...} }
+--
+-- On Neovim >= 0.12 the built-in vim.lsp.inline_completion draws the suggestions; on
+-- older versions (0.7 and up) ngramd.ghost does: it requests
+-- textDocument/inlineCompletion itself and draws extmarks.
+-- Commands: :NgramdStatus, :NgramdToggle, :[range]NgramdRewrite [instruction].
+local config = require("ngramd.config")
+local client_mod = require("ngramd.client")
+local ghost = require("ngramd.ghost")
+local text = require("ngramd.text")
+
+local M = {}
+
+M.config = nil
+M.last_status = nil
+-- workspace/applyEdit requests received from the server so far.
+M.apply_edits = 0
+
+local function on_apply_edit(err, result, ctx, cfg)
+  M.apply_edits = M.apply_edits + 1
+  return vim.lsp.handlers["workspace/applyEdit"](err, result, ctx, cfg)
+end
+
+local function notify(msg, level)
+  vim.notify("ngramd: " .. msg, level or vim.log.levels.INFO)
+end
+
+local function set_keymaps(bufnr, native)
+  local keys = M.config.keymaps
+  if not keys then
+    return
+  end
+  local function map(lhs, rhs, desc, expr)
+    if lhs and lhs ~= "" then
+      vim.keymap.set("i", lhs, rhs, { buffer = bufnr, desc = "ngramd: " .. desc, expr = expr, silent = true })
+    end
+  end
+  if native then
+    local ic = vim.lsp.inline_completion
+    local select = ic.select or ic.jump
+    map(keys.accept, function()
+      if not ic.get({ bufnr = bufnr }) then
+        vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys.accept, true, false, true), "n", false)
+      end
+    end, "accept suggestion")
+    map(keys.next, function()
+      select({ count = 1 })
+    end, "next suggestion")
+    map(keys.prev, function()
+      select({ count = -1 })
+    end, "previous suggestion")
+    return
+  end
+  local accept_key = keys.accept
+  map(accept_key, function()
+    if ghost.visible(bufnr) then
+      return "<Cmd>lua require('ngramd').accept()<CR>"
+    end
+    return accept_key
+  end, "accept suggestion", true)
+  map(keys.next, function()
+    M.next()
+  end, "next suggestion")
+  map(keys.prev, function()
+    M.prev()
+  end, "previous suggestion")
+  map(keys.dismiss, function()
+    M.dismiss()
+  end, "dismiss suggestion")
+  map(keys.trigger, function()
+    M.suggest()
+  end, "request a suggestion")
+end
+
+local function capabilities(native)
+  local caps = vim.lsp.protocol.make_client_capabilities()
+  if not native then
+    -- Older clients do not announce inline completion; this plugin handles it.
+    caps.textDocument = caps.textDocument or {}
+    caps.textDocument.inlineCompletion = { dynamicRegistration = false }
+  end
+  return caps
+end
+
+local function on_attach(client, bufnr)
+  if M.native then
+    vim.lsp.inline_completion.enable(M.config.enabled, { bufnr = bufnr })
+  else
+    ghost.attach(bufnr)
+  end
+  set_keymaps(bufnr, M.native)
+end
+
+--- Starts (or reuses) the ngramd client for `bufnr`; returns the client id or nil.
+function M.start(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  if not M.config then
+    M.setup({})
+  end
+  local existing = client_mod.get(bufnr)
+  if existing then
+    return existing.id
+  end
+  local root = client_mod.root_dir(vim.api.nvim_buf_get_name(bufnr), M.config.root_markers)
+  local cmd, err = config.server_cmd(M.config, root)
+  if not cmd then
+    if not M._warned then
+      M._warned = true
+      notify(err, vim.log.levels.WARN)
+    end
+    return nil
+  end
+  local id, start_err = client_mod.start(bufnr, {
+    name = client_mod.NAME,
+    cmd = cmd,
+    root_dir = root,
+    init_options = M.init_options(),
+    capabilities = capabilities(M.native),
+    on_attach = on_attach,
+    handlers = { ["workspace/applyEdit"] = on_apply_edit },
+    flags = { debounce_text_changes = 0 }, -- sync every keystroke: completions need the latest text
+  })
+  if not id then
+    notify(start_err, vim.log.levels.ERROR)
+  end
+  return id
+end
+
+--- The options sent to the server; the fallback path debounces itself, so the server
+--- is asked not to wait a second time.
+function M.init_options()
+  return config.init_options(M.config, (not M.native) and 0 or nil)
+end
+
+local function filetype_enabled(ft)
+  if M.config.filetypes == "*" then
+    return ft ~= ""
+  end
+  for _, f in ipairs(M.config.filetypes) do
+    if f == ft then
+      return true
+    end
+  end
+  return false
+end
+
+function M.setup(opts)
+  M.config = config.resolve(opts)
+  M.native = config.use_native(M.config)
+  ghost.options.debounce_ms = M.config.debounce_ms
+  ghost.options.highlight = M.config.highlight
+  ghost.options.enabled = M.config.enabled
+  vim.cmd("highlight default link NgramdGhost Comment")
+
+  local group = vim.api.nvim_create_augroup("ngramd", { clear = true })
+  vim.api.nvim_create_autocmd("FileType", {
+    group = group,
+    pattern = "*",
+    callback = function(args)
+      if filetype_enabled(args.match) and vim.bo[args.buf].buftype == "" then
+        M.start(args.buf)
+      end
+    end,
+  })
+
+  vim.api.nvim_create_user_command("NgramdStatus", function()
+    M.status(function(err, result)
+      if err then
+        notify("status failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      else
+        notify(M.format_status(result) .. "\n" .. vim.inspect(result))
+      end
+    end)
+  end, { desc = "ngramd: show the daemon's state and acceptance figures" })
+  vim.api.nvim_create_user_command("NgramdToggle", function()
+    M.toggle()
+    notify(M.config.enabled and "completions on" or "completions off")
+  end, { desc = "ngramd: turn inline completions on or off" })
+  vim.api.nvim_create_user_command("NgramdRewrite", function(args)
+    M.rewrite({ line1 = args.line1, line2 = args.line2, instruction = args.args ~= "" and args.args or nil })
+  end, { range = true, nargs = "*", desc = "ngramd: rewrite the selected lines following an instruction" })
+
+  -- Buffers already open when setup runs.
+  for _, b in ipairs(vim.api.nvim_list_bufs()) do
+    if vim.api.nvim_buf_is_loaded(b) and filetype_enabled(vim.bo[b].filetype) and vim.bo[b].buftype == "" then
+      M.start(b)
+    end
+  end
+  return M
+end
+
+-- Suggestions (fallback path; on the native path these call the built-in module).
+
+function M.suggest()
+  if M.native then
+    return vim.lsp.inline_completion.get()
+  end
+  return ghost.request(vim.api.nvim_get_current_buf(), 1)
+end
+
+function M.accept()
+  if M.native then
+    return vim.lsp.inline_completion.get()
+  end
+  return ghost.accept()
+end
+
+function M.next()
+  if M.native then
+    return (vim.lsp.inline_completion.select or vim.lsp.inline_completion.jump)({ count = 1 })
+  end
+  return ghost.cycle(nil, 1)
+end
+
+function M.prev()
+  if M.native then
+    return (vim.lsp.inline_completion.select or vim.lsp.inline_completion.jump)({ count = -1 })
+  end
+  return ghost.cycle(nil, -1)
+end
+
+function M.dismiss()
+  if not M.native then
+    ghost.dismiss()
+  end
+end
+
+-- Commands.
+
+--- Sends the current options to every ngramd client.
+local function push_config()
+  local settings = { ngramd = M.init_options() }
+  for _, c in ipairs(client_mod.all()) do
+    client_mod.notify(c, "workspace/didChangeConfiguration", { settings = settings })
+  end
+end
+
+--- Turns completions on or off (all buffers); the server is told through
+--- workspace/didChangeConfiguration (enabled).
+function M.toggle(enabled)
+  if enabled == nil then
+    enabled = not M.config.enabled
+  end
+  M.config.enabled = enabled
+  ghost.options.enabled = enabled
+  if not enabled then
+    for _, b in ipairs(vim.api.nvim_list_bufs()) do
+      ghost.dismiss(b)
+    end
+  end
+  if M.native then
+    vim.lsp.inline_completion.enable(enabled)
+  end
+  push_config()
+  return enabled
+end
+
+--- ngramd.status; `callback(err, result)`.
+function M.status(callback)
+  client_mod.execute(0, "ngramd.status", {}, function(err, result)
+    if not err then
+      M.last_status = result
+    end
+    if callback then
+      callback(err, result)
+    end
+  end)
+end
+
+-- The status reply of `ngramd lsp` (lsp/server.py status):
+--   { enabled, settings, socket, connected, lastError, counters,
+--     daemon = <the daemon's status (docs/rpc.md)> or { error = ... } }
+-- with daemon.generation = { drafted, accepted, acceptance, ... } and daemon.model.name.
+
+--- Share of drafted tokens the model accepted, or nil before anything was drafted.
+local function acceptance(result)
+  if type(result) ~= "table" then
+    return nil
+  end
+  local daemon = type(result.daemon) == "table" and result.daemon or {}
+  local scopes = { result, result.generation, daemon.generation, daemon, result.stats }
+  for i = 1, 5 do
+    local s = scopes[i]
+    if type(s) == "table" then
+      local d, a = s.drafted, s.accepted
+      if type(d) == "number" and type(a) == "number" then
+        return d > 0 and a / d or nil
+      end
+      local rate = s.acceptance_rate or s.acceptanceRate
+      if type(rate) == "number" then
+        return rate
+      end
+    end
+  end
+  return nil
+end
+M.acceptance = acceptance
+
+--- "running", "down" or "unknown".
+local function daemon_state(result)
+  if type(result) ~= "table" then
+    return "unknown"
+  end
+  if type(result.daemon) == "table" and result.daemon.error then
+    return "down"
+  end
+  if result.connected == true then
+    return "running"
+  elseif result.connected == false then
+    return "down"
+  end
+  return "unknown"
+end
+
+--- One line: "daemon running, completions on, model X, acceptance 73%".
+function M.format_status(result)
+  local parts = { "daemon " .. daemon_state(result), M.config.enabled and "completions on" or "completions off" }
+  local model = type(result) == "table" and type(result.daemon) == "table" and type(result.daemon.model) == "table"
+    and result.daemon.model.name
+  if type(model) == "string" then
+    parts[#parts + 1] = "model " .. model
+  end
+  local rate = acceptance(result)
+  if rate then
+    parts[#parts + 1] = string.format("acceptance %d%%", math.floor(rate * 100 + 0.5))
+  end
+  return table.concat(parts, ", ")
+end
+
+--- For a statusline: the last status fetched, short ("ngramd 73%"), or "".
+function M.statusline()
+  if not M.last_status then
+    return ""
+  end
+  local rate = acceptance(M.last_status)
+  return rate and string.format("ngramd %d%%", math.floor(rate * 100 + 0.5)) or "ngramd"
+end
+
+--- The LSP range of a rewrite: the last visual selection when it lies on lines
+--- line1..line2 (characterwise: its columns; linewise: whole lines), else whole lines.
+local function rewrite_range(bufnr, line1, line2, encoding)
+  local s = vim.api.nvim_buf_get_mark(bufnr, "<")
+  local e = vim.api.nvim_buf_get_mark(bufnr, ">")
+  local vmode = vim.fn.visualmode()
+  local last = vim.api.nvim_buf_get_lines(bufnr, line2 - 1, line2, false)[1] or ""
+  if vmode == "v" and s[1] == line1 and e[1] == line2 then
+    local first = vim.api.nvim_buf_get_lines(bufnr, line1 - 1, line1, false)[1] or ""
+    -- '> is on the last selected character: the range ends after it.
+    local end_byte = math.min(#last, e[2] + 1)
+    while end_byte < #last and bit.band(last:byte(end_byte + 1), 0xC0) == 0x80 do
+      end_byte = end_byte + 1
+    end
+    return {
+      start = { line = line1 - 1, character = text.lsp_col(first, s[2], encoding) },
+      ["end"] = { line = line2 - 1, character = text.lsp_col(last, end_byte, encoding) },
+    }
+  end
+  return {
+    start = { line = line1 - 1, character = 0 },
+    ["end"] = { line = line2 - 1, character = text.lsp_col(last, #last, encoding) },
+  }
+end
+
+--- Rewrites lines line1..line2 (or the visual selection on them) with ngramd.rewriteSelection.
+--- opts: line1, line2, instruction (asked for when nil), callback(err, result).
+function M.rewrite(opts)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local client = client_mod.get(bufnr)
+  if not client then
+    notify("no ngramd client is attached to this buffer", vim.log.levels.WARN)
+    return
+  end
+  local instruction = opts.instruction
+  if instruction == nil then
+    instruction = vim.fn.input("Rewrite: ")
+  end
+  if instruction == nil or vim.trim(instruction) == "" then
+    notify("no instruction given", vim.log.levels.WARN)
+    return
+  end
+  local encoding = client.offset_encoding or "utf-16"
+  local range = opts.range or rewrite_range(bufnr, opts.line1, opts.line2, encoding)
+  local uri = vim.uri_from_bufnr(bufnr)
+  local before = M.apply_edits
+  client_mod.request(client, "workspace/executeCommand", {
+    command = "ngramd.rewriteSelection",
+    arguments = { uri, range, instruction },
+  }, function(err, result)
+    if err then
+      notify("rewrite failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
+    elseif M.apply_edits == before and type(result) == "table" and (result.changes or result.documentChanges) then
+      -- The server returned the edit without sending workspace/applyEdit (`ngramd lsp`
+      -- does both: applying the returned one too would insert the text twice).
+      vim.lsp.util.apply_workspace_edit(result, encoding)
+    end
+    if opts.callback then
+      opts.callback(err, result)
+    end
+  end, bufnr)
+end
+
+return M

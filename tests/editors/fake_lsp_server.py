@@ -1,0 +1,128 @@
+"""A stand-in for ``ngramd lsp`` that pins the editor plugins' side of the protocol.
+
+pygls 2 over stdio, no daemon, no model. It answers with fixed, rule-based text so that
+a client test can check exactly what the client sent and what it did with the reply:
+
+textDocument/inlineCompletion, by what precedes the cursor on its line:
+- ends with ``#pos``    -> " <character>": the LSP column the client sent (UTF-16 units)
+- ends with ``#multi``  -> two items, "first\\nsecond" and " other"
+- ends with ``#snippet``-> a snippet item "call(${1:x})"
+- ends with ``#none``   -> null
+- ends with a word that is a prefix of "return a + b" -> one item whose range starts at
+  that word, insertText "return a + b\\n# done"
+- else nothing. Disabled (``enabled`` false) -> nothing.
+
+workspace/executeCommand:
+- ngramd.status            -> the shape of the real server's status, plus what this
+                              server saw: ``init`` (initializationOptions), ``settings``
+                              (every didChangeConfiguration), ``triggers`` (triggerKinds)
+- ngramd.toggle [bool]     -> {"enabled": ...}
+- ngramd.rewriteSelection uri range instruction -> "[" + the range upper-cased + "]"; sends
+  workspace/applyEdit and returns the edit (as the real server does), or only returns it
+  when the instruction starts with "return-only"
+- fake.document uri        -> the server's copy of the document (incremental sync check)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+server = LanguageServer("fake-ngramd", "0.0")
+seen: dict[str, Any] = {"init": None, "settings": [], "triggers": [], "enabled": True}
+
+TARGET = "return a + b"
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: LanguageServer, params: types.InitializeParams) -> None:
+    seen["init"] = params.initialization_options
+    if isinstance(params.initialization_options, dict):
+        seen["enabled"] = params.initialization_options.get("enabled", True)
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: LanguageServer, params: types.DidChangeConfigurationParams) -> None:
+    settings = params.settings
+    seen["settings"].append(settings)
+    if isinstance(settings, dict):
+        flat = settings.get("ngramd", settings)
+        if isinstance(flat, dict) and "enabled" in flat:
+            seen["enabled"] = bool(flat["enabled"])
+
+
+def _prefix(ls: LanguageServer, uri: str, pos: types.Position) -> str:
+    doc = ls.workspace.get_text_document(uri)
+    lines = doc.lines
+    line = lines[pos.line].rstrip("\r\n") if pos.line < len(lines) else ""
+    col = doc.position_codec.position_from_client_units(lines, pos).character if pos.line < len(lines) else 0
+    return line[:col]
+
+
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams) -> types.InlineCompletionList | None:
+    seen["triggers"].append(int(params.context.trigger_kind))
+    if not seen["enabled"]:
+        return None
+    pos = params.position
+    prefix = _prefix(ls, params.text_document.uri, pos)
+    item = types.InlineCompletionItem
+    if prefix.endswith("#pos"):
+        return types.InlineCompletionList(items=[item(insert_text=f" {pos.character}")])
+    if prefix.endswith("#multi"):
+        return types.InlineCompletionList(items=[item(insert_text="first\nsecond"), item(insert_text=" other")])
+    if prefix.endswith("#snippet"):
+        return types.InlineCompletionList(items=[
+            item(insert_text=types.StringValue(value="call(${1:x})"))])
+    if prefix.endswith("#none"):
+        return None
+    word = re.search(r"[A-Za-z_]+$", prefix)
+    if word and TARGET.startswith(word.group(0)):
+        start = types.Position(line=pos.line, character=pos.character - len(word.group(0)))
+        return types.InlineCompletionList(items=[
+            item(insert_text=TARGET + "\n# done", range=types.Range(start=start, end=pos))])
+    return types.InlineCompletionList(items=[])
+
+
+@server.command("ngramd.status")
+def status(ls: LanguageServer, *args: Any) -> dict[str, Any]:
+    return {
+        "enabled": seen["enabled"],
+        "connected": True,
+        "daemon": {"model": {"name": "fake"}, "generation": {"drafted": 4, "accepted": 3}},
+        "init": seen["init"],
+        "settings": seen["settings"],
+        "triggers": seen["triggers"],
+    }
+
+
+@server.command("ngramd.toggle")
+def toggle(ls: LanguageServer, *args: Any) -> dict[str, Any]:
+    seen["enabled"] = bool(args[0]) if args else not seen["enabled"]
+    return {"enabled": seen["enabled"]}
+
+
+@server.command("fake.document")
+def document(ls: LanguageServer, uri: str) -> str:
+    return ls.workspace.get_text_document(uri).source
+
+
+@server.command("ngramd.rewriteSelection")
+async def rewrite(ls: LanguageServer, *args: Any) -> Any:
+    uri, raw_range, instruction = args
+    rng = ls.protocol._converter.structure(raw_range, types.Range)
+    doc = ls.workspace.get_text_document(uri)
+    start, end = doc.offset_at_position(rng.start), doc.offset_at_position(rng.end)
+    # Not idempotent, so that an edit applied twice shows: "beta" -> "[BETA]".
+    new_text = "[" + doc.source[start:end].upper() + "]"
+    edit = types.WorkspaceEdit(changes={uri: [types.TextEdit(range=rng, new_text=new_text)]})
+    if not str(instruction).startswith("return-only"):
+        await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="rewrite"))
+    return ls.protocol._converter.unstructure(edit)
+
+
+if __name__ == "__main__":
+    server.start_io()

@@ -1,0 +1,436 @@
+-- Headless Neovim tests of the ngramd plugin. Run by tests/editors/test_neovim.py:
+--   nvim --headless -u NONE -i NONE -n --cmd "set rtp^=editors/neovim" -c "luafile tests/editors/nvim/run.lua"
+-- Environment:
+--   NGRAMD_TEST_SUITE  "unit" (pure modules), "fake" (tests/editors/fake_lsp_server.py) or
+--                      "real" (`ngramd lsp --model tiny`)
+--   NGRAMD_TEST_CMD    JSON list: the server command (fake, real)
+--   NGRAMD_TEST_DIR    a scratch folder
+--   NGRAMD_TEST_OUT    file that receives one line per test: "ok <name>" or "not ok <name>: why"
+--   NGRAMD_TEST_TIMEOUT_MS  how long to wait for a server reply (default 10000)
+-- Every test asserts; the file ends with "done <passed> <failed>".
+
+local out = assert(io.open(assert(os.getenv("NGRAMD_TEST_OUT"), "NGRAMD_TEST_OUT unset"), "w"))
+local suite = os.getenv("NGRAMD_TEST_SUITE") or "unit"
+local dir = os.getenv("NGRAMD_TEST_DIR") or vim.fn.tempname()
+local timeout = tonumber(os.getenv("NGRAMD_TEST_TIMEOUT_MS") or "10000")
+vim.fn.mkdir(dir, "p")
+
+local passed, failed = 0, 0
+local function log(s)
+  out:write(s .. "\n")
+  out:flush()
+end
+
+local function finish()
+  log(string.format("done %d %d", passed, failed))
+  out:close()
+  vim.cmd(failed == 0 and "qall!" or "cquit! 1")
+end
+
+local function eq(got, want, what)
+  if not vim.deep_equal(got, want) then
+    error(string.format("%s: want %s, got %s", what or "value", vim.inspect(want), vim.inspect(got)), 2)
+  end
+end
+
+local function wait(cond, what, ms)
+  if not vim.wait(ms or timeout, cond, 10) then
+    error("timed out waiting for " .. what, 2)
+  end
+end
+
+local tests = {}
+local function test(name, fn)
+  tests[#tests + 1] = { name = name, fn = fn }
+end
+
+local function run_all()
+  for _, t in ipairs(tests) do
+    local ok, err = pcall(t.fn)
+    if ok then
+      passed = passed + 1
+      log("ok " .. t.name)
+    else
+      failed = failed + 1
+      log("not ok " .. t.name .. ": " .. tostring(err):gsub("\n", " | "))
+    end
+  end
+end
+
+-- ---------------------------------------------------------------------------------
+-- unit: pure modules
+-- ---------------------------------------------------------------------------------
+if suite == "unit" then
+  local text = require("ngramd.text")
+  local config = require("ngramd.config")
+
+  test("text.byte_col and lsp_col agree on UTF-16, UTF-32 and UTF-8", function()
+    local line = "x = '\240\159\152\128\195\169' #"   -- x = '😀é' #
+    -- bytes: "x = '" 5, 😀 4, é 2, "' #" 3 -> 14; UTF-16: 5 + 2 + 1 + 3 = 11; UTF-32: 10
+    eq(text.lsp_col(line, #line, "utf-16"), 11, "utf-16 end")
+    eq(text.lsp_col(line, #line, "utf-32"), 10, "utf-32 end")
+    eq(text.lsp_col(line, #line, "utf-8"), 14, "utf-8 end")
+    eq(text.byte_col(line, 11, "utf-16"), 14, "utf-16 back")
+    eq(text.byte_col(line, 7, "utf-16"), 9, "after the emoji")
+    eq(text.byte_col(line, 6, "utf-32"), 9, "after the emoji, utf-32")
+    eq(text.byte_col(line, 99, "utf-16"), 14, "clamped")
+    for b = 0, #line do
+      -- only character boundaries round-trip
+      local c = line:byte(b + 1)
+      if c == nil or c < 0x80 or c >= 0xC0 then
+        eq(text.byte_col(line, text.lsp_col(line, b, "utf-16"), "utf-16"), b, "round trip at " .. b)
+      end
+    end
+  end)
+
+  test("text.split_lines keeps empty pieces", function()
+    eq(text.split_lines("a\nb"), { "a", "b" })
+    eq(text.split_lines("a\n"), { "a", "" })
+    eq(text.split_lines(""), { "" })
+    eq(text.split_lines("\n\n"), { "", "", "" })
+  end)
+
+  test("text.ghost_text strips the typed prefix and rejects what no longer fits", function()
+    eq(text.ghost_text("return a", "    ret", 4, 7), "urn a")
+    eq(text.ghost_text("return a", "    rex", 4, 7), nil, "typed text differs")
+    eq(text.ghost_text("ret", "    ret", 4, 7), nil, "nothing left to add")
+    eq(text.ghost_text(" 14", "abc", 3, 3), " 14", "no range: cursor")
+    eq(text.ghost_text("x", "abc", 3, 2), nil, "range starts after the cursor")
+  end)
+
+  test("text.snippet_to_text and item_text", function()
+    eq(text.snippet_to_text("call(${1:x}, ${2:y})$0"), "call(x, y)")
+    eq(text.snippet_to_text("f(${1:${2:inner}})"), "f(inner)")
+    eq(text.snippet_to_text("a\\$b ${1|one,two|}"), "a$b one")
+    eq(text.item_text({ insertText = "plain" }), "plain")
+    eq(text.item_text({ insertText = { kind = "snippet", value = "g($1)" } }), "g()")
+    eq(text.item_text({}), nil)
+  end)
+
+  test("text.end_of_insert", function()
+    eq({ text.end_of_insert(3, 4, { "abc" }) }, { 3, 7 })
+    eq({ text.end_of_insert(3, 4, { "abc", "de" }) }, { 4, 2 })
+  end)
+
+  test("config.resolve: defaults, merge, and clear errors", function()
+    local c = config.resolve({ max_tokens = 12, keymaps = { accept = "<C-y>" } })
+    eq(c.max_tokens, 12)
+    eq(c.keymaps.accept, "<C-y>")
+    eq(c.keymaps.next, "<M-]>", "other keys kept")
+    eq(config.resolve({ filetypes = { "lua" } }).filetypes, { "lua" })
+    eq(config.resolve({ keymaps = false }).keymaps, false)
+    local ok, err = pcall(config.resolve, { max_tokens = 0 })
+    eq(ok, false)
+    assert(tostring(err):find("max_tokens"), "error names the option: " .. tostring(err))
+    ok, err = pcall(config.resolve, { cmd = "ngramd" })
+    eq(ok, false)
+    assert(tostring(err):find("cmd"), tostring(err))
+  end)
+
+  test("config.init_options carries the server's keys", function()
+    local c = config.resolve({ max_tokens = 32, multiline = false, debounce_ms = 40, model = "tiny" })
+    eq(config.init_options(c), {
+      maxTokens = 32, multiline = false, temperature = 0, debounceMs = 40, enabled = true, model = "tiny",
+    })
+    eq(config.init_options(c, 0).debounceMs, 0, "fallback path: the client debounces")
+  end)
+
+  test("config.server_cmd: explicit, project .venv, PATH", function()
+    local c = config.resolve({ model = "tiny", socket = "/tmp/s" })
+    local function exe(set)
+      return function(p)
+        return set[p] == true
+      end
+    end
+    local function path(found)
+      return function()
+        return found
+      end
+    end
+    eq(config.server_cmd(c, "/p", exe({ ["/p/.venv/bin/ngramd"] = true }), path("/usr/bin/ngramd")),
+      { "/p/.venv/bin/ngramd", "lsp", "--model", "tiny", "--socket", "/tmp/s" })
+    eq(config.server_cmd(c, "/p", exe({}), path("/usr/bin/ngramd"))[1], "/usr/bin/ngramd")
+    local cmd, err = config.server_cmd(c, "/p", exe({}), path(""))
+    eq(cmd, nil)
+    assert(err:find("not found"), err)
+    eq(config.server_cmd(config.resolve({ cmd = { "x", "y" } }), "/p"), { "x", "y" })
+  end)
+
+  test("config.use_native follows the Neovim version", function()
+    local want = vim.fn.has("nvim-0.12") == 1 and vim.lsp.inline_completion ~= nil
+    eq(config.use_native(config.resolve({})), want)
+    eq(config.use_native(config.resolve({ native = false })), false)
+  end)
+
+  run_all()
+  finish()
+  return
+end
+
+-- ---------------------------------------------------------------------------------
+-- fake / real: the plugin against a server
+-- ---------------------------------------------------------------------------------
+local cmd = vim.fn.json_decode((assert(os.getenv("NGRAMD_TEST_CMD"), "NGRAMD_TEST_CMD unset")))
+local ngramd = require("ngramd")
+local ghost = require("ngramd.ghost")
+local client_mod = require("ngramd.client")
+
+local notes = {}
+vim.notify = function(msg, level)
+  notes[#notes + 1] = msg
+end
+
+vim.cmd("filetype on") -- -u NONE leaves detection off; users have it on
+ngramd.setup({ cmd = cmd, filetypes = { "python" }, debounce_ms = 20, native = false })
+ghost.require_insert = false -- the synchronous tests drive the functions in Normal mode,
+vim.o.virtualedit = "onemore" -- where the cursor may then stand after the line's end as in Insert mode
+
+local file = dir .. "/sample.py"
+vim.fn.writefile({ "def add(a, b):", "    pass" }, file)
+vim.cmd("edit " .. vim.fn.fnameescape(file))
+local buf = vim.api.nvim_get_current_buf()
+
+local function client()
+  return client_mod.get(buf)
+end
+
+local function set_lines(lines, row, col)
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.api.nvim_win_set_cursor(0, { row, col })
+end
+
+local function lines()
+  return vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+end
+
+-- A request whose reply has arrived (or failed) leaves no request in flight.
+local function suggest_and_wait()
+  ngramd.dismiss()
+  ngramd.suggest()
+  wait(function()
+    return ghost.visible(buf)
+  end, "a suggestion")
+end
+
+local function execute(command, args)
+  local done, err, result = false, nil, nil
+  client_mod.execute(buf, command, args, function(e, r)
+    done, err, result = true, e, r
+  end)
+  wait(function()
+    return done
+  end, command)
+  if err then
+    error(command .. " failed: " .. vim.inspect(err), 2)
+  end
+  return result
+end
+
+test("the client starts on FileType python and initializes", function()
+  eq(vim.bo[buf].filetype, "python", "filetype")
+  local ok = vim.wait(timeout, function()
+    local c = client()
+    return c ~= nil and c.initialized
+  end, 10)
+  if not ok then
+    error("the ngramd client did not initialize; messages: " .. vim.inspect(notes))
+  end
+  eq(client().name, "ngramd")
+end)
+
+if suite == "fake" then
+  test("initializationOptions carry the settings (server debounce 0 on the fallback path)", function()
+    local st = execute("ngramd.status", {})
+    eq(st.init, { maxTokens = 64, multiline = true, temperature = 0, debounceMs = 0, enabled = true })
+  end)
+
+  test("fallback: inline completion drawn as extmarks, accepted into the buffer", function()
+    set_lines({ "def add(a, b):", "    ret" }, 2, 7)
+    suggest_and_wait()
+    eq(ghost.shown(buf), "urn a + b\n# done", "ghost text")
+    local marks = vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, { details = true })
+    eq(#marks, 1, "one extmark")
+    local d = marks[1][4]
+    eq({ marks[1][2], marks[1][3] }, { 1, 7 }, "at the cursor")
+    eq(d.virt_text[1][1], "urn a + b", "first line as virt_text")
+    eq(d.virt_lines[1][1][1], "# done", "next lines as virt_lines")
+    assert(ngramd.accept(), "accept returned false")
+    eq(lines(), { "def add(a, b):", "    return a + b", "# done" }, "buffer after accept")
+    eq(vim.api.nvim_win_get_cursor(0), { 3, 6 }, "cursor after the insert")
+    eq(#vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, {}), 0, "ghost cleared")
+  end)
+
+  test("positions are sent in UTF-16 code units", function()
+    local line = "x = '\240\159\152\128\195\169' #pos" -- x = '😀é' #pos
+    set_lines({ line }, 1, #line)
+    suggest_and_wait()
+    eq(ghost.shown(buf), " 14", "server saw UTF-16 column 14 (17 bytes)")
+  end)
+
+  test("several suggestions: next and prev cycle", function()
+    set_lines({ "x = 1 #multi" }, 1, 12)
+    suggest_and_wait()
+    eq(ghost.shown(buf), "first\nsecond")
+    assert(ngramd.next(), "next")
+    eq(ghost.shown(buf), " other")
+    assert(ngramd.prev(), "prev")
+    eq(ghost.shown(buf), "first\nsecond")
+    ngramd.dismiss()
+    eq(ghost.visible(buf), false, "dismissed")
+  end)
+
+  test("snippet items are inserted as plain text", function()
+    set_lines({ "y = #snippet" }, 1, 12)
+    suggest_and_wait()
+    eq(ghost.shown(buf), "call(x)")
+    ngramd.accept()
+    eq(lines(), { "y = #snippetcall(x)" })
+  end)
+
+  test("a reply for text that changed meanwhile is not drawn", function()
+    set_lines({ "    ret" }, 1, 7)
+    ngramd.suggest()
+    vim.api.nvim_buf_set_lines(buf, 0, -1, false, { "    re" }) -- typed before the reply came
+    vim.api.nvim_win_set_cursor(0, { 1, 6 })
+    wait(function()
+      return not ghost.pending(buf)
+    end, "the reply")
+    eq(ghost.visible(buf), false, "stale reply drawn")
+    suggest_and_wait()
+    eq(ghost.shown(buf), "turn a + b\n# done", "a fresh request is drawn for the new text")
+    ngramd.dismiss()
+  end)
+
+  test("incremental sync keeps the server's copy equal to the buffer", function()
+    set_lines({ "alpha", "beta", "gamma" }, 1, 0)
+    vim.api.nvim_buf_set_text(buf, 1, 2, 1, 2, { "\195\169\240\159\152\128" }) -- insert é😀 inside a line
+    vim.api.nvim_buf_set_lines(buf, 0, 1, false, {}) -- delete the first line
+    vim.api.nvim_buf_set_lines(buf, -1, -1, false, { "delta", "" })
+    vim.api.nvim_buf_set_text(buf, 0, 0, 1, 1, { "J" }) -- join across lines
+    local want = table.concat(lines(), "\n") .. "\n"
+    eq(execute("fake.document", { vim.uri_from_bufnr(buf) }), want, "server text")
+  end)
+
+  test(":NgramdStatus shows daemon state, model and acceptance", function()
+    notes = {}
+    vim.cmd("NgramdStatus")
+    wait(function()
+      return #notes > 0
+    end, "the status message")
+    assert(notes[1]:find("daemon running", 1, true), notes[1])
+    assert(notes[1]:find("model fake", 1, true), notes[1])
+    assert(notes[1]:find("acceptance 75%", 1, true), notes[1])
+    eq(ngramd.statusline(), "ngramd 75%")
+  end)
+
+  test(":NgramdToggle sends enabled through didChangeConfiguration and stops suggestions", function()
+    vim.cmd("NgramdToggle")
+    local st = execute("ngramd.status", {})
+    eq(st.settings[#st.settings].ngramd.enabled, false, "settings sent")
+    eq(st.enabled, false, "server disabled")
+    set_lines({ "    ret" }, 1, 7)
+    eq(ngramd.suggest(), false, "no request while disabled")
+    vim.cmd("NgramdToggle")
+    st = execute("ngramd.status", {})
+    eq(st.enabled, true, "enabled again")
+    suggest_and_wait()
+    ngramd.dismiss()
+  end)
+
+  test(":NgramdRewrite on a charwise selection: the server's applyEdit is applied once", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    vim.cmd("normal! 0wve\27") -- select "beta", leave Visual mode
+    vim.cmd("'<,'>NgramdRewrite make it loud")
+    wait(function()
+      return lines()[1] ~= "alpha beta"
+    end, "the rewrite")
+    vim.wait(200) -- a second (wrong) application would land now
+    eq(lines(), { "alpha [BETA]", "gamma" })
+  end)
+
+  test(":NgramdRewrite on lines: a returned edit is applied by the client", function()
+    set_lines({ "alpha beta", "gamma", "rest" }, 1, 0)
+    vim.cmd("1,2NgramdRewrite return-only upper")
+    wait(function()
+      return lines()[1] ~= "alpha beta"
+    end, "the rewrite")
+    eq(lines(), { "[ALPHA BETA", "GAMMA]", "rest" })
+  end)
+end
+
+if suite == "real" then
+  test("real server: a suggestion from the tiny model reaches the buffer", function()
+    set_lines({ "def add(a, b):", "    return a + b", "", "def sub(a, b):", "    ret" }, 5, 7)
+    local before = lines()
+    ngramd.suggest()
+    wait(function()
+      return ghost.visible(buf)
+    end, "a suggestion from ngramd lsp (tiny model)")
+    local shown = ghost.shown(buf)
+    assert(type(shown) == "string" and #shown > 0, "empty suggestion")
+    assert(ngramd.accept(), "accept returned false")
+    local after = table.concat(lines(), "\n")
+    assert(after ~= table.concat(before, "\n"), "buffer unchanged")
+    assert(after:find(shown, 1, true), "buffer lacks the suggestion " .. vim.inspect(shown))
+  end)
+
+  test("real server: ngramd.status answers with the daemon's figures", function()
+    local st = execute("ngramd.status", {})
+    eq(st.connected, true, "connected to the daemon")
+    assert(type(st.daemon) == "table" and type(st.daemon.generation) == "table", vim.inspect(st))
+    assert(ngramd.format_status(st):find("daemon running", 1, true), ngramd.format_status(st))
+  end)
+end
+
+run_all()
+
+if suite ~= "fake" then
+  finish()
+  return
+end
+
+-- Last, asynchronously: real keystrokes in Insert mode. The keys are processed only once
+-- this script returns to the main loop, so the checks run from timers.
+ghost.require_insert = true
+set_lines({ "def add(a, b):", "    " }, 2, 4)
+local name = "typing in Insert mode triggers a debounced suggestion; <Tab> accepts it"
+local deadline = vim.loop.now() + timeout
+local stage = "waiting for the ghost text"
+local function fail(why)
+  failed = failed + 1
+  log("not ok " .. name .. ": " .. why)
+  finish()
+end
+local function poll()
+  if vim.loop.now() > deadline then
+    return fail("timed out " .. stage .. "; lines " .. vim.inspect(lines()) .. " mode " .. vim.fn.mode())
+  end
+  if stage == "waiting for the ghost text" then
+    if ghost.visible(buf) then
+      if ghost.shown(buf) ~= "urn a + b\n# done" then
+        return fail("ghost " .. vim.inspect(ghost.shown(buf)))
+      end
+      stage = "waiting for the accept"
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Tab>", true, false, true), "t", false)
+    end
+  elseif stage == "waiting for the accept" then
+    local l = lines()
+    if l[2] == "    return a + b" then
+      local ok, err = pcall(function()
+        eq(l, { "def add(a, b):", "    return a + b", "# done" }, "buffer")
+        local st = execute("ngramd.status", {})
+        eq(st.triggers[#st.triggers], 2, "triggerKind Automatic")
+      end)
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)
+      if not ok then
+        return fail(tostring(err))
+      end
+      passed = passed + 1
+      log("ok " .. name)
+      return finish()
+    end
+  end
+  vim.defer_fn(poll, 20)
+end
+vim.api.nvim_feedkeys("Aret", "t", false)
+vim.defer_fn(poll, 20)

@@ -1,0 +1,68 @@
+"""The Neovim plugin in headless Neovim (tests/editors/nvim/run.lua):
+- unit: the pure Lua modules (positions in UTF-16/32/8, ghost text, options);
+- fake: the plugin against tests/editors/fake_lsp_server.py, which pins the client's
+  side of the protocol (inline completion request and fallback ghost text, accept,
+  cycling, stale replies, incremental sync, initializationOptions, toggle, status,
+  rewrite) and real Insert-mode typing with the debounce;
+- real: `ngramd lsp --model tiny` with its own daemon: a suggestion reaches the buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+RUN_LUA = ROOT / "tests" / "editors" / "nvim" / "run.lua"
+FAKE_SERVER = ROOT / "tests" / "editors" / "fake_lsp_server.py"
+PLUGIN = ROOT / "editors" / "neovim"
+
+
+def _nvim() -> str:
+    nvim = shutil.which("nvim")
+    if not nvim:
+        pytest.skip("nvim not found on PATH (editors/ci.sh installs Debian's neovim)")
+    return nvim
+
+
+def run_suite(tmp_path: Path, suite: str, cmd: list[str] | None = None, timeout_ms: int = 10000,
+              process_timeout: int = 120) -> list[str]:
+    out = tmp_path / f"{suite}.out"
+    env = dict(os.environ, NGRAMD_TEST_SUITE=suite, NGRAMD_TEST_DIR=str(tmp_path / "work"),
+               NGRAMD_TEST_OUT=str(out), NGRAMD_TEST_TIMEOUT_MS=str(timeout_ms),
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    if cmd is not None:
+        env["NGRAMD_TEST_CMD"] = json.dumps(cmd)
+    proc = subprocess.run(
+        [_nvim(), "--headless", "-u", "NONE", "-i", "NONE", "-n",
+         "--cmd", f"set rtp^={PLUGIN}", "-c", f"luafile {RUN_LUA}"],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=process_timeout)
+    lines = out.read_text().splitlines() if out.exists() else []
+    report = "\n".join(lines) + f"\n--- nvim rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert lines and lines[-1].startswith("done "), f"the Lua tests did not finish:\n{report}"
+    failures = [line for line in lines if line.startswith("not ok")]
+    assert not failures, report
+    assert proc.returncode == 0, report
+    return [line[3:] for line in lines if line.startswith("ok ")]
+
+
+def test_lua_units(tmp_path: Path) -> None:
+    passed = run_suite(tmp_path, "unit")
+    assert len(passed) >= 9, passed
+
+
+def test_plugin_against_fake_server(tmp_path: Path) -> None:
+    passed = run_suite(tmp_path, "fake", [sys.executable, str(FAKE_SERVER)])
+    # Every test in the fake suite, by name fragment, so that none silently drops out.
+    for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "UTF-16",
+                     "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
+                     ":NgramdToggle", "charwise selection", "returned edit", "typing in Insert mode"):
+        assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
