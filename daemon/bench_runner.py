@@ -226,7 +226,14 @@ class BenchRunner:
             cfg = self.index_config if self.index_config is not None else IndexConfig()
             idx = NgramIndex(self.rt.tokenize_batch, cfg)
             t0 = time.perf_counter()
-            counts = idx.index_workspace(str(workspace))
+            counts = dict(idx.index_workspace(str(workspace)))
+            if not counts.get("indexed"):
+                # e.g. the stdlib under pyenv: the enclosing git repo ignores it, so
+                # git ls-files lists nothing; index the files one by one instead
+                files = [p for p in sorted(workspace.rglob("*")) if p.is_file() and not any(
+                    part.startswith(".") or part == "__pycache__" for part in p.relative_to(workspace).parts)]
+                counts = {"files": len(files), "indexed": sum(bool(idx.index_file(str(p))) for p in files),
+                          "fallback": "walked the directory (index_workspace found no file)"}
             self.index_stats[str(workspace)] = {"counts": _jsonable(counts),
                                                 "seconds": round(time.perf_counter() - t0, 2)}
             self.log(f"indexed {workspace} in {time.perf_counter() - t0:.1f} s: {counts}")

@@ -1,0 +1,76 @@
+"""The whole bench with the real engine and index on the tiny model: two cases,
+well-formed output, identical flags present, a summary; the CLI's JSON and exit code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from daemon.bench_cases import load_cases
+from daemon.bench_cmd import bench
+from daemon.cli import main
+
+ROW_KEYS = {"id", "kind", "mode", "status", "prompt", "prompt_tokens", "text", "token_ids", "generated",
+            "ms", "plain_ms", "hf_prompt_lookup_ms", "first_token_ms", "forward_passes", "plain_forward_passes",
+            "drafted", "accepted", "acceptance", "acceptance_by_source", "accepted_per_pass", "trace",
+            "identical", "hf_identical", "speedup_plain", "speedup_hf", "runs_ms", "stop_reason"}
+SUMMARY_KEYS = {"cases", "ok", "identical", "not_identical", "all_identical", "vs_plain", "vs_hf",
+                "decode_vs_plain", "decode_vs_hf", "by_kind", "targets", "acceptance", "tokens_per_pass"}
+
+
+@pytest.fixture()
+def cases_file(tmp_path, workspace):
+    shapes = (workspace / "pkg/shapes.py").read_text()
+    lines = [
+        # the Rectangle's area: its sibling in Square looks alike
+        {"id": "tiny-repeat", "workspace": str(workspace), "file": "pkg/shapes.py",
+         "offset": shapes.index("result = self.width * self.height"), "max_tokens": 8, "mode": "complete",
+         "kind": "repeat", "cut": len("result = self.width * self.height\n        return result\n")},
+        {"id": "tiny-edit", "workspace": str(workspace), "file": "pkg/util.py", "offset": 0,
+         "end": len("def clamp(value, low, high):"), "instruction": "rename clamp to bound",
+         "max_tokens": 8, "mode": "edit"},
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in lines))
+    return path
+
+
+def test_bench_on_two_tiny_cases(tiny_runtime, cases_file):
+    report = bench(load_cases(cases_file), runtime=tiny_runtime, repeat=1)
+    assert [r["id"] for r in report["cases"]] == ["tiny-repeat", "tiny-edit"]
+    for row in report["cases"]:
+        assert row["status"] in ("ok", "unsupported"), row.get("error")
+        if row["status"] == "unsupported":
+            continue
+        assert ROW_KEYS <= row.keys()
+        assert isinstance(row["identical"], bool)
+        assert row["identical"], "speculation changed the output"
+        assert len(row["token_ids"]) == row["generated"] >= 1
+        assert row["ms"] > 0 and row["plain_ms"] > 0 and row["hf_prompt_lookup_ms"] > 0
+        assert row["prompt"] and row["prompt_tokens"] > 0
+        assert row["accepted"] <= row["drafted"]
+        assert row["forward_passes"] <= row["plain_forward_passes"]
+        assert row["hf_generated"] <= row["generated"]
+    assert report["cases"][0]["status"] == "ok"
+    summary = report["summary"]
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["identical"] == summary["ok"] >= 1 and summary["all_identical"]
+    assert "repeat" in summary["by_kind"]
+    assert json.loads(json.dumps(report)) == report  # JSON-clean
+    assert report["meta"]["model"] == "tiny"
+
+
+def test_cli_json_and_exit_code(cases_file, capsys, tmp_path):
+    rc = main(["bench", "--cases", str(cases_file), "--model", "tiny", "--device", "cpu", "--json", "--no-hf"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == (0 if out["summary"]["all_identical"] else 1)
+    assert out["cases"][0]["hf_prompt_lookup_ms"] is None and out["summary"]["vs_hf"]["total"] is None
+
+
+def test_cli_rejects_a_malformed_cases_file(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    assert main(["bench", "--cases", str(bad)]) == 2
+    assert "missing field" in capsys.readouterr().err
+    assert main(["bench"]) == 2
