@@ -49,8 +49,8 @@ class CostModel:
 
     @classmethod
     def calibrate(cls, runtime: Any, context: int = 512, sizes: Sequence[int] = CALIBRATION_SIZES,
-                  repeats: int = 3) -> "CostModel":
-        """Time passes of n new tokens after ``context`` cached tokens (random ids, median of repeats)."""
+                  repeats: int = 4) -> "CostModel":
+        """Time passes of n new tokens after ``context`` cached tokens (random ids, minimum of repeats)."""
         import torch
 
         from daemon.kv_cache import KVCache
@@ -71,26 +71,34 @@ class CostModel:
                 times.append((time.perf_counter() - t0) * 1000)
                 kv.extended(ids[0, context:context + n].tolist())
                 kv.crop(context)
-            out_ms.append(statistics.median(times[1:]))
-        # a pass never gets cheaper with more tokens; smooth out timer noise
-        out_ms = list(np.maximum.accumulate(out_ms))
+            # the minimum: other processes only ever add time (a shared CPU is noisy)
+            out_ms.append(min(times[1:]))
+        # a pass never gets cheaper with more tokens: enforce monotonicity from the top,
+        # so that one slow outlier cannot inflate every larger size
+        out_ms = list(np.minimum.accumulate(out_ms[::-1])[::-1])
         return cls(sizes=list(sizes), ms=out_ms)
 
     @classmethod
-    def cached(cls, runtime: Any, path: Path | None = None) -> "CostModel":
-        """The calibration for this model/device from disk, measured once when missing."""
+    def cached(cls, runtime: Any, path: Path | None = None, refresh: bool = False) -> "CostModel":
+        """The calibration for this model/device from disk, measured once when missing (or ``refresh``).
+
+        The environment variable NGRAMD_RECALIBRATE=1 also forces a new measurement.
+        """
         import torch
 
         from daemon.model import cache_root
 
-        key = f"{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        import os
+
+        key = f"v2|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             pass
-        if key in data:
+        if key in data and not refresh:
             return cls(**data[key])
         t0 = time.perf_counter()
         model = cls.calibrate(runtime)

@@ -91,10 +91,17 @@ def build_prompt(runtime: Any, text: str, offset: int, config: PromptConfig = Pr
     prefix = text[start:offset]
     cut = _last_chunk_start(tok, prefix) if (config.heal and prefix) else len(prefix)
     forced = prefix[cut:]
-    body = prefix[:cut]
-    ids = runtime.encode(body)
-    if len(ids) > prefix_budget:
-        ids = ids[-prefix_budget:]
+    body_end = start + cut
+    ids = runtime.encode(text[start:body_end])
+    while len(ids) > prefix_budget:
+        # denser text than estimated: move the start by whole grid steps (still stable while typing)
+        nxt = (start // GRID_CHARS + 1) * GRID_CHARS
+        if nxt >= body_end:
+            ids = ids[-prefix_budget:]
+            break
+        nl = text.find("\n", nxt, body_end)
+        start = nl + 1 if nl >= 0 else nxt
+        ids = runtime.encode(text[start:body_end])
     line_prefix = text[text.rfind("\n", 0, offset) + 1: offset]
     if fim:
         p, s, m = fim

