@@ -1,0 +1,329 @@
+"""NgramIndex: proposals from each source, incremental == rebuilt, eviction, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index import NO_DRAFT, IndexConfig, NgramIndex, Source
+from index_helpers import char_tokenize, ids, text, word_tokenize
+
+
+def chars(cfg: IndexConfig | None = None) -> NgramIndex:
+    return NgramIndex(char_tokenize, cfg or IndexConfig(min_n=2, max_match=8))
+
+
+def branches(d):
+    return [(text(b.tokens), b.count, b.source, b.match_len) for b in d.branches]
+
+
+def test_buffer_proposal_worked_example():
+    # Buffer "ab1_ab2_ab": context "zab" matches "ab" three times; the two with a
+    # continuation are followed by "1" and "2". The later one ranks first.
+    idx = chars()
+    idx.open_buffer("u", "ab1_ab2_ab")
+    d = idx.propose(ids("zab"), k=3, w=2, current_uri="u")
+    assert branches(d) == [("2_a", 1, Source.BUFFER, 2), ("1_a", 1, Source.BUFFER, 2)]
+    assert branches(idx.propose(ids("zab"), k=3, current_uri="u")) == [("2_a", 1, Source.BUFFER, 2)]
+
+
+def test_longer_match_beats_source_priority():
+    # The buffer has "cd" -> "X"; a workspace-like open buffer has "bcd" -> "Y".
+    idx = chars()
+    idx.open_buffer("cur", "cdX")
+    idx.open_buffer("other", "bcdY")
+    d = idx.propose(ids("abcd"), k=1, w=2, current_uri="cur")
+    assert branches(d) == [("Y", 1, Source.OPEN_BUFFER, 3)]
+
+
+def test_source_priority_then_recency(tmp_path):
+    f = tmp_path / "f.txt"
+    f.write_text("pqW")
+    idx = chars()
+    assert idx.index_file(f)
+    idx.add_history(ids("pqH"))
+    idx.open_buffer("old", "pqO")
+    idx.open_buffer("new", "pqN")
+    idx.open_buffer("cur", "pqC")
+    d = idx.propose(ids("pq"), k=1, w=5, current_uri="cur")
+    assert branches(d) == [
+        ("C", 1, Source.BUFFER, 2),
+        ("N", 1, Source.OPEN_BUFFER, 2),  # newer open buffer first
+        ("O", 1, Source.OPEN_BUFFER, 2),
+        ("H", 1, Source.HISTORY, 2),
+        ("W", 1, Source.WORKSPACE, 2),
+    ]
+    # Editing "old" makes it the most recent open buffer.
+    idx.edit_buffer("old", 2, 3, "o")
+    d = idx.propose(ids("pq"), k=1, w=5, current_uri="cur")
+    assert [b[0] for b in branches(d)][:3] == ["C", "o", "N"]
+
+
+def test_counts_group_by_first_token():
+    idx = chars()
+    idx.open_buffer("u", "xyA.xyA,xyB")
+    d = idx.propose(ids("xy"), k=2, w=2, current_uri="u")
+    assert branches(d) == [("B", 1, Source.BUFFER, 2), ("A,", 2, Source.BUFFER, 2)]
+
+
+def test_no_draft_cases():
+    idx = chars()
+    assert idx.propose(ids("ab"), k=4) is NO_DRAFT  # empty index
+    idx.open_buffer("u", "abc")
+    assert idx.propose(ids("b"), k=4) is NO_DRAFT  # context shorter than min_n
+    assert idx.propose(ids("xb"), k=4) is NO_DRAFT  # only a 1-token match
+    assert idx.propose(ids("bc"), k=4) is NO_DRAFT  # match at the end: nothing follows
+    assert idx.propose(np.zeros(0, np.int32), k=4) is NO_DRAFT
+
+
+def test_workspace_static_and_dynamic_segments(tmp_path):
+    cfg = IndexConfig(min_n=2, max_match=8, merge_tokens=10)
+    idx = chars(cfg)
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def foo(): return 1\n")
+    assert idx.index_file(a)  # 20 tokens > merge_tokens: merged into the static segment
+    assert idx.stats()["static_tokens"] == 20 and idx.stats()["dynamic_tokens"] == 0
+    b.write_text("foo(x)")
+    assert idx.index_file(b)  # small: stays in the dynamic set
+    assert idx.stats()["dynamic_tokens"] == 6
+    d = idx.propose(ids("def fo"), k=4, w=2)
+    assert branches(d) == [("o():", 1, Source.WORKSPACE, 6)]
+    d = idx.propose(ids(" foo"), k=2, w=2)  # " foo" only in a.py; "foo" in both
+    assert branches(d) == [("()", 1, Source.WORKSPACE, 4)]
+    d = idx.propose(ids("oo"), k=2, w=2)  # both go on with "(": one branch, from newer b.py
+    assert branches(d) == [("(x", 2, Source.WORKSPACE, 2)]
+    idx.remove_file(a)  # tombstone in the static segment
+    assert branches(idx.propose(ids("def fo"), k=4)) == [("o(x)", 1, Source.WORKSPACE, 2)]
+    assert idx.stats()["workspace_tokens"] == 6
+
+
+# ---- incremental == rebuilt from scratch -----------------------------------
+
+WORDS = ["a", " a", "b", " b", "(", ")", "\n", "\n  ", " ", "x1", "."]
+snippets = st.lists(st.sampled_from(WORDS), max_size=12).map("".join)
+URIS = ["u0", "u1", "u2"]
+NAMES = ["f0.py", "f1.py", "f2.py", "f3.py"]
+ops = st.one_of(
+    st.tuples(st.just("open"), st.sampled_from(URIS), snippets),
+    st.tuples(st.just("edit"), st.sampled_from(URIS), st.tuples(st.integers(0, 60), st.integers(0, 8), snippets)),
+    st.tuples(st.just("close"), st.sampled_from(URIS)),
+    st.tuples(st.just("write"), st.sampled_from(NAMES), snippets),
+    st.tuples(st.just("delete"), st.sampled_from(NAMES)),
+    st.tuples(st.just("history"), snippets),
+    st.tuples(st.just("merge"),),
+)
+
+
+def _contexts(docs_tokens: list[np.ndarray]) -> list[np.ndarray]:
+    out = [np.array([1, 2, 3], np.int32)]
+    for t in docs_tokens:
+        for i in range(1, len(t) + 1):
+            out.append(t[max(0, i - 5) : i])
+    return out
+
+
+def _same(d1, d2) -> bool:
+    return branches(d1) == branches(d2) and all(
+        np.array_equal(a.tokens, b.tokens) for a, b in zip(d1.branches, d2.branches)
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ops, max_size=25))
+def test_incremental_index_proposes_what_a_rebuilt_one_does(seq):
+    cfg = IndexConfig(min_n=2, max_match=6, merge_tokens=4, max_history_tokens=30, max_candidates=10_000)
+    with tempfile.TemporaryDirectory() as root:
+        idx = NgramIndex(word_tokenize, cfg)
+        buffers: OrderedDict[str, str] = OrderedDict()  # in recency order
+        files: OrderedDict[str, str] = OrderedDict()
+        history: list[str] = []
+        for op in seq:
+            kind = op[0]
+            if kind == "open":
+                idx.open_buffer(op[1], op[2])
+                buffers.pop(op[1], None)
+                buffers[op[1]] = op[2]
+            elif kind == "edit" and op[1] in buffers:
+                a, n, new = op[2]
+                t = buffers.pop(op[1])
+                a = min(a, len(t))
+                b = min(a + n, len(t))
+                idx.edit_buffer(op[1], a, b, new)
+                buffers[op[1]] = t[:a] + new + t[b:]
+            elif kind == "close":
+                idx.close_buffer(op[1])
+                buffers.pop(op[1], None)
+            elif kind == "write":
+                with open(os.path.join(root, op[1]), "w") as f:
+                    f.write(op[2])
+                assert idx.index_file(os.path.join(root, op[1]))
+                files.pop(op[1], None)
+                files[op[1]] = op[2]
+            elif kind == "delete":
+                if op[1] in files:
+                    os.remove(os.path.join(root, op[1]))
+                    del files[op[1]]
+                idx.remove_file(os.path.join(root, op[1]))
+            elif kind == "history":
+                idx.add_history(word_tokenize([op[1]])[0])
+                history.append(op[1])
+            elif kind == "merge":
+                idx.merge()
+        # The reference never merges: it answers every workspace lookup by scanning,
+        # a different code path from the suffix-sorted static segment.
+        fresh = NgramIndex(word_tokenize, dataclasses.replace(cfg, merge_tokens=10**9))
+        for name in files:
+            assert fresh.index_file(os.path.join(root, name))
+        for h in history:
+            fresh.add_history(word_tokenize([h])[0])
+        for uri, t in buffers.items():
+            fresh.open_buffer(uri, t)
+            assert idx.buffer_text(uri) == t
+            assert np.array_equal(idx.buffer_tokens(uri), fresh.buffer_tokens(uri))
+        assert idx.stats()["indexed_tokens"] == fresh.stats()["indexed_tokens"]
+        contexts = _contexts(word_tokenize(list(buffers.values()) + list(files.values()) + history))
+        for cur in [None, *URIS]:
+            for ctx in contexts:
+                want = fresh.propose(ctx, k=4, w=3, current_uri=cur)
+                got = idx.propose(ctx, k=4, w=3, current_uri=cur)
+                assert _same(got, want), (ctx, cur, branches(got), branches(want))
+        idx.rebuild()  # the rebuild path: everything in a fresh static segment
+        assert idx.stats()["dynamic_tokens"] == 0 and idx.stats()["static_dead_tokens"] == 0
+        for ctx in contexts:
+            assert _same(idx.propose(ctx, k=4, w=3, current_uri="u0"), fresh.propose(ctx, k=4, w=3, current_uri="u0"))
+
+
+# ---- memory bound ------------------------------------------------------------
+
+def test_eviction_keeps_the_bound_and_drops_least_recently_used(tmp_path):
+    cfg = IndexConfig(min_n=2, max_match=8, max_indexed_tokens=100, merge_tokens=30)
+    idx = chars(cfg)
+    idx.open_buffer("u", "0123456789")  # 10 tokens, never evicted
+    for i in range(12):
+        p = tmp_path / f"f{i}.txt"
+        p.write_text(f"<{i:02d}>" + "x" * 15)  # 20 tokens each
+        idx.index_file(p)
+        s = idx.stats()
+        assert s["indexed_tokens"] <= 100
+        if i == 3:
+            # Drafting from f0 makes it recently used: f1 goes first, not f0.
+            assert branches(idx.propose(ids("<00"), k=2)) == [(">x", 1, Source.WORKSPACE, 3)]
+    s = idx.stats()
+    assert s["evicted_files"] == 8 and s["workspace_files"] == 4 and s["buffer_tokens"] == 10
+    assert idx.propose(ids("<11"), k=1)  # the newest file is there
+    assert not idx.propose(ids("<05"), k=1)  # an old unused one is gone
+    assert s["bytes_per_token"] > 0 and s["index_bytes"] > 0
+
+
+def test_f0_survives_eviction_when_used(tmp_path):
+    cfg = IndexConfig(min_n=2, max_match=8, max_indexed_tokens=60, merge_tokens=1000)
+    idx = chars(cfg)
+    for i in range(3):
+        (tmp_path / f"f{i}.txt").write_text(f"<{i}>" + "y" * 17)
+        idx.index_file(tmp_path / f"f{i}.txt")
+    assert idx.propose(ids("<0"), k=1)  # uses f0: f1 is now the least recently used
+    (tmp_path / "f3.txt").write_text("<3>" + "y" * 17)
+    idx.index_file(tmp_path / "f3.txt")
+    assert idx.propose(ids("<0"), k=1) and not idx.propose(ids("<1"), k=1)
+    assert idx.stats()["indexed_tokens"] <= 60
+
+
+# ---- bad input ----------------------------------------------------------------
+
+def test_bad_files_are_skipped_and_counted(tmp_path, monkeypatch):
+    idx = chars(IndexConfig(min_n=2, max_file_bytes=100))
+    (tmp_path / "bin").write_bytes(b"ab\0cd")
+    (tmp_path / "latin1").write_bytes(b"caf\xe9")
+    (tmp_path / "huge").write_text("x" * 101)
+    os.symlink("loop", tmp_path / "loop")
+    assert not idx.index_file(tmp_path / "bin")
+    assert "binary" in idx.last_skip and "NUL" in idx.last_skip
+    assert not idx.index_file(tmp_path / "latin1")
+    assert not idx.index_file(tmp_path / "huge")
+    assert "max_file_bytes=100" in idx.last_skip
+    assert not idx.index_file(tmp_path / "missing")
+    assert not idx.index_file(tmp_path / "loop")
+    assert not idx.index_file(tmp_path)  # a directory
+    assert idx.stats()["skipped"] == {
+        "binary": 2, "too_large": 1, "vanished": 1, "symlink_loop": 1, "not_a_file": 1
+    }
+    # Unreadable (we may run as root, so simulate the permission error).
+    ok = tmp_path / "ok.txt"
+    ok.write_text("hello")
+    real_open = open
+
+    def deny(path, *a, **kw):
+        if os.fspath(path) == os.fspath(ok):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", deny)
+    assert not idx.index_file(ok)
+    assert idx.stats()["skipped"]["unreadable"] == 1 and "Permission denied" in idx.last_skip
+
+
+def test_vanished_file_leaves_the_index(tmp_path):
+    idx = chars()
+    f = tmp_path / "f.txt"
+    f.write_text("abcdef")
+    assert idx.index_file(f)
+    assert idx.propose(ids("bc"), k=1)
+    f.unlink()
+    assert not idx.index_file(f)  # the watcher's modify event arrives after the delete
+    assert not idx.propose(ids("bc"), k=1)
+    assert idx.stats()["workspace_files"] == 0
+
+
+def test_bad_calls_raise_clear_errors():
+    idx = chars()
+    idx.open_buffer("u", "abc")
+    with pytest.raises(ValueError, match="out of range"):
+        idx.edit_buffer("u", 2, 9, "x")
+    with pytest.raises(ValueError, match="out of range"):
+        idx.edit_buffer("u", -1, 1, "x")
+    with pytest.raises(ValueError, match="not open"):
+        idx.edit_buffer("nope", 0, 0, "x")
+    with pytest.raises(ValueError, match="1-D"):
+        idx.propose(np.zeros((2, 2), np.int32), k=2)
+    with pytest.raises(ValueError, match="outside"):
+        idx.propose([-5, 3], k=2)
+    with pytest.raises(ValueError, match="k >= 1"):
+        idx.propose(ids("ab"), k=0)
+    with pytest.raises(ValueError, match="1-D"):
+        idx.add_history([[1, 2]])
+    with pytest.raises(ValueError, match="min_n"):
+        IndexConfig(min_n=0)
+    assert idx.buffer_text("u") == "abc"  # the failed edits changed nothing
+
+
+def test_lookups_work_while_a_workspace_is_indexed(tmp_path):
+    for i in range(40):
+        (tmp_path / f"m{i}.py").write_text(f"def fn{i}(x):\n    return x + {i}\n" * 5)
+    gate, resume = threading.Event(), threading.Event()
+
+    def slow_tokenize(texts):
+        if len(texts) > 1:  # a workspace batch: let the main thread look up meanwhile
+            gate.set()
+            resume.wait(5)
+        return char_tokenize(texts)
+
+    idx = NgramIndex(slow_tokenize, IndexConfig(min_n=2, max_match=8, batch_files=10))
+    idx.open_buffer("u", "hello world")
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(idx.index_workspace(tmp_path, progress=lambda d, n: seen.append((d, n)))))
+    t.start()
+    assert gate.wait(5)
+    assert branches(idx.propose(ids("hel"), k=2, current_uri="u")) == [("lo", 1, Source.BUFFER, 3)]
+    resume.set()
+    t.join(10)
+    assert seen[-1]["indexed"] == 40 and seen[-1]["stopped"] is False
+    assert (40, 40) in seen and (10, 40) in seen
+    assert idx.propose(ids("fn39("), k=3)
