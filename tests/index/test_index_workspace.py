@@ -1,0 +1,77 @@
+"""Workspace discovery (.gitignore, git ls-files, symlink loops) and index_workspace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections import Counter
+
+import pytest
+
+from index import IndexConfig, NgramIndex
+from index.workspace import discover
+from index_helpers import char_tokenize, ids
+
+
+def _tree(root):
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("alpha = 1\n")
+    (root / "src" / "b.py").write_text("beta = 2\n")
+    (root / "build").mkdir()
+    (root / "build" / "out.py").write_text("generated = 3\n")
+    (root / "src" / "skip.log").write_text("log\n")
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    (root / "src" / ".gitignore").write_text("b.py\n")
+    (root / "bin.dat").write_bytes(b"\0\1\2")
+    (root / "big.txt").write_text("z" * 5000)
+
+
+def _names(root, files):
+    return sorted(os.path.relpath(f, root) for f in files)
+
+
+def test_walk_respects_nested_gitignore_and_counts_loops(tmp_path):
+    _tree(tmp_path)
+    os.symlink(tmp_path / "src", tmp_path / "src" / "again")  # a directory loop
+    counts = Counter()
+    files = discover(tmp_path, counts)
+    assert _names(tmp_path, files) == [".gitignore", "big.txt", "bin.dat", "src/.gitignore", "src/a.py"]
+    assert counts["symlink_loop"] == 1
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_ls_files_lists_tracked_and_untracked_not_ignored(tmp_path):
+    _tree(tmp_path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    files = discover(tmp_path)
+    assert _names(tmp_path, files) == [".gitignore", "big.txt", "bin.dat", "src/.gitignore", "src/a.py"]
+
+
+def test_index_workspace_counts_progress_and_skips(tmp_path):
+    _tree(tmp_path)
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_file_bytes=1000, batch_files=2))
+    calls = []
+    out = idx.index_workspace(tmp_path, progress=lambda d, n: calls.append((d, n)))
+    assert out["files"] == 5 and out["indexed"] == 3 and out["binary"] == 1 and out["too_large"] == 1
+    assert out["stopped"] is False
+    assert calls == [(2, 5), (4, 5), (5, 5)]
+    assert idx.propose(ids("alph"), k=3)
+    assert not idx.propose(ids("generat"), k=3)  # ignored
+    assert idx.stats()["skipped"] == {"binary": 1, "too_large": 1}
+
+
+def test_index_workspace_stops_when_asked(tmp_path):
+    for i in range(10):
+        (tmp_path / f"f{i}.py").write_text(f"x{i}\n")
+    stop = threading.Event()
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, batch_files=3))
+    out = idx.index_workspace(tmp_path, progress=lambda d, n: stop.set(), stop_event=stop)
+    assert out["stopped"] is True and out["indexed"] == 3
+
+
+def test_index_workspace_rejects_a_non_directory(tmp_path):
+    idx = NgramIndex(char_tokenize)
+    with pytest.raises(ValueError, match="not a directory"):
+        idx.index_workspace(tmp_path / "nope")
