@@ -112,6 +112,15 @@ class Client:
                     return self.notifications.pop(i)
             self._read_some(deadline)
 
+    def read_until_closed(self, timeout: float | None = None) -> None:
+        """Buffer replies and notifications until the daemon closes the connection."""
+        deadline = time.monotonic() + (timeout if timeout is not None else (self.timeout or 60.0))
+        try:
+            while True:
+                self._read_some(deadline)
+        except DaemonUnavailable:
+            return
+
     def _read_some(self, deadline: float | None) -> None:
         if deadline is not None:
             left = deadline - time.monotonic()

@@ -155,8 +155,8 @@ class WorkspaceWatcher:
         return True
 
     def _index_folder(self, root: Path, state: dict[str, Any], stop: threading.Event) -> None:
-        def progress(*args: Any, **kwargs: Any) -> None:
-            state["progress"] = args[0] if len(args) == 1 else (list(args) or kwargs)
+        def progress(done: int, total: int) -> None:
+            state["progress"] = {"done": done, "total": total}
         t0 = time.monotonic()
         try:
             counts = self.index.index_workspace(root, progress=progress, stop_event=stop)

@@ -140,29 +140,31 @@ class Worker:
                 if self._stopped:
                     return
                 job = self._running = self._queue.popleft()
-            try:
-                result = job.fn(job.cancel)
-            except RpcError as exc:
-                self.counts["failed"] += 1
-                job.resolve(error=exc)
-            except NotImplementedError as exc:
-                self.counts["failed"] += 1
-                job.resolve(error=RpcError(METHOD_NOT_FOUND, f"{job.kind} is not available: {exc}"))
-            except ValueError as exc:  # the engine's verdict on the request's values
-                self.counts["failed"] += 1
-                job.resolve(error=RpcError(INVALID_PARAMS, str(exc)))
-            except Exception as exc:  # the engine failed; report it, keep serving
-                log.exception("job %s failed", job.job_id)
-                self.counts["failed"] += 1
-                job.resolve(error=RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
-            else:
-                if job.cancel.is_set() or getattr(result, "cancelled", False):
-                    reason = job.cancel_reason or "cancelled"
-                    self.counts[reason] += 1
-                    job.resolve(error=RpcError(REQUEST_CANCELLED, f"request {reason}"))
-                else:
-                    self.counts["done"] += 1
-                    job.resolve(result)
-            finally:
-                with self._cond:
-                    self._running = None
+            result, error = self._run(job)
+            with self._cond:  # not running any more before anyone hears the outcome
+                self._running = None
+            job.resolve(result, error)
+
+    def _run(self, job: Job) -> tuple[Any, RpcError | None]:
+        """Run one job; the outcome as (result, error), counted."""
+        try:
+            result = job.fn(job.cancel)
+        except RpcError as exc:
+            self.counts["failed"] += 1
+            return None, exc
+        except NotImplementedError as exc:
+            self.counts["failed"] += 1
+            return None, RpcError(METHOD_NOT_FOUND, f"{job.kind} is not available: {exc}")
+        except ValueError as exc:  # the engine's verdict on the request's values
+            self.counts["failed"] += 1
+            return None, RpcError(INVALID_PARAMS, str(exc))
+        except Exception as exc:  # the engine failed; report it, keep serving
+            log.exception("job %s failed", job.job_id)
+            self.counts["failed"] += 1
+            return None, RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        if job.cancel.is_set() or getattr(result, "cancelled", False):
+            reason = job.cancel_reason or "cancelled"
+            self.counts[reason] += 1
+            return None, RpcError(REQUEST_CANCELLED, f"request {reason}")
+        self.counts["done"] += 1
+        return result, None

@@ -85,7 +85,7 @@ class FakeIndex:
             self.index_file(p)
             n += 1
             if progress:
-                progress(n)
+                progress(n, n)
         return {"files": n}
 
     def stats(self) -> dict:
