@@ -205,3 +205,19 @@ def test_shutdown_stops_the_server(inproc):
     wait_until(lambda: not inproc.sock.exists())
     with pytest.raises(DaemonUnavailable):
         Client(inproc.sock)
+
+
+def test_open_buffer_shadows_its_file_until_closed(inproc, tmp_path):
+    (tmp_path / "m.py").write_text("disk = 0\n")
+    path = (tmp_path / "m.py").resolve()
+    with inproc.client() as c:
+        c.call("initialize", {"client": "t", "workspaceFolders": [tmp_path.as_uri()]})
+        wait_until(lambda: c.call("status")["workspace"]["folders"][0]["state"] == "ready")
+        assert inproc.index.files[str(path)] == "disk = 0\n"
+        c.call("open", {"uri": path.as_uri(), "text": "buffer = 1\n", "version": 1})
+        path.write_text("disk = 2\n")
+        wait_until(lambda: c.call("status")["workspace"]["events"]["shadowed"] >= 1)
+        assert inproc.index.files[str(path)] == "disk = 0\n"  # the open buffer wins
+        c.call("close", {"uri": path.as_uri()})
+        wait_until(lambda: inproc.index.files[str(path)] == "disk = 2\n")  # the disk counts again
+        assert path.read_text() == "disk = 2\n"  # and the daemon never wrote it
