@@ -38,7 +38,6 @@ POLL_S = 0.1
 class DaemonLink:
     def __init__(self, socket_path: str, *, model: str | None = None, device: str = "auto",
                  on_connect: Callable[[RpcConnection], Awaitable[None]] | None = None,
-                 workspaces: Callable[[], list[str]] | None = None,
                  spawn: bool = True, start_timeout: float = 180.0) -> None:
         self.socket_path = socket_path
         self.model = model
@@ -46,7 +45,6 @@ class DaemonLink:
         self.spawn = spawn
         self.start_timeout = start_timeout
         self._on_connect = on_connect
-        self._workspaces = workspaces or (lambda: [])
         self._conn: RpcConnection | None = None
         self._connecting: asyncio.Task[RpcConnection] | None = None
         self._procs: list[subprocess.Popen] = []
@@ -166,7 +164,7 @@ class DaemonLink:
                 raise DaemonUnavailable(f"no daemon on {self.socket_path}, and the last one started "
                                         f"exited early (see {self.socket_path}.log)")
             log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
-            proc = spawn_daemon(self.socket_path, self.model, self.device, self._workspaces())
+            proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
             self._procs.append(proc)
             self.spawned += 1
         return await self._wait_for(proc)

@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import os
+import sys
 import time
 from typing import Any
 from urllib.parse import unquote
@@ -58,8 +59,7 @@ class NgramdServer(LanguageServer):
         self.settings = settings
         self.default_socket = socket_path
         self.link = DaemonLink(settings.socket or socket_path, model=settings.model,
-                               device=settings.device, on_connect=self._on_connect,
-                               workspaces=self.folder_paths, spawn=spawn)
+                               device=settings.device, on_connect=self._on_connect, spawn=spawn)
         self._ids = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._inflight: dict[str, str] = {}
@@ -283,6 +283,7 @@ class NgramdServer(LanguageServer):
             "daemonsStarted": self.link.spawned,
             "lastError": self.link.last_error,
             "counters": dict(self.counters),
+            "torchLoaded": "torch" in sys.modules,  # must stay False: the LSP is thin
             "daemon": daemon,
         }
 

@@ -43,8 +43,7 @@ def serve_command(socket_path: str, model: str | None, device: str = "auto") -> 
     return cmd
 
 
-def spawn_daemon(socket_path: str, model: str | None, device: str = "auto",
-                 workspaces: list[str] | None = None) -> subprocess.Popen:
+def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> subprocess.Popen:
     """Start a detached daemon; returns at once (the caller waits for the socket).
 
     The socket's directory is created 0700 here too, so that the log file beside the
@@ -53,8 +52,6 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto",
     directory = os.path.dirname(os.path.abspath(socket_path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
     cmd = serve_command(socket_path, model, device)
-    for folder in workspaces or []:
-        cmd += ["--workspace", folder]
     log_path = socket_path + ".log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

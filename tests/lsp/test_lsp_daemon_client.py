@@ -107,7 +107,7 @@ async def test_link_spawn_failure_is_reported(sock, monkeypatch):
 
     spawned = []
 
-    def fake_spawn(path, model, device, workspaces):
+    def fake_spawn(path, model, device):
         spawned.append(path)
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
 

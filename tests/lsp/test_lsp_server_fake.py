@@ -284,6 +284,23 @@ async def test_toggle_status_and_configuration(fake, sock, lsp_client):
     status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     assert status["settings"]["maxTokens"] == 7 and status["counters"]["completions"] == 1
     assert status["daemon"]["daemon"]["server"] == "fake"
+    assert status["torchLoaded"] is False  # the running LSP never imported torch
+
+    # pull model: null settings make the server ask for its "ngramd" section
+    client.set_configuration({"maxTokens": 5, "multiline": False}, section="ngramd")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+
+    async def max_tokens() -> int:
+        s = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+        return s["settings"]["maxTokens"]
+
+    for _ in range(100):
+        if await max_tokens() == 5:
+            break
+        await asyncio.sleep(0.02)
+    await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
+    call = fake.methods("complete")[-1]
+    assert call["maxTokens"] == 5 and call["multiline"] is False
 
 
 async def test_workspace_folders_forwarded(fake, sock, lsp_client, tmp_path):

@@ -1,0 +1,75 @@
+"""Pure pieces of the LSP: settings (lsp/config.py) and result conversion (lsp/items.py)."""
+
+from __future__ import annotations
+
+import pytest
+from lsprotocol import types
+
+from lsp import items
+from lsp.config import Settings
+
+
+def test_settings_defaults_and_updates():
+    s = Settings()
+    assert s.debounce_ms <= 75 and s.enabled and s.max_tokens == 64
+    t = s.updated({"ngramd": {"maxTokens": 16, "multiline": False, "temperature": 1,
+                              "debounceMs": 0, "model": "tiny", "socket": "/tmp/s", "other": [1]}})
+    assert (t.max_tokens, t.multiline, t.temperature, t.debounce_ms, t.model, t.socket) == (
+        16, False, 1.0, 0, "tiny", "/tmp/s")
+    assert s.updated(None) is s
+    assert t.updated({"model": None}).model is None
+    assert t.to_options()["maxTokens"] == 16
+
+
+@pytest.mark.parametrize("bad, key", [
+    ({"maxTokens": "10"}, "maxTokens"), ({"maxTokens": 0}, "maxTokens"),
+    ({"multiline": 1}, "multiline"), ({"temperature": -1}, "temperature"),
+    ({"debounceMs": True}, "debounceMs"), ({"device": "tpu"}, "device"),
+    ({"socket": ""}, "socket"), ([1, 2], "object"),
+])
+def test_settings_reject_bad_values_naming_the_key(bad, key):
+    with pytest.raises(ValueError, match=key):
+        Settings().updated(bad)
+
+
+def P(line, ch):
+    return types.Position(line=line, character=ch)
+
+
+def test_inline_items_variants():
+    at = P(3, 4)
+    auto = items.inline_items("foo()\nbar()", at, invoked=False, multiline=True)
+    assert [i.insert_text for i in auto] == ["foo()\nbar()"]
+    assert auto[0].range == types.Range(start=at, end=at)
+    inv = items.inline_items("foo()\r\nbar()", at, invoked=True, multiline=True)
+    assert [i.insert_text for i in inv] == ["foo()\r\nbar()", "foo()"]
+    single = items.inline_items("foo()\nbar()", at, invoked=True, multiline=False)
+    assert [i.insert_text for i in single] == ["foo()"]
+    assert items.inline_items("  \n ", at, invoked=True, multiline=True) == []
+    # a proposal that starts on the next line has no single-line variant
+    assert [i.insert_text for i in items.inline_items("\n    x", at, invoked=True, multiline=True)] == ["\n    x"]
+
+
+def test_selected_items_extend_the_selection():
+    sel = types.SelectedCompletionInfo(range=types.Range(start=P(0, 3), end=P(0, 5)), text="path")
+    out = items.selected_items(".join(a, b)", sel, invoked=False, multiline=True)
+    assert [(i.insert_text, i.range) for i in out] == [("path.join(a, b)", sel.range)]
+
+
+def test_completion_item_keeps_the_typed_word():
+    r = types.Range(start=P(1, 0), end=P(1, 3))
+    item = items.completion_item("urn x\n", "ret", r)
+    assert item.label == item.filter_text == item.text_edit.new_text == "return x"
+    assert item.text_edit.range == r and item.documentation.value == "return x\n"
+    assert items.completion_item("\nfoo", "ret", r) is None
+    assert items.word_before("    x = self.na") == "na"
+    assert items.word_before("f(") == "" and items.word_before("漢字") == "漢字"
+
+
+def test_workspace_edit_forms():
+    r = types.Range(start=P(0, 0), end=P(0, 1))
+    versioned = items.workspace_edit("file:///a", 3, r, "X", versioned=True)
+    assert versioned.document_changes[0].text_document.version == 3
+    assert versioned.document_changes[0].edits[0].new_text == "X"
+    plain = items.workspace_edit("file:///a", 3, r, "X", versioned=False)
+    assert plain.changes["file:///a"][0].range == r
