@@ -84,6 +84,8 @@ def rank_occurrences(
     represented by its best occurrence and counted by its size. Groups come in
     the order of their best occurrence. Returns ``(rows, counts)``, both [<=w].
     """
+    if len(first) == 1:
+        return np.zeros(1, np.int64), np.ones(1, np.int64)
     order = np.lexsort((-pos, -stamp, source))
     _, first_at, counts = np.unique(first[order], return_index=True, return_counts=True)
     pick = np.argsort(first_at)[:w]

@@ -379,7 +379,8 @@ class NgramIndex:
         if not isinstance(k, (int, np.integer)) or k < 1 or not isinstance(w, (int, np.integer)) or w < 1:
             raise ValueError(f"need integers k >= 1 and w >= 1, got k={k!r}, w={w!r}")
         cfg = self.cfg
-        ctx = _as_tokens(context, "context")[-cfg.max_match :]
+        ctx = np.asarray(context)
+        ctx = _as_tokens(ctx[-cfg.max_match :] if ctx.ndim == 1 else ctx, "context")  # only what is compared
         if len(ctx) < cfg.min_n:
             return NO_DRAFT
         with self._lock:
@@ -436,12 +437,19 @@ class NgramIndex:
         if best < min_n:
             return NO_DRAFT
         chosen = [g for g in groups if g[0] == best]
-        first = np.concatenate([g[2] for g in chosen]).astype(np.int32)
-        source = np.concatenate([np.full(len(g[2]), int(g[1]), np.int8) for g in chosen])
-        stamp = np.concatenate([g[3] for g in chosen]).astype(np.int64)
-        pos = np.concatenate([g[4] for g in chosen]).astype(np.int64)
-        owner = np.concatenate([np.full(len(g[2]), i, np.int64) for i, g in enumerate(chosen)])
-        offset = np.concatenate([np.arange(len(g[2]), dtype=np.int64) for g in chosen])
+        if len(chosen) == 1:  # the common case: no concatenation
+            g = chosen[0]
+            first, stamp, pos = g[2], g[3], g[4]
+            source = np.full(len(first), int(g[1]), np.int8)
+            owner = np.zeros(len(first), np.int64)
+            offset = np.arange(len(first), dtype=np.int64)
+        else:
+            first = np.concatenate([g[2] for g in chosen]).astype(np.int32)
+            source = np.concatenate([np.full(len(g[2]), int(g[1]), np.int8) for g in chosen])
+            stamp = np.concatenate([g[3] for g in chosen]).astype(np.int64)
+            pos = np.concatenate([g[4] for g in chosen]).astype(np.int64)
+            owner = np.concatenate([np.full(len(g[2]), i, np.int64) for i, g in enumerate(chosen)])
+            offset = np.concatenate([np.arange(len(g[2]), dtype=np.int64) for g in chosen])
         rows, counts = ngram.rank_occurrences(first, source, stamp, pos, w)
 
         def tokens_of(i: int, kk: int) -> np.ndarray:

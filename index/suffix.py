@@ -86,6 +86,11 @@ class StaticSegment:
         self._r = np.frombuffer(self._rb, ">u4")  # view, no copy
         self._sa = array.array("i", sa.astype(np.int32).tobytes())
         self._sa_np = np.frombuffer(self._sa, np.int32) if len(self._sa) else np.zeros(0, np.int32)
+        # bucket[t]..bucket[t+1]: the entries whose first reversed token is t (the
+        # context's last token), so the binary searches start in a small range.
+        firsts = r[sa].astype(np.int64) if len(sa) else np.zeros(0, np.int64)
+        top = int(firsts.max()) + 2 if len(firsts) else 1
+        self._bucket = np.searchsorted(firsts, np.arange(top + 1)).astype(np.int64).tolist() if len(firsts) else [0, 0]
 
     @property
     def num_tokens(self) -> int:
@@ -93,7 +98,8 @@ class StaticSegment:
 
     @property
     def nbytes(self) -> int:
-        return len(self._rb) + self._sa_np.nbytes + self.starts.nbytes + self.lengths.nbytes
+        # the bucket list: a pointer (8) + a small int object (~32) per vocabulary entry
+        return len(self._rb) + self._sa_np.nbytes + self.starts.nbytes + self.lengths.nbytes + 40 * len(self._bucket)
 
     def doc_tokens(self, i: int) -> np.ndarray:
         """Document i's tokens. [n_i] int32"""
@@ -112,10 +118,22 @@ class StaticSegment:
         return self._r[self.n - 1 - p].astype(np.int32)
 
     def _lcp(self, r: int, q: bytes) -> int:
-        a = np.frombuffer(self._rb, ">u4", count=len(q) // 4, offset=4 * r)
-        b = np.frombuffer(q, ">u4")
-        ne = np.flatnonzero(a != b)
-        return int(ne[0]) if len(ne) else len(b)
+        """Tokens in common between entry r and q, by bisection on slice equality."""
+        rb, base = self._rb, 4 * r
+        lo, hi = 0, len(q) // 4  # lo tokens agree; more than hi cannot
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if rb[base + 4 * lo : base + 4 * mid] == q[4 * lo : 4 * mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _bucket_of(self, token: int) -> tuple[int, int]:
+        b = self._bucket
+        if token + 1 >= len(b):
+            return 0, 0
+        return b[token], b[token + 1]
 
     def longest(self, ctx: np.ndarray) -> tuple[int, int]:
         """Length of the longest suffix of ctx that occurs, and the insertion point.
@@ -125,13 +143,16 @@ class StaticSegment:
         sa, rb = self._sa, self._rb
         if not len(sa) or not len(ctx):
             return 0, 0
+        blo, bhi = self._bucket_of(int(ctx[-1]))
+        if blo == bhi:
+            return 0, blo
         q = ctx[::-1].astype(">u4").tobytes()
         nb = len(q)
-        ip = bisect.bisect_left(sa, q, key=lambda r: rb[4 * r : 4 * r + nb])
+        ip = bisect.bisect_left(sa, q, blo, bhi, key=lambda r: rb[4 * r : 4 * r + nb])
         m = 0
-        if ip > 0:
+        if ip > blo:
             m = self._lcp(sa[ip - 1], q)
-        if ip < len(sa):
+        if ip < bhi:
             m = max(m, self._lcp(sa[ip], q))
         return m, ip
 
@@ -141,8 +162,9 @@ class StaticSegment:
         q = ctx[len(ctx) - m :][::-1].astype(">u4").tobytes()
         nb = len(q)
         key = lambda r: rb[4 * r : 4 * r + nb]  # noqa: E731
-        lo = bisect.bisect_left(sa, q, key=key)
-        hi = bisect.bisect_right(sa, q, lo=lo, key=key)
+        blo, bhi = self._bucket_of(int(ctx[-1]))
+        lo = bisect.bisect_left(sa, q, blo, bhi, key=key)
+        hi = bisect.bisect_right(sa, q, lo, bhi, key=key)
         return lo, hi
 
     def positions(self, lo: int, hi: int, cap: int) -> np.ndarray:
