@@ -79,7 +79,8 @@ class DaemonLink:
                                     f"within {timeout:.1f} s") from exc
         except asyncio.CancelledError:
             me = asyncio.current_task()
-            if task.cancelled() and not (me is not None and me.cancelling()):
+            caller_cancelled = bool(me is not None and getattr(me, "cancelling", lambda: 0)())
+            if task.cancelled() and not caller_cancelled:  # (cancelling(): Python >= 3.11)
                 # the connect attempt was dropped (reconfigure), not our caller
                 raise DaemonUnavailable("the connection attempt was abandoned") from None
             raise

@@ -30,13 +30,16 @@ async def test_initialize_result(fake, sock):
 
     from pytest_lsp import make_test_lsp_client
 
-    from conftest import client_capabilities
+    from pytest_lsp import client_capabilities
 
+    # VS Code's captured capabilities, plus inlineCompletion which they lack
+    caps = client_capabilities("visual-studio-code")
+    caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
     client = make_test_lsp_client()
     await client.start_io(sys.executable, "-m", "daemon.cli", "lsp", "--socket", sock,
                           env=dict(os.environ, NGRAMD_LSP_NO_SPAWN="1"))
     try:
-        result = await client.initialize_session(types.InitializeParams(capabilities=client_capabilities()))
+        result = await client.initialize_session(types.InitializeParams(capabilities=caps))
         caps = result.capabilities
         assert caps.inline_completion_provider is not None
         assert caps.completion_provider is not None
@@ -383,3 +386,20 @@ async def test_no_torch_in_the_lsp_process(fake, sock):
                          text=True, timeout=60, cwd=str(Path(__file__).resolve().parents[2]))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
+
+
+async def test_daemon_copy_out_of_sync_is_repaired(fake, sock, lsp_client):
+    """A refused change, or a complete on a stale version, makes the LSP re-send the
+    document from pygls' text; the completion still answers."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "a = 1\n")
+    await until(lambda: fake.docs.get(URI), what="open")
+    fake.docs.pop(URI)  # the daemon lost the document: the next change is refused
+    change(client, URI, 2, (rng(0, 4, 0, 5), "2"))
+    await until(lambda: fake.docs.get(URI, {}).get("text") == "a = 2\n", what="re-sent document")
+    assert fake.docs[URI]["version"] == 2
+    fake.docs[URI]["version"] = 99  # the daemon's copy claims another version
+    result = await client.text_document_inline_completion_async(inline_params(URI, 0, 5))
+    assert result.items[0].insert_text == fake.proposal
+    assert [c["version"] for c in fake.methods("complete")] == [2, 2]  # refused, then retried
+    assert fake.docs[URI] == {"text": "a = 2\n", "version": 2}
