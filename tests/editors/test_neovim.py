@@ -66,3 +66,24 @@ def test_plugin_against_fake_server(tmp_path: Path) -> None:
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "returned edit", "typing in Insert mode"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
+
+
+@pytest.fixture
+def real_lsp(tmp_path: Path):
+    """`ngramd lsp --model tiny` through this interpreter, on a private socket; the
+    daemon it spawns is stopped afterwards."""
+    if not (ROOT / "lsp" / "main.py").is_file():
+        pytest.skip("lsp/main.py is not there yet")
+    sock = tmp_path / "d" / "ngramd.sock"
+    yield [sys.executable, "-m", "daemon.cli", "lsp", "--model", "tiny", "--socket", str(sock)]
+    if sock.exists():
+        subprocess.run([sys.executable, "-m", "daemon.cli", "stop", "--socket", str(sock)],
+                       cwd=ROOT, capture_output=True, timeout=60)
+
+
+def test_plugin_against_real_server_tiny_model(tmp_path: Path, real_lsp: list[str]) -> None:
+    _nvim()
+    # The daemon loads torch and the tiny model on first use: allow minutes on a busy CPU.
+    passed = run_suite(tmp_path, "real", real_lsp, timeout_ms=240_000, process_timeout=400)
+    assert any("reaches the buffer" in p for p in passed), passed
+    assert any("daemon's figures" in p for p in passed), passed

@@ -228,6 +228,12 @@ function M.on_change(bufnr)
   end))
 end
 
+--- The error message of the last failed request, or nil.
+function M.last_error(bufnr)
+  local s = state[bufnr or vim.api.nvim_get_current_buf()]
+  return s and s.last_error or nil
+end
+
 --- Is a request in flight for `bufnr`?
 function M.pending(bufnr)
   local s = state[bufnr or vim.api.nvim_get_current_buf()]
