@@ -10,10 +10,11 @@ LSP-style camelCase names:
     debounceMs   int    0..2000   wait after a keystroke before asking     (50)
     timeoutMs    int    100..600000  a daemon answer later than this gives
                                   an empty result                          (8000)
-    model        str|null         model for a daemon this LSP starts       (null: default)
+    model        str|null         model for a daemon this LSP starts       (null/"": default)
     device       str              auto | cpu | cuda                        (auto)
-    socket       str|null         daemon socket                            (null: default)
+    socket       str|null         daemon socket                            (null/"": default)
     enabled      bool             false: answer nothing, keep syncing      (true)
+                                  (``enable``, VS Code's name, is accepted too)
 
 Unknown keys are ignored (editors send their whole section); a known key with a
 wrong type or range raises ``ValueError`` naming the key, and nothing is applied.
@@ -36,6 +37,7 @@ _FIELDS = {
     "device": ("device", str, None, None),
     "socket": ("socket", str, None, None),
     "enabled": ("enabled", bool, None, None),
+    "enable": ("enabled", bool, None, None),  # VS Code's setting name, when its section is pulled
 }
 _NULLABLE = {"model", "socket"}
 _DEVICES = ("auto", "cpu", "cuda")
@@ -73,12 +75,12 @@ class Settings:
 
     def to_options(self) -> dict[str, Any]:
         """The camelCase form, as ``ngramd.status`` reports it."""
-        return {key: getattr(self, attr) for key, (attr, *_rest) in _FIELDS.items()}
+        return {key: getattr(self, attr) for key, (attr, *_rest) in _FIELDS.items() if key != "enable"}
 
 
 def _coerce(key: str, value: Any, kind: type, lo: Any, hi: Any, nullable: bool) -> Any:
-    if value is None and nullable:
-        return None
+    if nullable and (value is None or value == ""):
+        return None  # editors send "" for "not set"
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is int:

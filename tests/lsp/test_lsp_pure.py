@@ -19,13 +19,16 @@ def test_settings_defaults_and_updates():
     assert s.updated(None) is s
     assert t.updated({"model": None}).model is None
     assert t.to_options()["maxTokens"] == 16
+    # editors' "not set" forms, and VS Code's section as pulled
+    u = t.updated({"model": "", "socket": "", "enable": False, "serverPath": "ngramd"})
+    assert (u.model, u.socket, u.enabled) == (None, None, False)
 
 
 @pytest.mark.parametrize("bad, key", [
     ({"maxTokens": "10"}, "maxTokens"), ({"maxTokens": 0}, "maxTokens"),
     ({"multiline": 1}, "multiline"), ({"temperature": -1}, "temperature"),
     ({"debounceMs": True}, "debounceMs"), ({"device": "tpu"}, "device"),
-    ({"socket": ""}, "socket"), ([1, 2], "object"),
+    ({"model": 3}, "model"), ([1, 2], "object"),
 ])
 def test_settings_reject_bad_values_naming_the_key(bad, key):
     with pytest.raises(ValueError, match=key):
