@@ -1,0 +1,47 @@
+"""The real default model: speculative output is identical to plain output on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.completer import Completer
+from daemon.engine import EngineConfig
+from daemon.model import load_runtime
+from daemon.requests import CompletionRequest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.real_model
+
+
+@pytest.fixture(scope="module")
+def real():
+    return load_runtime(None, device="cpu")
+
+
+def _cases():
+    out = []
+    for rel, anchor in (("daemon/kv_cache.py", "        for layer in self._layers():\n            idx"),
+                        ("daemon/stops.py", "    def push_many(self")):
+        text = (ROOT / rel).read_text()
+        out.append((rel, text, text.index(anchor) + len(anchor) - 3))  # mid-word cursor
+    return out
+
+
+def test_speculative_equals_plain_on_real_files(real):
+    from index.store import NgramIndex
+
+    index = NgramIndex(real.tokenize_batch)
+    completer = Completer(real, index, EngineConfig(calibrate=False, add_history=False, reuse_kv=False))
+    accepted = 0
+    for rel, text, offset in _cases():
+        req = dict(uri=f"file:///{rel}", text=text, offset=offset, max_tokens=16)
+        plain = completer.complete(CompletionRequest(**req, speculate=False))
+        spec = completer.complete(CompletionRequest(**req, speculate=True))
+        assert spec.token_ids == plain.token_ids, rel
+        assert spec.text == plain.text and spec.stop_reason == plain.stop_reason
+        assert plain.text.strip(), "the real model produces code here"
+        accepted += spec.stats.accepted
+    assert accepted > 0, "real code repeats: some drafts must be accepted"
