@@ -15,6 +15,7 @@ greedy speculative output is token-identical to plain greedy output.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -94,7 +95,8 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
     t_start = time.perf_counter() if t_start is None else t_start
     greedy = sampling.greedy
     gen = torch.Generator()
-    gen.manual_seed(sampling.seed if sampling.seed is not None else int(torch.seed() % (2**63)))
+    # no seed: a fresh one from the OS (torch.seed() would reseed the global generator)
+    gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
     width = policy.cfg.max_width if policy is not None else 1
     context = [int(t) for t in prompt_ids]
     pending = context[-1]

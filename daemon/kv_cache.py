@@ -27,10 +27,9 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class KVCache:
-    def __init__(self, config: Any = None) -> None:
+    def __init__(self) -> None:
         from transformers import DynamicCache
 
-        self._config = config
         self.cache = DynamicCache()
         self.tokens: list[int] = []
 

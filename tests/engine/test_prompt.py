@@ -1,0 +1,58 @@
+"""Prompt construction with a character-level fake tokenizer (FIM and plain)."""
+
+from __future__ import annotations
+
+from daemon.prompt import PromptConfig, build_prompt, fim_tokens
+
+
+class FakeTokenizer:
+    def __init__(self, fim: bool):
+        self.vocab = {chr(i): i for i in range(32, 127)} | {"\n": 10}
+        if fim:
+            self.vocab |= {"<|fim_prefix|>": 200, "<|fim_suffix|>": 201, "<|fim_middle|>": 202}
+        self.inv = {v: k for k, v in self.vocab.items()}
+        self.bos_token_id, self.eos_token_id, self.unk_token_id = 300, 301, None
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+    def convert_tokens_to_ids(self, name):
+        return self.vocab.get(name, 300)
+
+
+class FakeRuntime:
+    def __init__(self, fim: bool):
+        self.tokenizer = FakeTokenizer(fim)
+
+    def encode(self, text):
+        return [self.tokenizer.vocab[c] for c in text]
+
+    def decode(self, ids):
+        return "".join(self.tokenizer.inv.get(i, "?") for i in ids)
+
+
+def test_fim_prompt_puts_the_suffix_after_the_prefix():
+    rt = FakeRuntime(fim=True)
+    assert fim_tokens(rt.tokenizer) == (200, 201, 202)
+    text = "def f(x):\n    ret\n\nprint(f(1))\n"
+    off = text.index("ret") + 3
+    p = build_prompt(rt, text, off, PromptConfig(max_prompt_tokens=64, suffix_tokens=8))
+    assert p.fim and p.ids[0] == 200 and p.ids[-1] == 202
+    s = p.ids.index(201)
+    assert rt.decode(p.ids[1:s]) + p.forced == text[:off]
+    assert rt.decode(p.ids[s + 1:-1]) == text[off:off + 8]
+    assert p.forced == "ret" and p.line_prefix == "    ret"
+
+
+def test_plain_prompt_is_the_prefix_only_and_bounded():
+    rt = FakeRuntime(fim=False)
+    text = "".join(f"x{i} = {i}\n" for i in range(500))
+    p = build_prompt(rt, text, len(text), PromptConfig(max_prompt_tokens=100))
+    assert not p.fim and len(p.ids) <= 100
+    assert text.endswith(p.text + p.forced)
+
+
+def test_empty_prefix_starts_from_a_start_token():
+    rt = FakeRuntime(fim=False)
+    p = build_prompt(rt, "abc", 0)
+    assert p.ids == [300] and p.forced == ""
