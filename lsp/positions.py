@@ -72,6 +72,13 @@ def line_span(text: str, line: int) -> tuple[int, int]:
     """
     if line < 0:
         raise ValueError(f"negative line {line}")
+    if "\r" not in text:  # the common case: a C-level split is ~5x faster than the regex
+        rest = text.split("\n", line)
+        if len(rest) <= line:
+            return len(text), len(text)
+        start = len(text) - len(rest[-1])
+        end = text.find("\n", start)
+        return start, (end if end >= 0 else len(text))
     breaks = _BREAK.finditer(text)
     start = 0
     for _ in range(line):
@@ -111,6 +118,9 @@ def position_at(text: str, offset: int, encoding: str = UTF16) -> tuple[int, int
     """
     encoding = _check(encoding)
     offset = max(0, min(offset, len(text)))
+    if "\r" not in text:
+        start = text.rfind("\n", 0, offset) + 1
+        return text.count("\n", 0, offset), units(text[start:offset], encoding)
     line, start, end = 0, 0, offset
     for match in _BREAK.finditer(text):
         if match.end() > offset:  # this break ends the offset's line
