@@ -72,6 +72,11 @@ def _git_files(root: Path) -> list[Path] | None:
         )
         if top.returncode != 0 or top.stdout.strip() != "true":
             return None
+        # A folder that its enclosing repository ignores (say, a pyenv install inside
+        # the pyenv clone) is a workspace of its own: walk it instead.
+        ign = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "."], capture_output=True, timeout=30)
+        if ign.returncode == 0:
+            return None
         out = subprocess.run(
             ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
             capture_output=True, timeout=120,

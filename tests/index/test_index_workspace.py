@@ -75,3 +75,14 @@ def test_index_workspace_rejects_a_non_directory(tmp_path):
     idx = NgramIndex(char_tokenize)
     with pytest.raises(ValueError, match="not a directory"):
         idx.index_workspace(tmp_path / "nope")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_folder_ignored_by_its_enclosing_repo_is_walked(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("vendor/\n")
+    ws = tmp_path / "vendor"
+    ws.mkdir()
+    _tree(ws)
+    files = discover(ws)
+    assert _names(ws, files) == [".gitignore", "big.txt", "bin.dat", "src/.gitignore", "src/a.py"]
