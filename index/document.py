@@ -69,8 +69,11 @@ class Document:
         """The same text chunked and tokenized from scratch."""
         return Document.from_text(self.text, tokenize_batch)
 
-    def edit(self, start: int, end: int, new_text: str, tokenize_batch: TokenizeBatch) -> None:
-        """Replace ``text[start:end]`` by ``new_text``; re-tokenize only what changed."""
+    def edit(self, start: int, end: int, new_text: str, tokenize_batch: TokenizeBatch) -> tuple[int, int, int]:
+        """Replace ``text[start:end]`` by ``new_text``; re-tokenize only what changed.
+
+        Returns the token splice ``(lo, hi, n_new)``: old ``tokens[lo:hi]`` became
+        ``n_new`` tokens (``KeyIndex.splice`` takes it)."""
         n = len(self.text)
         if not isinstance(new_text, str):
             raise ValueError(f"edit text must be str, got {type(new_text).__name__}")
@@ -94,9 +97,10 @@ class Document:
         new_tokens, counts = _tokenize_chunks(texts, tokenize_batch)
         t_lo, t_hi = int(self.tok_cuts[il]), int(self.tok_cuts[ir])
         if not text:  # the only way the region can vanish (hi == lo) is deleting everything
+            n_old = len(self.tokens)
             self.text, self.tokens = "", np.zeros(0, np.int32)
             self.cuts, self.tok_cuts = np.zeros(1, np.int64), np.zeros(1, np.int64)
-            return
+            return 0, n_old, 0
         tail_cuts = cuts[ir:] + delta
         tail_tok = self.tok_cuts[ir:] + (len(new_tokens) - (t_hi - t_lo))
         mid_tok = t_lo + np.cumsum(counts)[:-1]
@@ -104,6 +108,7 @@ class Document:
         self.tok_cuts = np.concatenate([self.tok_cuts[: il + 1], mid_tok, tail_tok])
         self.tokens = np.concatenate([self.tokens[:t_lo], new_tokens, self.tokens[t_hi:]])
         self.text = text
+        return t_lo, t_hi, len(new_tokens)
 
     def check(self, tokenize_batch: TokenizeBatch | None = None) -> None:
         """Assert the invariant (for tests); with a tokenizer, also the token ids."""

@@ -43,7 +43,17 @@ def scan_longest(a: np.ndarray, ctx: np.ndarray, min_n: int, narrow: int = 64) -
     p = np.flatnonzero(a[:-1] == ctx[-1]) + 1
     if len(p):
         p = p[a[p] != SEP]
-    m = 1
+    return extend_longest(a, ctx, p, 1, min_n, narrow)
+
+
+def extend_longest(a: np.ndarray, ctx: np.ndarray, p: np.ndarray, m: int, min_n: int,
+                   narrow: int = 64) -> tuple[int, np.ndarray]:
+    """``scan_longest`` from candidates ``p`` known to match ``ctx``'s last ``m`` tokens.
+
+    a: [n] int32; ctx: [L] int32; p: [c] int64 positions with a real continuation.
+    Returns ``(match_len, positions)`` (positions in the order of ``p``), or ``(0, [])``.
+    """
+    L = len(ctx)
     while len(p) > narrow and m < L:
         q = p[p > m]
         q = q[a[q - m - 1] == ctx[-m - 1]]

@@ -37,6 +37,7 @@ import numpy as np
 from . import ngram
 from .document import Document, TokenizeBatch, _tokenize_chunks
 from .draft import NO_DRAFT, Draft, Source
+from .keyed import KeyIndex
 from .suffix import StaticSegment
 from .workspace import SkipFile, discover, read_text
 
@@ -51,6 +52,9 @@ class IndexConfig:
     merge_tokens: int = 65_536  # dynamic-set (or tombstoned) tokens that trigger a merge
     max_candidates: int = 256  # static occurrences ranked per lookup (evenly sampled beyond)
     batch_files: int = 64  # files tokenized per batch while indexing a workspace
+    # Buffers and scanned sets of at least this many tokens are looked up through a
+    # sorted key index (keyed.KeyIndex) instead of a full scan; 10**9: always scan.
+    keyed_min_tokens: int = 2048
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_n <= self.max_match:
@@ -59,12 +63,23 @@ class IndexConfig:
                      "max_candidates", "batch_files"):
             if getattr(self, name) < 1:
                 raise ValueError(f"IndexConfig.{name} must be >= 1")
+        if self.keyed_min_tokens < 0:
+            raise ValueError("IndexConfig.keyed_min_tokens must be >= 0")
 
 
 @dataclass
 class _Buffer:
     doc: Document
     stamp: int
+    keys: KeyIndex | None = None  # built at the first lookup past keyed_min_tokens, then spliced
+
+    def match(self, ctx: np.ndarray, min_n: int, keyed_min: int) -> tuple[int, np.ndarray]:
+        a = self.doc.tokens
+        if self.keys is None:
+            if len(a) < keyed_min:
+                return ngram.scan_longest(a, ctx, min_n)
+            self.keys = KeyIndex(a, min(min_n, 2))
+        return self.keys.match(a, ctx, min_n)
 
 
 @dataclass
@@ -79,7 +94,7 @@ class _File:
 class _ScanSet:
     """Several documents concatenated with SEP, scanned with ``ngram.scan_longest``."""
 
-    def __init__(self, docs: list[np.ndarray], stamps: list[int], keys: list):
+    def __init__(self, docs: list[np.ndarray], stamps: list[int], keys: list, min_n: int, keyed_min: int):
         lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
         self.starts = (np.concatenate([[1], 1 + np.cumsum(lengths + 1)[:-1]]) if docs else np.ones(0)).astype(np.int64)
         parts = [np.full(1, ngram.SEP, np.int32)]
@@ -88,10 +103,18 @@ class _ScanSet:
         self.cat = np.concatenate(parts).astype(np.int32)  # [sum n_i + D + 1]
         self.stamps = np.asarray(stamps, np.int64)
         self.keys = keys
+        self.index = KeyIndex(self.cat, min(min_n, 2)) if len(self.cat) >= keyed_min else None
+
+    @property
+    def nbytes(self) -> int:
+        return self.cat.nbytes + self.starts.nbytes + self.stamps.nbytes + (self.index.nbytes if self.index else 0)
 
     def match(self, ctx: np.ndarray, min_n: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(match_len, positions in cat, document index of each)."""
-        m, p = ngram.scan_longest(self.cat, ctx, min_n)
+        if self.index is not None:
+            m, p = self.index.match(self.cat, ctx, min_n)
+        else:
+            m, p = ngram.scan_longest(self.cat, ctx, min_n)
         return m, p, np.searchsorted(self.starts, p, "right") - 1
 
 
@@ -141,8 +164,9 @@ class NgramIndex:
         if not isinstance(uri, str):
             raise ValueError(f"buffer uri must be str, got {type(uri).__name__}")
         doc = Document.from_text(text, self._tok)  # tokenize outside the lock
+        keys = KeyIndex(doc.tokens, min(self.cfg.min_n, 2)) if len(doc.tokens) >= self.cfg.keyed_min_tokens else None
         with self._lock:
-            self._buffers[uri] = _Buffer(doc, self._tick())
+            self._buffers[uri] = _Buffer(doc, self._tick(), keys)
             self._enforce_bound()
 
     def edit_buffer(self, uri: str, start: int, end: int, new_text: str) -> None:
@@ -151,7 +175,9 @@ class NgramIndex:
             b = self._buffers.get(uri)
             if b is None:
                 raise ValueError(f"buffer {uri!r} is not open")
-            b.doc.edit(start, end, new_text, self._tok)
+            splice = b.doc.edit(start, end, new_text, self._tok)
+            if b.keys is not None:
+                b.keys.splice(b.doc.tokens, *splice)
             b.stamp = self._tick()
             self._enforce_bound()
 
@@ -356,6 +382,7 @@ class NgramIndex:
         with self._lock:
             for b in self._buffers.values():
                 b.doc = b.doc.rebuild(self._tok)
+                b.keys = None  # rebuilt from the new tokens at the next lookup
             self._cache.clear()
         self.merge()
 
@@ -370,7 +397,8 @@ class NgramIndex:
 
     def _dynamic_set(self) -> _ScanSet:
         dyn = [(key, f) for key, f in self._files.items() if f.slot < 0]
-        return _ScanSet([f.tokens for _, f in dyn], [f.stamp for _, f in dyn], [key for key, _ in dyn])
+        return _ScanSet([f.tokens for _, f in dyn], [f.stamp for _, f in dyn], [key for key, _ in dyn],
+                        self.cfg.min_n, self.cfg.keyed_min_tokens)
 
     def propose(self, context, k: int, w: int = 1, current_uri: str | None = None) -> Draft:
         """Draft up to ``k`` tokens continuing ``context`` (token ids), as up to ``w``
@@ -397,10 +425,11 @@ class NgramIndex:
                                lambda j, kk, s=s, p=p: ngram.continuation(s.cat, int(p[j]), kk),
                                [s.keys[i] for i in d.tolist()] if files else None))
 
+        sk = (min_n, self.cfg.keyed_min_tokens)
         cur = self._buffers.get(current_uri) if current_uri is not None else None
         if cur is not None:
             a = cur.doc.tokens
-            m, p = ngram.scan_longest(a, ctx, min_n)
+            m, p = cur.match(ctx, min_n, self.cfg.keyed_min_tokens)
             if m:
                 groups.append((m, Source.BUFFER, a[p], np.full(len(p), cur.stamp, np.int64), p,
                                lambda j, kk, a=a, p=p: ngram.continuation(a, int(p[j]), kk), None))
@@ -408,11 +437,11 @@ class NgramIndex:
         if others:
             okey = tuple((u, b.stamp) for u, b in others)
             s = self._scan_set("others", okey, lambda: _ScanSet([b.doc.tokens for _, b in others],
-                                                               [b.stamp for _, b in others], [u for u, _ in others]))
+                                                               [b.stamp for _, b in others], [u for u, _ in others], *sk))
             add_scan(s, *s.match(ctx, min_n), Source.OPEN_BUFFER, False)
         if self._history:
             s = self._scan_set("history", None, lambda: _ScanSet([t for t, _ in self._history],
-                                                               [st for _, st in self._history], [None] * len(self._history)))
+                                                               [st for _, st in self._history], [None] * len(self._history), *sk))
             add_scan(s, *s.match(ctx, min_n), Source.HISTORY, False)
         if self._dyn_tokens:
             s = self._scan_set("dynamic", None, self._dynamic_set)
@@ -463,6 +492,14 @@ class NgramIndex:
 
         return ngram.build_draft(rows, counts, source, best, k, tokens_of)
 
+    def _check_invariants(self) -> None:
+        """Assert every incremental structure equals its rebuilt form (for tests)."""
+        with self._lock:
+            for b in self._buffers.values():
+                b.doc.check()
+                if b.keys is not None:
+                    b.keys.check(b.doc.tokens)
+
     # ---- stats ------------------------------------------------------------
     def stats(self) -> dict:
         with self._lock:
@@ -470,8 +507,8 @@ class NgramIndex:
             static_bytes = 0 if seg is None else seg.nbytes + self._static_live.nbytes + self._static_stamps.nbytes
             dyn_bytes = sum(f.tokens.nbytes for f in self._files.values() if f.tokens is not None)
             hist_bytes = sum(t.nbytes for t, _ in self._history)
-            buf_bytes = sum(b.doc.nbytes for b in self._buffers.values())
-            cache_bytes = sum(v[1].cat.nbytes + v[1].starts.nbytes + v[1].stamps.nbytes for v in self._cache.values())
+            buf_bytes = sum(b.doc.nbytes + (b.keys.nbytes if b.keys else 0) for b in self._buffers.values())
+            cache_bytes = sum(v[1].nbytes for v in self._cache.values())
             index_bytes = static_bytes + dyn_bytes + hist_bytes + buf_bytes + cache_bytes
             indexed = self._indexed_tokens()
             return {

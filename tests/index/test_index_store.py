@@ -141,7 +141,9 @@ def _same(d1, d2) -> bool:
 def test_incremental_index_proposes_what_a_rebuilt_one_does(seq):
     cfg = IndexConfig(min_n=2, max_match=6, merge_tokens=4, max_history_tokens=30, max_candidates=10_000)
     with tempfile.TemporaryDirectory() as root:
-        idx = NgramIndex(word_tokenize, cfg)
+        # keyed_min_tokens=0: every buffer and scanned set goes through a KeyIndex,
+        # spliced on each edit; the reference below scans instead.
+        idx = NgramIndex(word_tokenize, dataclasses.replace(cfg, keyed_min_tokens=0))
         buffers: OrderedDict[str, str] = OrderedDict()  # in recency order
         files: OrderedDict[str, str] = OrderedDict()
         history: list[str] = []
@@ -177,9 +179,10 @@ def test_incremental_index_proposes_what_a_rebuilt_one_does(seq):
                 history.append(op[1])
             elif kind == "merge":
                 idx.merge()
-        # The reference never merges: it answers every workspace lookup by scanning,
-        # a different code path from the suffix-sorted static segment.
-        fresh = NgramIndex(word_tokenize, dataclasses.replace(cfg, merge_tokens=10**9))
+        idx._check_invariants()  # chunked tokens and spliced key indexes == rebuilt ones
+        # The reference never merges and never keys: it answers every lookup by
+        # scanning, a different code path from the static segment and the key indexes.
+        fresh = NgramIndex(word_tokenize, dataclasses.replace(cfg, merge_tokens=10**9, keyed_min_tokens=10**9))
         for name in files:
             assert fresh.index_file(os.path.join(root, name))
         for h in history:
