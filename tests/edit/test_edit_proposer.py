@@ -107,7 +107,7 @@ def test_resyncs_after_a_deletion():
     # pass 1: 30 accepted, the model emits original[35]; re-sync by one token
     # finds it 5 tokens ahead and drafts the rest
     assert log[1][1][:3] == original[36:39]
-    assert passes == 3, log  # the rest is 24 tokens: k was halved to 16 after the rejection
+    assert passes == 3, log  # one pass to the deletion, then the re-synced pointer drafts the rest
     assert p.propose(A(*PROMPT, *target)) is NO_DRAFT
     assert p.pointer == len(original) and p.mode == "aligned"
 
