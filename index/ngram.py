@@ -102,6 +102,30 @@ def rank_occurrences(
     return order[first_at[pick]], counts[pick]
 
 
+def rank_best(groups: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[int, int, int]:
+    """``rank_occurrences(..., w=1)`` over groups without concatenating them.
+
+    groups: ``(source, first[c], stamp[c], pos[c])``, one source per group, c >= 1.
+    Returns ``(group index, row in that group, count)``: the best occurrence by
+    (source priority, newer document, later position) and how many occurrences in
+    all groups share its first token. (source, stamp, pos) never ties: a stamp
+    names one document.
+    """
+    src = min(g[0] for g in groups)
+    best = None
+    for gi, (s, first, stamp, pos) in enumerate(groups):
+        if s != src:
+            continue
+        j = int(np.argmax((stamp << 32) | pos))  # pos < 2**31, stamps well below 2**31
+        key = (int(stamp[j]), int(pos[j]))
+        if best is None or key > best[0]:
+            best = (key, gi, j)
+    _, gi, j = best
+    f = groups[gi][1][j]
+    count = sum(int(np.count_nonzero(g[1] == f)) for g in groups)
+    return gi, j, count
+
+
 def build_draft(
     rows: np.ndarray,  # [b] occurrence indices from rank_occurrences
     counts: np.ndarray,  # [b]

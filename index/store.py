@@ -2,13 +2,16 @@
 
 Sources and where their tokens live:
 
-- open buffers (``Document``: chunked, re-tokenized per edit), scanned directly;
-  the buffer named ``current_uri`` is Source.BUFFER, the others OPEN_BUFFER
-  (concatenated into one cached array while the current buffer is edited);
-- accepted completions (``add_history``), a bounded list, scanned directly;
+- open buffers (``Document``: chunked, re-tokenized per edit), each with a
+  ``keyed.KeyIndex`` spliced on every edit (buffers under ``keyed_min_tokens``
+  are scanned directly); the buffer named ``current_uri`` is Source.BUFFER, the
+  others OPEN_BUFFER (concatenated into one cached, keyed array while the current
+  buffer is edited);
+- accepted completions (``add_history``), a bounded list, concatenated and keyed
+  (rebuilt at the next lookup after each addition);
 - workspace files: a *static* suffix-sorted segment (``suffix.StaticSegment``)
   with tombstones for changed or removed files, plus a small *dynamic* set of
-  recently (re)indexed files, scanned directly. When the dynamic set or the
+  recently (re)indexed files, concatenated and keyed. When the dynamic set or the
   tombstones grow, ``merge`` rebuilds the static segment from all live files,
   building outside the lock so lookups keep working.
 
@@ -449,9 +452,9 @@ class NgramIndex:
         best = max((g[0] for g in groups), default=0)
         seg = self._static
         if seg is not None and self._static_live.any():
-            m, _ = seg.longest(ctx)
+            m, ip = seg.longest(ctx)
             while m >= max(min_n, best):
-                lo, hi = seg.range_of(ctx, m)
+                lo, hi = seg.range_of(ctx, m, ip)
                 p = seg.positions(lo, hi, self.cfg.max_candidates)
                 d = seg.doc_of(p)
                 keep = self._static_live[d]
@@ -466,6 +469,12 @@ class NgramIndex:
         if best < min_n:
             return NO_DRAFT
         chosen = [g for g in groups if g[0] == best]
+        if w == 1:  # the common case: no concatenation, no sort
+            gi, j, count = ngram.rank_best([(int(g[1]), g[2], g[3], g[4]) for g in chosen])
+            g = chosen[gi]
+            self._mark_used(g, j)
+            return ngram.build_draft(np.zeros(1, np.int64), np.array([count]), np.array([int(g[1])], np.int8),
+                                     best, k, lambda _i, kk: g[5](j, kk))
         if len(chosen) == 1:  # the common case: no concatenation
             g = chosen[0]
             first, stamp, pos = g[2], g[3], g[4]
@@ -484,13 +493,16 @@ class NgramIndex:
         def tokens_of(i: int, kk: int) -> np.ndarray:
             g = chosen[int(owner[i])]
             j = int(offset[i])
-            if g[6] is not None:  # a workspace file drafted from: it was used
-                f = self._files.get(g[6][j])
-                if f is not None:
-                    f.used = self._tick()
+            self._mark_used(g, j)
             return g[5](j, kk)
 
         return ngram.build_draft(rows, counts, source, best, k, tokens_of)
+
+    def _mark_used(self, g: tuple, j: int) -> None:
+        if g[6] is not None:  # a workspace file drafted from: it was used
+            f = self._files.get(g[6][j])
+            if f is not None:
+                f.used = self._tick()
 
     def _check_invariants(self) -> None:
         """Assert every incremental structure equals its rebuilt form (for tests)."""

@@ -156,15 +156,19 @@ class StaticSegment:
             m = max(m, self._lcp(sa[ip], q))
         return m, ip
 
-    def range_of(self, ctx: np.ndarray, m: int) -> tuple[int, int]:
-        """Suffix-array range [lo, hi) of entries whose prefix is ctx's last m tokens reversed."""
+    def range_of(self, ctx: np.ndarray, m: int, ip: int | None = None) -> tuple[int, int]:
+        """Suffix-array range [lo, hi) of entries whose prefix is ctx's last m tokens reversed.
+
+        ``ip``: the insertion point ``longest(ctx)`` returned. The whole reversed
+        context starts with those m tokens, so lo <= ip <= hi: each search is halved."""
         sa, rb = self._sa, self._rb
         q = ctx[len(ctx) - m :][::-1].astype(">u4").tobytes()
         nb = len(q)
         key = lambda r: rb[4 * r : 4 * r + nb]  # noqa: E731
         blo, bhi = self._bucket_of(int(ctx[-1]))
-        lo = bisect.bisect_left(sa, q, blo, bhi, key=key)
-        hi = bisect.bisect_right(sa, q, lo, bhi, key=key)
+        mid_lo, mid_hi = (blo, blo) if ip is None else (ip, ip)
+        lo = bisect.bisect_left(sa, q, blo, mid_lo if ip is not None else bhi, key=key)
+        hi = bisect.bisect_right(sa, q, max(lo, mid_hi), bhi, key=key)
         return lo, hi
 
     def positions(self, lo: int, hi: int, cap: int) -> np.ndarray:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from index.draft import NO_DRAFT, Source
-from index.ngram import SEP, build_draft, continuation, rank_occurrences, scan_longest
+from index.ngram import SEP, build_draft, continuation, rank_best, rank_occurrences, scan_longest
 from index.suffix import StaticSegment
 
 
@@ -107,3 +107,18 @@ def test_static_segment_agrees_with_scanning(docs, ctx):
         assert np.sort(seg.positions(lo, hi, cap=10_000)).tolist() == p.tolist()
         for q in p.tolist():
             assert seg.continuation(q, 3).tolist() == continuation(cat, q, 3).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), min_size=1,
+                                                       max_size=8, unique_by=lambda x: x[1])),
+                min_size=1, max_size=4, unique_by=lambda g: g[0]))
+def test_rank_best_equals_rank_occurrences_with_w1(spec):
+    # One group per source; each group one document (stamp = its source + 10), unique positions.
+    groups = [(s, np.array([f for f, _ in occ], np.int32), np.full(len(occ), 10 + s, np.int64),
+               np.array([p for _, p in occ], np.int64)) for s, occ in spec]
+    gi, j, count = rank_best(groups)
+    rows, counts = rank_occurrences(np.concatenate([g[1] for g in groups]),
+                                    np.concatenate([np.full(len(g[1]), g[0]) for g in groups]),
+                                    np.concatenate([g[2] for g in groups]), np.concatenate([g[3] for g in groups]), 1)
+    assert sum(len(g[1]) for g in groups[:gi]) + j == rows[0] and count == counts[0]
