@@ -45,7 +45,7 @@ class CostModel:
         return float(np.interp(n, self.sizes, self.ms))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sizes": list(self.sizes), "ms": [round(x, 3) for x in self.ms]}
+        return {"sizes": [int(x) for x in self.sizes], "ms": [round(float(x), 3) for x in self.ms]}
 
     @classmethod
     def calibrate(cls, runtime: Any, context: int = 512, sizes: Sequence[int] = CALIBRATION_SIZES,
@@ -75,7 +75,7 @@ class CostModel:
             out_ms.append(min(times[1:]))
         # a pass never gets cheaper with more tokens: enforce monotonicity from the top,
         # so that one slow outlier cannot inflate every larger size
-        out_ms = list(np.minimum.accumulate(out_ms[::-1])[::-1])
+        out_ms = [float(x) for x in np.minimum.accumulate(out_ms[::-1])[::-1]]
         return cls(sizes=list(sizes), ms=out_ms)
 
     @classmethod
@@ -154,7 +154,9 @@ class AcceptanceTracker:
 @dataclass(frozen=True)
 class AdaptiveConfig:
     max_draft: int = 32  # tokens per pass at most (all branches together)
-    max_width: int = 3  # branches at most (1 = chains only)
+    # branches at most. 1 (chains) is the default: on the 2-core CPU trees of 3 branches
+    # accepted no more tokens per pass than chains on real code and cost more (docs/benchmarks.md)
+    max_width: int = 1
     min_gain: float = 1.0  # speculate only when expected tokens/ms beats plain by this factor
     fixed_k: int | None = None  # bypass the cost model: draft up to this many tokens of each branch
 

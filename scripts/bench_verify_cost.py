@@ -79,7 +79,15 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the raw figures here")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (1 is far steadier than 2 on a shared 2-core machine)")
+    ap.add_argument("--sizes", default=None, help="comma-separated pass sizes for the curve")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    global SIZES
+    if args.sizes:
+        SIZES = tuple(int(x) for x in args.sizes.split(","))
     rt = load_runtime(args.model, "cpu")
     print(f"# model {rt.name} on {rt.device}, torch threads {torch.get_num_threads()}, "
           f"load average {os.getloadavg()[0]:.1f}")
