@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
