@@ -55,3 +55,19 @@ def test_cli_missing_file_and_empty_instruction(tmp_path, capsys):
     f.write_text(TEXT)
     assert main(["edit", str(f), "--start", "0:0", "--end", "0:1", "--instruction", " "]) == 2
     assert "instruction is empty" in capsys.readouterr().err
+
+
+def test_cli_json_reports_the_contract_keys(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "t.py"
+    f.write_text("def f(x):\n    y = x + 1\n    return y\n")
+    rc = main(["edit", str(f), "--start", "0:0", "--end", "3:0", "--instruction", "rename y to z",
+               "--model", "tiny", "--device", "cpu", "--json", "--max-tokens", "6"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("text", "forward_passes", "drafted", "accepted", "ms"):
+        assert key in out
+    assert out["start"] == 0 and out["end"] == len(f.read_text())
+    assert out["forward_passes"] >= 1 and out["stats"]["generated"] <= 6
+    assert f.read_text() == "def f(x):\n    y = x + 1\n    return y\n"  # the file is never written
