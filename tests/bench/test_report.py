@@ -13,7 +13,7 @@ from daemon.bench_report import PlotUnavailable, build_report, markdown_table, p
 def row(id_, kind, ms, plain, hf, identical=True, first=10.0):
     return {"id": id_, "kind": kind, "status": "ok", "ms": ms, "plain_ms": plain, "hf_prompt_lookup_ms": hf,
             "first_token_ms": first, "plain_first_token_ms": first, "hf_first_token_ms": first,
-            "generated": 10, "forward_passes": 5, "drafted": 8, "accepted": 6, "identical": identical,
+            "generated": 10, "forward_passes": 5, "plain_forward_passes": 10, "drafted": 8, "accepted": 6, "identical": identical,
             "hf_identical": True, "speedup_plain": round(plain / ms, 3), "speedup_hf": round(hf / ms, 3),
             "accepted_per_pass": [1, 2, 0]}
 
@@ -38,7 +38,7 @@ def test_summary_speedups_identical_and_targets():
     assert t["repeat_vs_plain"]["met"] is True
     assert t["norepeat_min_vs_plain"]["met"] is False  # 0.9x
     assert t["identical"]["met"] is False
-    assert s["acceptance"] == 0.75 and s["tokens_per_pass"] == 2.0
+    assert s["acceptance"] == 0.75 and s["tokens_per_pass"] == 2.0 and s["passes_vs_plain"] == 2.0
 
 
 def test_text_table_shows_every_case_and_flags_differences():
