@@ -118,6 +118,7 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
         past = len(kv)
         inputs = [pending] + tree.tokens.tolist()
         ids = torch.tensor([inputs], device=runtime.device)
+        t_pass = time.perf_counter()
         try:
             if tree.size == 0 or tree.is_chain:
                 logits = runtime.forward(ids, kv.cache)  # [1+n, vocab]
@@ -127,6 +128,9 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
         except BaseException:
             kv.reset()
             raise
+        if policy is not None and runtime.device.type == "cpu":
+            # online calibration of the verify cost (on cuda the pass is asynchronous here)
+            policy.cost.observe(len(inputs), (time.perf_counter() - t_pass) * 1000)
         kv.extended(inputs)
         stats.forward_passes += 1
         stats.drafted += tree.size

@@ -1,0 +1,139 @@
+"""Replay recorded greedy outputs against the index: what would each draft policy accept?
+
+No model runs: the bench JSON (``ngramd bench --json``) holds, per case, the exact
+greedy token ids the model produced. At every step the index is asked for a draft
+for ``prompt + output[:i]``; the tokens that agree with ``output[i:]`` are what
+greedy verification would accept. Passes and time are then projected with a
+verify-cost curve (ms per pass for n new tokens), so draft policies can be compared
+in seconds instead of re-running the model.
+
+    python scripts/simulate_drafts.py --bench-json bench.json --cases bench/cases/stdlib.jsonl \
+        --cost 70,85,90,100,135,190
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def load_cost(spec: str) -> callable:
+    """'70,85,90,100,135,190' = ms for 1,2,4,8,16,32 new tokens; linear in between."""
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    ms = [float(x) for x in spec.split(",")]
+    sizes = sizes[: len(ms)]
+    return lambda n: float(np.interp(n, sizes, ms))
+
+
+def trace_case(index, uri, prompt_ids, output, k):
+    """Per step: (match_len, source, count, draft agreeing prefix length, draft length)."""
+    steps = []
+    ctx = list(prompt_ids)
+    for i in range(len(output)):
+        draft = index.propose(np.asarray(ctx, dtype=np.int32), k, 1, current_uri=uri)
+        if draft:
+            b = draft.best
+            truth = output[i:]
+            agree = 0
+            for a, t in zip(b.tokens.tolist(), truth):
+                if a != t:
+                    break
+                agree += 1
+            steps.append((b.match_len, int(b.source), b.count, agree, len(b.tokens)))
+        else:
+            steps.append((0, -1, 0, 0, 0))
+        ctx.append(output[i])
+    return steps
+
+
+def simulate(steps, n_out, cost, choose):
+    """Greedy speculative decode replayed: returns (passes, ms)."""
+    i, passes, ms = 0, 0, 0.0
+    while i < n_out:
+        match_len, source, count, agree, length = steps[i]
+        d = choose(match_len, source, count, length) if length else 0
+        a = min(agree, d)
+        passes += 1
+        ms += cost(1 + d)
+        i += a + 1
+    return passes, ms
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench-json", required=True)
+    ap.add_argument("--cases", required=True)
+    ap.add_argument("--cost", default="70,85,90,100,135,190")
+    ap.add_argument("--k", type=int, default=32)
+    args = ap.parse_args()
+
+    from daemon.bench_cases import load_cases
+    from daemon.model import load_runtime
+    from daemon.prompt import PromptConfig, build_prompt
+    from index.store import NgramIndex
+
+    rt = load_runtime("tiny", device="cpu")  # only its tokenizer is used
+    bench = {c["id"]: c for c in json.load(open(args.bench_json))["cases"]}
+    cases = [c for c in load_cases(args.cases) if c.id in bench]
+    cost = load_cost(args.cost)
+    indexes = {}
+    by_bucket = defaultdict(lambda: [0, 0, 0])  # match_len bucket -> [steps with draft, first ok, agree sum]
+    traces = []
+    for case in cases:
+        if case.workspace not in indexes:
+            idx = NgramIndex(rt.tokenize_batch)
+            for p in sorted(case.workspace.rglob("*.py")):
+                idx.index_file(str(p))
+            indexes[case.workspace] = idx
+        idx = indexes[case.workspace]
+        uri = case.path.as_uri()
+        if hasattr(idx, "remove_file"):
+            idx.remove_file(str(case.path))  # the bench leaves the original file out
+        idx.open_buffer(uri, case.text)
+        prompt = build_prompt(rt, case.text, case.offset, PromptConfig())
+        out = list(bench[case.id]["token_ids"])
+        steps = trace_case(idx, uri, prompt.ids, out, args.k)
+        idx.close_buffer(uri)
+        traces.append((case, out, steps))
+        for m, s, c, agree, length in steps:
+            if length:
+                key = min(m, 12)
+                by_bucket[key][0] += 1
+                by_bucket[key][1] += agree > 0
+                by_bucket[key][2] += agree
+
+    print("match_len  drafts  first-token-ok  mean-agree")
+    for m in sorted(by_bucket):
+        n, ok, s = by_bucket[m]
+        print(f"{m:>9}  {n:>6}  {ok / n:>14.2f}  {s / n:>10.2f}")
+
+    policies = {
+        "plain": lambda m, s, c, L: 0,
+        "all k": lambda m, s, c, L: L,
+        "m>=3 k8": lambda m, s, c, L: min(L, 8) if m >= 3 else 0,
+        "m>=4 k8": lambda m, s, c, L: min(L, 8) if m >= 4 else 0,
+        "m>=4 k16": lambda m, s, c, L: min(L, 16) if m >= 4 else 0,
+        "m>=6 k16": lambda m, s, c, L: min(L, 16) if m >= 6 else 0,
+        "m>=8 k32": lambda m, s, c, L: min(L, 32) if m >= 8 else 0,
+        "k=2m": lambda m, s, c, L: min(L, 2 * m) if m >= 3 else 0,
+    }
+    print(f"\n{'policy':<10} " + " ".join(f"{k:>8}" for k in ("ordinary", "repeat", "norepeat", "all")))
+    plain_ms = defaultdict(float)
+    for case, out, steps in traces:
+        plain_ms[case.kind] += simulate(steps, len(out), cost, policies["plain"])[1]
+    for name, pol in policies.items():
+        ms = defaultdict(float)
+        for case, out, steps in traces:
+            ms[case.kind] += simulate(steps, len(out), cost, pol)[1]
+        row = [plain_ms[k] / ms[k] if ms[k] else 0 for k in ("ordinary", "repeat", "norepeat")]
+        row.append(sum(plain_ms.values()) / sum(ms.values()))
+        print(f"{name:<10} " + " ".join(f"{x:>8.2f}" for x in row))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""The verify-cost curve: online correction keeps it monotone and follows the device."""
+
+from __future__ import annotations
+
+import numpy as np
+from index.draft import Branch, Draft, Source
+
+from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+
+
+def test_observations_pull_the_curve_to_the_measured_costs():
+    cost = CostModel(sizes=[1, 2, 4, 8], ms=[1000.0, 1000.0, 1000.0, 1000.0])  # calibrated under heavy load
+    truth = {1: 70.0, 2: 120.0, 4: 118.0, 8: 130.0}
+    for _ in range(200):
+        for n, ms in truth.items():
+            cost.observe(n, ms)
+    assert abs(cost(1) - 70) < 5 and abs(cost(8) - 130) < 8
+    assert all(a <= b for a, b in zip(cost.ms, cost.ms[1:])), cost.ms
+
+
+def test_an_observation_between_sizes_moves_the_nearest_point_by_the_curve_shape():
+    cost = CostModel(sizes=[1, 8], ms=[70.0, 140.0])
+    cost.observe(7, 2 * cost(7), alpha=1.0)  # everything twice as slow, seen at n=7
+    assert cost.ms[1] == 280.0 and cost.ms[0] == 70.0
+
+
+def test_policy_drafts_less_when_passes_of_several_tokens_turn_out_expensive():
+    draft = Draft((Branch(tokens=np.arange(10, 26, dtype=np.int32), count=1, source=Source.BUFFER,
+                          match_len=5),))
+    cheap = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[70.0, 74.0, 130.0]), AdaptiveConfig())
+    dear = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[70.0, 74.0, 130.0]), AdaptiveConfig())
+    for _ in range(100):
+        dear.cost.observe(2, 160.0)
+        dear.cost.observe(16, 400.0)
+        dear.cost.observe(1, 70.0)
+    cheap_k = sum(len(t) for _, t in cheap.choose(draft, 16))
+    dear_k = sum(len(t) for _, t in dear.choose(draft, 16))
+    assert cheap_k > 0 and dear_k == 0  # at the measured costs no draft pays: plain decoding
