@@ -55,6 +55,10 @@ class EditDraftPolicy:
         self.cfg = inner.cfg
         self.width = width
 
+    def __getattr__(self, name: str) -> Any:
+        # everything else the engine asks of a policy (its cost model, ...) is the inner one's
+        return getattr(self.inner, name)
+
     @staticmethod
     def _is_original(draft: Draft) -> bool:
         return bool(draft) and all(b.source == Source.EDIT_ORIGINAL for b in draft.branches)
