@@ -49,6 +49,10 @@ class ModelRuntime:
     name: str
     cache_kwarg: str = "cache"  # "cache" in transformers >= 5.2x, "past_key_values" before
     _special_ids: frozenset[int] = field(default_factory=frozenset)
+    # few-row linears (daemon/fast_linear.py) and copy-free GQA attention (daemon/fast_attention.py),
+    # installed at the first forward
+    fast_paths: bool = True
+    _fast_installed: bool = False
 
     def __post_init__(self) -> None:
         params = inspect.signature(self.model.forward).parameters
@@ -104,6 +108,12 @@ class ModelRuntime:
         ``last_only``: logits of the last row only ([1, vocab]; prefill needs no others).
         """
         assert input_ids.dim() == 2 and input_ids.shape[0] == 1, input_ids.shape
+        if self.fast_paths and not self._fast_installed:
+            from daemon import fast_attention, fast_linear
+
+            fast_linear.install(self.model, self.model.get_output_embeddings())
+            fast_attention.install(self.model)
+            self._fast_installed = True
         kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
         if last_only:
             kwargs["logits_to_keep"] = 1

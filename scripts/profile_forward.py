@@ -1,0 +1,115 @@
+#!/usr/bin/env python
+"""Whole-pass cost of ``ModelRuntime.forward`` by new-token count n, old vs new forward path, side by side.
+
+    .venv/bin/python scripts/profile_forward.py [--threads 1] [--context 1000] [--rounds 6] [--profile N]
+
+Variants (one model, switched between passes):
+- ``before``: transformers' DynamicCache (appends by torch.cat) and F.linear everywhere;
+- ``cache``: the in-place KV cache (daemon/kv_cache.py), F.linear everywhere;
+- ``linear``: ``cache`` plus daemon/fast_linear.py's row table;
+- ``after``: ``linear`` plus daemon/fast_attention.py (copy-free GQA): what the daemon runs.
+Extra variants to decide the table: ``head_all`` / ``layers_all`` (W @ x.T for every n <= 32 in the
+lm_head / in the decoder layers).
+
+Each round runs every (n, variant) once, round-robin, so a busy CPU biases no variant;
+the figure is the minimum over rounds (other processes only ever add time).
+``--profile N``: print torch profiler tables for n=N instead (before vs after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from daemon import fast_attention, fast_linear  # noqa: E402
+from daemon.kv_cache import InPlaceCache  # noqa: E402
+from daemon.model import load_runtime  # noqa: E402
+
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+TABLE = dict(fast_linear.WX_ROWS)
+UP_TO_32 = frozenset(range(1, 33))
+VARIANTS = {  # name: (cache class, head rows, layer rows, attention)
+    "before": ("dynamic", frozenset(), frozenset(), "sdpa"),
+    "cache": ("inplace", frozenset(), frozenset(), "sdpa"),
+    "linear": ("inplace", TABLE["head"], TABLE["layer"], "sdpa"),
+    "after": ("inplace", TABLE["head"], TABLE["layer"], fast_attention.NAME),
+    "head_all": ("inplace", UP_TO_32, TABLE["layer"], fast_attention.NAME),
+    "layers_all": ("inplace", TABLE["head"], UP_TO_32, fast_attention.NAME),
+}
+
+
+def make_cache(kind: str):
+    from transformers import DynamicCache
+
+    return DynamicCache() if kind == "dynamic" else InPlaceCache()
+
+
+def run_pass(rt, cache, ids: torch.Tensor, ctx: int, n: int, variant: str) -> float:
+    _, head, layer, attention = VARIANTS[variant]
+    fast_linear.WX_ROWS.update(head=head, layer=layer)
+    if rt.model.config._attn_implementation != attention:
+        rt.model.set_attn_implementation(attention)
+    t0 = time.perf_counter()
+    rt.forward(ids[:, ctx:ctx + n], cache)
+    dt = (time.perf_counter() - t0) * 1000
+    cache.crop(-n)  # roll back: DynamicCache slices (a view), InPlaceCache moves its length
+    return dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--context", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--variants", default="before,cache,after")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--profile", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rt = load_runtime(args.model, device="cpu")
+    ctx = args.context
+    ids = torch.randint(100, 30000, (1, ctx + 64), generator=torch.Generator().manual_seed(0))
+    variants = args.variants.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rt.forward(ids[:, :1], make_cache("inplace"))  # installs the fast paths
+    caches = {}
+    for v in variants:
+        caches[v] = make_cache(VARIANTS[v][0])
+        rt.forward(ids[:, :ctx], caches[v], last_only=True)
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        for v in variants:
+            for _ in range(2):
+                run_pass(rt, caches[v], ids, ctx, args.profile, v)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(3):
+                    run_pass(rt, caches[v], ids, ctx, args.profile, v)
+            print(f"--- {v}, n={args.profile}, 3 passes")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=8))
+        return 0
+    best: dict[tuple[int, str], float] = {}
+    for rnd in range(args.rounds + 1):
+        for n in sizes:
+            for v in variants:
+                dt = run_pass(rt, caches[v], ids, ctx, n, v)
+                if rnd:  # round 0 warms up
+                    best[(n, v)] = min(best.get((n, v), float("inf")), dt)
+    print(f"threads={args.threads} context={ctx} rounds={args.rounds}; ms per pass (min)")
+    print("| n | " + " | ".join(variants) + " |")
+    print("|---" * (len(variants) + 1) + "|")
+    for n in sizes:
+        print(f"| {n} | " + " | ".join(f"{best[(n, v)]:.1f}" for v in variants) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

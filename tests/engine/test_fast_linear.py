@@ -1,0 +1,93 @@
+"""Few-row linears (daemon/fast_linear.py) and copy-free GQA attention (daemon/fast_attention.py) equal the stock paths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from daemon import fast_attention, fast_linear
+from daemon.fast_linear import FastLinear, linear_rows
+
+ALL = frozenset(range(1, 64))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 17])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_rows_equals_f_linear(n, with_bias):
+    g = torch.Generator().manual_seed(n)
+    w = torch.randn(300, 48, generator=g)
+    b = torch.randn(300, generator=g) if with_bias else None
+    x = torch.randn(1, n, 48, generator=g)
+    got = linear_rows(x, w, b, ALL)
+    assert got.shape == (1, n, 300) and got.is_contiguous()
+    torch.testing.assert_close(got, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    assert torch.equal(linear_rows(x, w, b, frozenset()), F.linear(x, w, b))  # not in the table: F.linear itself
+
+
+def test_install_shares_weights_and_keeps_outputs():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 40, bias=False))
+    x = torch.randn(3, 16)
+    before = model(x)
+    head = model[2]
+    ptr = head.weight.data_ptr()
+    assert fast_linear.install(model, head) == 2
+    assert type(head) is FastLinear and head.kind == "head" and model[0].kind == "layer"
+    assert head.weight.data_ptr() == ptr
+    torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+
+
+def _gqa_llama(attn: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    config._attn_implementation = attn
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_gqa_attention_equals_sdpa_with_tree_mask(monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import DynamicCache
+
+    gqa_calls = []
+
+    def spy(*args, **kwargs):
+        gqa_calls.append(kwargs.get("enable_gqa"))
+        return F.scaled_dot_product_attention(*args, **kwargs)
+
+    monkeypatch.setattr(fast_attention, "F", SimpleNamespace(scaled_dot_product_attention=spy))
+
+    stock = _gqa_llama("sdpa")
+    fast = _gqa_llama("sdpa")
+    assert fast_attention.install(fast) and fast.config._attn_implementation == fast_attention.NAME
+    assert not fast_attention.install(_gqa_llama("eager"))  # only sdpa models are switched
+    prompt = torch.randint(0, 500, (1, 40), generator=torch.Generator().manual_seed(1))
+    new = torch.tensor([[5, 6, 7, 8]])
+    past = prompt.shape[1]
+    # a tree: 5 <- 6, 5 <- 7 <- 8 (6 and 7 are siblings)
+    parents = [-1, 0, 0, 2]
+    mask = torch.full((1, 1, 4, past + 4), float("-inf"))
+    mask[..., :past] = 0
+    for i, p in enumerate(parents):
+        j = i
+        while j != -1:
+            mask[0, 0, i, past + j] = 0
+            j = parents[j]
+    pos = torch.tensor([[past, past + 1, past + 1, past + 2]])
+    outs = []
+    for model in (stock, fast):
+        cache = DynamicCache()
+        with torch.inference_mode():
+            model(input_ids=prompt, cache=cache, use_cache=True)
+            chain = model(input_ids=new, cache=cache, use_cache=True).logits  # causal mask, 4 rows
+            cache.crop(-4)
+            tree = model(input_ids=new, cache=cache, use_cache=True, position_ids=pos, attention_mask=mask).logits
+        outs.append((chain, tree))
+    assert gqa_calls == [True] * 4  # 2 layers x (chain, tree): the copy-free path, not the fallback
+    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[0][1], outs[1][1], atol=1e-5, rtol=1e-5)
