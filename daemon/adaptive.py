@@ -112,7 +112,7 @@ class CostModel:
 
         import os
 
-        key = f"v3|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        key = f"v4|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}

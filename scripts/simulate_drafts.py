@@ -57,10 +57,39 @@ def simulate(steps, n_out, cost, choose):
         match_len, source, count, agree, length = steps[i]
         d = choose(match_len, source, count, length) if length else 0
         a = min(agree, d)
+        if hasattr(choose, "feedback"):
+            choose.feedback(a)
         passes += 1
         ms += cost(1 + d)
         i += a + 1
     return passes, ms
+
+
+def adaptive_policy(cost_spec: str):
+    """The engine's own DraftPolicy, learning acceptance online as the replay goes."""
+    from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+    from index.draft import Branch, Draft, Source
+
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    ms = [float(x) for x in cost_spec.split(",")]
+    policy = DraftPolicy(CostModel(sizes=sizes[: len(ms)], ms=ms), AdaptiveConfig())
+    state = {}
+
+    def choose(m, s, c, L):
+        draft = Draft((Branch(tokens=np.arange(L, dtype=np.int32), count=max(c, 1), source=Source(s),
+                              match_len=m),))
+        chosen = policy.choose(draft, L)
+        d = len(chosen[0][1]) if chosen else 0
+        state["last"] = (draft, d)
+        return d
+
+    def feedback(accepted):
+        draft, d = state.pop("last", (None, 0))
+        if draft is not None and d:
+            policy.feedback(draft, 0 if accepted else -1, accepted, d)
+
+    choose.feedback = feedback
+    return choose
 
 
 def main() -> int:
@@ -121,6 +150,12 @@ def main() -> int:
         "m>=8 k32": lambda m, s, c, L: min(L, 32) if m >= 8 else 0,
         "k=2m": lambda m, s, c, L: min(L, 2 * m) if m >= 3 else 0,
     }
+    policies.update({
+        "k<=2 m>=3": lambda m, s, c, L: min(L, 2) if m >= 3 else 0,
+        "k<=3 m>=4": lambda m, s, c, L: min(L, 3) if m >= 4 else 0,
+        "k<=4 m>=5": lambda m, s, c, L: min(L, 4) if m >= 5 else 0,
+    })
+    policies["adaptive"] = adaptive_policy(args.cost)
     print(f"\n{'policy':<10} " + " ".join(f"{k:>8}" for k in ("ordinary", "repeat", "norepeat", "all")))
     plain_ms = defaultdict(float)
     for case, out, steps in traces:
