@@ -48,12 +48,26 @@ class _EditStopChecker(StopChecker):
 
 
 class EditDraftPolicy:
-    """Passes drafts from the original through whole; other drafts go to the inner policy."""
+    """Sizes drafts from the original by their measured acceptance; other drafts go to the inner policy.
+
+    While the output follows the original, a long draft is nearly free per
+    accepted token, so the first drafts are long (prior per-token acceptance
+    ``PRIOR_ACCEPTANCE``). When the model departs from the original (it rewrites,
+    or loops), the per-token acceptance ``a`` (an exponential moving average over
+    the tokens judged) falls, and the draft length m is the one that maximises
+    expected tokens per ms, (1 - a^(m+1)) / (1 - a) / cost(1 + m), down to m = 0:
+    plain decoding, so a lost edit costs no more than plain decoding.
+    """
+
+    PRIOR_ACCEPTANCE = 0.9
+    ALPHA = 0.15
+    RECOVERY = 0.05
 
     def __init__(self, inner: Any, width: int = 1) -> None:
         self.inner = inner
         self.cfg = inner.cfg
         self.width = width
+        self.acceptance = self.PRIOR_ACCEPTANCE
 
     def __getattr__(self, name: str) -> Any:
         # everything else the engine asks of a policy (its cost model, ...) is the inner one's
@@ -63,9 +77,26 @@ class EditDraftPolicy:
     def _is_original(draft: Draft) -> bool:
         return bool(draft) and all(b.source == Source.EDIT_ORIGINAL for b in draft.branches)
 
+    def _best_length(self, longest: int) -> int:
+        a, cost = self.acceptance, self.inner.cost
+        best_m, best_rate = 0, 1.0 / cost(1)
+        expected, value = 1.0, 1.0
+        for m in range(1, longest + 1):
+            value *= a
+            expected += value
+            rate = expected / cost(1 + m)
+            if rate > best_rate:
+                best_m, best_rate = m, rate
+        return best_m
+
     def choose(self, draft: Draft, budget: int) -> list[tuple[int, np.ndarray]]:
         if not self._is_original(draft):
             return self.inner.choose(draft, budget)
+        budget = min(budget, self._best_length(min(budget, max(len(b.tokens) for b in draft.branches))))
+        if budget == 0:
+            # not drafting teaches nothing: drift back towards the prior so that a model
+            # that returns to the original is noticed after a few plain passes
+            self.acceptance += self.RECOVERY * (self.PRIOR_ACCEPTANCE - self.acceptance)
         out = []
         for bi, b in enumerate(draft.branches[: self.width]):
             take = min(len(b.tokens), budget)
@@ -78,6 +109,11 @@ class EditDraftPolicy:
     def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
         if not self._is_original(draft):
             self.inner.feedback(draft, taken_branch, accepted, drafted_len)
+            return
+        judged = min(accepted + 1, max(drafted_len, 1))  # tokens after the first rejection were never judged
+        for i in range(judged):
+            self.acceptance += self.ALPHA * ((1.0 if i < accepted else 0.0) - self.acceptance)
+        self.acceptance = min(max(self.acceptance, 0.01), 0.99)
 
 
 def default_max_tokens(draft_len: int) -> int:

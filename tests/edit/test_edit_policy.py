@@ -1,0 +1,63 @@
+"""EditDraftPolicy: long drafts while the output follows the original, none once it departs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.edit import EditDraftPolicy
+from index.draft import Branch, Draft, Source
+
+# the measured 2-thread CPU curve (docs/benchmarks.md, Forward pass cost)
+COST = CostModel(sizes=[1, 2, 4, 8, 16, 32], ms=[34.5, 37.7, 48.8, 80.7, 111.5, 144.9])
+
+
+def _original_draft(n=64):
+    return Draft((Branch(np.arange(100, 100 + n, dtype=np.int32), 1, Source.EDIT_ORIGINAL, 0),))
+
+
+def _policy(cost=COST):
+    return EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()))
+
+
+def _drafted(policy, draft, budget=64):
+    chosen = policy.choose(draft, budget)
+    return len(chosen[0][1]) if chosen else 0
+
+
+def test_drafts_long_while_the_output_follows_the_original():
+    policy, draft = _policy(), _original_draft()
+    first = _drafted(policy, draft)
+    for _ in range(5):
+        policy.feedback(draft, 0, first, first)  # everything accepted
+    assert first >= 8 and _drafted(policy, draft) > first
+
+
+def test_stops_drafting_when_the_output_departs_and_probes_again_later():
+    # a device where verifying even one extra token costs 50% more
+    policy, draft = _policy(CostModel(sizes=[1, 2, 64], ms=[50.0, 75.0, 200.0])), _original_draft()
+    assert _drafted(policy, draft) > 0
+    for _ in range(10):
+        d = _drafted(policy, draft)
+        if d:
+            policy.feedback(draft, -1, 0, d)  # the first drafted token is rejected every time
+    assert _drafted(policy, draft) == 0, "a lost edit decodes plainly"
+    probes = [_drafted(policy, draft) for _ in range(60)]
+    assert any(probes), "after plain passes the policy tries the original again"
+
+
+def test_rejections_shrink_drafts_to_what_pays():
+    policy, draft = _policy(), _original_draft()
+    first = _drafted(policy, draft)
+    for _ in range(10):
+        d = _drafted(policy, draft)
+        if d:
+            policy.feedback(draft, -1, 0, d)
+    assert _drafted(policy, draft) <= 2 < first
+
+
+def test_other_drafts_go_to_the_inner_policy():
+    policy = _policy()
+    index_draft = Draft((Branch(np.arange(5, 9, dtype=np.int32), 3, Source.BUFFER, 6),))
+    mine = [(b, t.tolist()) for b, t in policy.choose(index_draft, 8)]
+    assert mine == [(b, t.tolist()) for b, t in policy.inner.choose(index_draft, 8)]
