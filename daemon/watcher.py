@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pathspec
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent,
+                             FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent,
+                             FileSystemEvent, FileSystemEventHandler)
 from watchdog.observers import Observer
 
 log = logging.getLogger("ngramd.watcher")
@@ -77,6 +79,14 @@ class Ignorer:
                 spec = None
             self._specs[directory] = (mtime, spec)
             return spec
+
+
+# The events that can change what is indexed. Asked of the kernel (the inotify mask), not
+# filtered afterwards: with reads (IN_OPEN, IN_CLOSE_NOWRITE) in the mask, our own indexing
+# and watchdog's rescans of a big tree (.venv, node_modules) overflow the inotify queue,
+# and each overflow triggers another rescan, without end.
+CHANGE_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent,
+                 DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
 class _Collector(FileSystemEventHandler):
@@ -133,7 +143,7 @@ class WorkspaceWatcher:
         self._ignorers[root] = Ignorer(root)
         try:
             self._watches[root] = self._observer.schedule(_Collector(self._on_event), str(root),
-                                                          recursive=True)
+                                                          recursive=True, event_filter=CHANGE_EVENTS)
         except OSError as exc:  # e.g. the inotify watch limit
             state["watch_error"] = str(exc)
         stop = threading.Event()

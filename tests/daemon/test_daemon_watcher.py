@@ -85,3 +85,20 @@ def test_remove_folder_stops_watching(watched):
     assert w.remove_folder(root)
     assert w.status()["folders"] == []
     assert not w.remove_folder(root)
+
+
+def test_reads_are_not_asked_of_the_kernel(watched):
+    """The inotify mask leaves out reads: our own indexing and watchdog's rescans of a big
+    tree would otherwise overflow the queue and trigger rescans without end."""
+    from watchdog.events import FileClosedNoWriteEvent, FileOpenedEvent
+
+    w, index, root, _ = watched
+    (watch,) = w._watches.values()
+    assert watch.event_filter is not None
+    assert FileOpenedEvent not in watch.event_filter and FileClosedNoWriteEvent not in watch.event_filter
+    before = len(index.log)
+    for _ in range(20):
+        (root / "a.py").read_text()
+    (root / "d.py").write_text("d = 4\n")  # a change after the reads is still seen
+    wait_until(lambda: str(root / "d.py") in index.files)
+    assert all("a.py" not in str(entry) for entry in index.log[before:])
