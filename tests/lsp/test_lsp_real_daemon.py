@@ -33,9 +33,9 @@ MAX_TOKENS = 12
 def direct(sock: str, text: str, offset: int, uri: str, **params) -> dict:
     """The daemon's own answer for ``text`` (stateless ``complete`` with ``text``).
 
-    Same ``uri`` as the LSP's document, so that the daemon drafts from the same
-    buffers: with random weights, near-tied logits can flip when a different draft
-    changes the shape of the verification pass."""
+    Same ``uri`` as the LSP's document: the daemon's state for that document (its
+    buffer in the index, its KV cache) is what the LSP's request sees too, and the
+    edit prompt names the file, so another uri is another prompt."""
     with Client(sock, timeout=120) as c:
         return c.call("complete", {"uri": uri, "text": text, "offset": offset,
                                    "maxTokens": MAX_TOKENS, **params})
