@@ -37,6 +37,9 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+_ONE_SEQUENCE = "ngramd's in-place KV cache holds one sequence: batch and beam operations are not supported"
+
+
 class InPlaceLayer(DynamicLayer):
     """One layer's keys/values in buffers ``[batch, kv_heads, capacity, head_dim]``; ``length`` entries are filled.
 
@@ -123,14 +126,16 @@ class InPlaceLayer(DynamicLayer):
         self.length = keep + m
         self._set_views()
 
+    # Batch and beam operations of transformers' cache API: this cache holds exactly one
+    # sequence (one document's decoding), so they are refused with a clear error.
     def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError("InPlaceLayer holds one sequence")
+        raise RuntimeError(_ONE_SEQUENCE)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        raise NotImplementedError("InPlaceLayer holds one sequence")
+        raise RuntimeError(_ONE_SEQUENCE)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        raise NotImplementedError("InPlaceLayer holds one sequence")
+        raise RuntimeError(_ONE_SEQUENCE)
 
 
 class InPlaceCache(DynamicCache):
