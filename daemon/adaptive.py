@@ -39,6 +39,7 @@ class CostModel:
 
     sizes: list[int] = field(default_factory=lambda: [1, 64])
     ms: list[float] = field(default_factory=lambda: [70.0, 260.0])  # DESIGN.md's CPU figures as a prior
+    online: bool = True  # fold measured passes in (``observe``); False: a fixed curve, deterministic
 
     def __call__(self, n: int) -> float:
         return float(np.interp(n, self.sizes, self.ms))
@@ -54,7 +55,7 @@ class CostModel:
         moved to the nearest calibrated size by the curve's own shape, blended in
         with an exponential moving average, and the curve is kept non-decreasing.
         """
-        if n < 1 or not ms > 0:
+        if not self.online or n < 1 or not ms > 0:
             return
         j = int(np.argmin([abs(np.log(n / s)) for s in self.sizes]))
         at_j = ms * self.ms[j] / max(self(n), 1e-9)

@@ -42,7 +42,9 @@ class Completer:
         self.runtime = runtime
         self.index = index
         self.cfg = config or EngineConfig()
-        self.cost = CostModel.cached(runtime) if self.cfg.calibrate else CostModel()
+        # calibrate=False: the prior curve, fixed (no measuring at load nor online), so that
+        # draft decisions do not depend on timing (tests)
+        self.cost = CostModel.cached(runtime) if self.cfg.calibrate else CostModel(online=False)
         self.policy = DraftPolicy(self.cost, self.cfg.adaptive)
         self.pool = KVPool(self.cfg.max_caches)
         self.totals = GenerationStats()

@@ -43,7 +43,7 @@ class EngineConfig:
     prefill_chunk: int = 512  # prompt tokens per prefill pass (cancellation is checked between them)
     max_caches: int = 4  # documents whose KV cache is kept
     reuse_kv: bool = True  # keep the common-prefix KV between requests on a document
-    calibrate: bool = True  # measure the verify-cost curve at load (cached on disk)
+    calibrate: bool = True  # measure the verify-cost curve at load (cached) and correct it online; False: fixed prior
     sync_buffers: bool = True  # Completer calls index.open_buffer(uri, text) when the text changed
     add_history: bool = True  # completions go to the index as history
 
