@@ -18,10 +18,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from daemon.cli_inputs import InputError, make_index, offset_of, read_source
+
 _POS = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
 
 
-class PositionError(ValueError):
+class PositionError(InputError):
     """A ``L:C`` position that is malformed or not in the file."""
 
 
@@ -35,12 +37,10 @@ def parse_position(spec: str) -> tuple[int, int]:
 
 def position_to_offset(text: str, line: int, col: int) -> int:
     """Character offset of 0-based (line, col) in ``text``; ``PositionError`` when outside it."""
-    lines = text.split("\n")
-    if not 0 <= line < len(lines):
-        raise PositionError(f"line {line} is outside the file (lines 0..{len(lines) - 1})")
-    if not 0 <= col <= len(lines[line]):
-        raise PositionError(f"column {col} is outside line {line} (columns 0..{len(lines[line])})")
-    return sum(len(s) + 1 for s in lines[:line]) + col
+    try:
+        return offset_of(text, line, col)
+    except InputError as exc:
+        raise PositionError(str(exc)) from None
 
 
 def resolve_range(text: str, start: str, end: str) -> tuple[int, int]:
@@ -60,12 +60,9 @@ def _error(message: str) -> int:
 def run(args: Any) -> int:
     path = Path(args.file)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return _error(f"cannot read {path}: {exc}")
-    try:
+        text = read_source(path, allow_empty=True)
         start, end = resolve_range(text, args.start, args.end)
-    except PositionError as exc:
+    except InputError as exc:
         return _error(str(exc))
     if not args.instruction.strip():
         return _error("--instruction is empty")
@@ -79,7 +76,7 @@ def run(args: Any) -> int:
         runtime = load_runtime(args.model, device=args.device)
     except ModelLoadError as exc:
         return _error(str(exc))
-    index = _buffer_index(runtime, path.resolve().as_uri(), text)
+    index = make_index(runtime, [])
     from daemon.completer import Completer
 
     completer = Completer(runtime, index)
@@ -102,14 +99,3 @@ def run(args: Any) -> int:
         if result.text and not result.text.endswith("\n"):
             sys.stdout.write("\n")
     return 0
-
-
-def _buffer_index(runtime: Any, uri: str, text: str) -> Any:
-    """An n-gram index holding just this buffer: the fallback drafts while the pointer is lost."""
-    try:
-        from index.store import IndexConfig, NgramIndex
-    except ImportError:
-        return None
-    index = NgramIndex(runtime.tokenize_batch, IndexConfig())
-    index.open_buffer(uri, text)
-    return index

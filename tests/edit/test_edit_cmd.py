@@ -71,3 +71,10 @@ def test_cli_json_reports_the_contract_keys(tmp_path, capsys):
     assert out["start"] == 0 and out["end"] == len(f.read_text())
     assert out["forward_passes"] >= 1 and out["stats"]["generated"] <= 6
     assert f.read_text() == "def f(x):\n    y = x + 1\n    return y\n"  # the file is never written
+
+
+def test_cli_binary_file_is_refused(tmp_path, capsys):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(b"\x00\x01\x02 not text")
+    assert main(["edit", str(f), "--start", "0:0", "--end", "0:1", "--instruction", "x"]) == 2
+    assert "looks binary" in capsys.readouterr().err

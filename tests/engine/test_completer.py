@@ -150,7 +150,7 @@ def test_cli_json(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content,line,col,message", [
-    ("", 0, 0, "empty"), ("x = 1\n", 5, 0, "--line 5 is out of range"), ("x = 1\n", 0, 9, "--col 9 is out of range")])
+    ("", 0, 0, "empty"), ("x = 1\n", 5, 0, "line 5 is outside the file"), ("x = 1\n", 0, 9, "column 9 is outside line 0")])
 def test_cli_bad_input(tmp_path, capsys, content, line, col, message):
     from daemon import complete_cmd
 

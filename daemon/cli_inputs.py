@@ -1,0 +1,53 @@
+"""What the in-process commands (``ngramd complete``, ``ngramd edit``) read from the user.
+
+One place for: reading a source file with clear errors (missing, binary, not
+UTF-8, empty), turning a 0-based line and character column into a character
+offset, and building the n-gram index those commands draft from.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class InputError(ValueError):
+    """Bad command-line input; the message says what and where."""
+
+
+def read_source(path: Path, allow_empty: bool = False) -> str:
+    """The UTF-8 text of ``path``; InputError when it cannot serve as a source file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not data and not allow_empty:
+        raise InputError(f"{path} is empty: there is no text to complete from")
+    if b"\0" in data[:8192]:
+        raise InputError(f"{path} looks binary")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text: {exc}") from exc
+
+
+def offset_of(text: str, line: int, col: int) -> int:
+    """Character offset of 0-based (line, col); col counts characters and may equal the line's length."""
+    lines = text.split("\n")
+    if not 0 <= line < len(lines):
+        raise InputError(f"line {line} is outside the file (lines 0..{len(lines) - 1})")
+    if not 0 <= col <= len(lines[line]):
+        raise InputError(f"column {col} is outside line {line} (columns 0..{len(lines[line])})")
+    return sum(len(s) + 1 for s in lines[:line]) + col
+
+
+def make_index(runtime: Any, workspaces: list[str]) -> Any:
+    """An n-gram index over ``workspaces`` (the Completer adds the document itself)."""
+    from index.store import NgramIndex
+
+    index = NgramIndex(runtime.tokenize_batch)
+    for root in workspaces:
+        counts = index.index_workspace(root)
+        print(f"ngramd: indexed {root}: {counts}", file=sys.stderr)
+    return index
