@@ -80,6 +80,11 @@ class Document:
         if not (isinstance(start, int) and isinstance(end, int)) or not 0 <= start <= end <= n:
             raise ValueError(f"edit range [{start}, {end}) is out of range for a buffer of {n} characters")
         text = self.text[:start] + new_text + self.text[end:]
+        if not text:  # everything deleted: no chunk is left to splice around
+            n_old = len(self.tokens)
+            self.text, self.tokens = "", np.zeros(0, np.int32)
+            self.cuts, self.tok_cuts = np.zeros(1, np.int64), np.zeros(1, np.int64)
+            return 0, n_old, 0
         delta = len(text) - n
         cuts = self.cuts
         # Left edge: the last cut c with c + 1 < start stays a boundary (its test reads
@@ -96,11 +101,6 @@ class Document:
         texts = [text[a:b] for a, b in zip(edges, edges[1:]) if b > a]
         new_tokens, counts = _tokenize_chunks(texts, tokenize_batch)
         t_lo, t_hi = int(self.tok_cuts[il]), int(self.tok_cuts[ir])
-        if not text:  # the only way the region can vanish (hi == lo) is deleting everything
-            n_old = len(self.tokens)
-            self.text, self.tokens = "", np.zeros(0, np.int32)
-            self.cuts, self.tok_cuts = np.zeros(1, np.int64), np.zeros(1, np.int64)
-            return 0, n_old, 0
         tail_cuts = cuts[ir:] + delta
         tail_tok = self.tok_cuts[ir:] + (len(new_tokens) - (t_hi - t_lo))
         mid_tok = t_lo + np.cumsum(counts)[:-1]

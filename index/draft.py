@@ -64,9 +64,5 @@ class Draft:
     def best(self) -> Branch:
         return self.branches[0]
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(b.tokens) for b in self.branches)
-
 
 NO_DRAFT = Draft(())

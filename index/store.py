@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from . import ngram
-from .document import Document, TokenizeBatch, _tokenize_chunks
+from .document import Document, TokenizeBatch
 from .draft import NO_DRAFT, Draft, Source
 from .keyed import KeyIndex
 from .suffix import StaticSegment
@@ -74,7 +74,7 @@ class IndexConfig:
 class _Buffer:
     doc: Document
     stamp: int
-    keys: KeyIndex | None = None  # built at the first lookup past keyed_min_tokens, then spliced
+    keys: KeyIndex | None = None  # built once the buffer has keyed_min_tokens (at open or lookup), then spliced
 
     def match(self, ctx: np.ndarray, min_n: int, keyed_min: int) -> tuple[int, np.ndarray]:
         a = self.doc.tokens
@@ -95,7 +95,8 @@ class _File:
 
 
 class _ScanSet:
-    """Several documents concatenated with SEP, scanned with ``ngram.scan_longest``."""
+    """Several documents concatenated with SEP, matched through a ``KeyIndex``
+    (or ``ngram.scan_longest`` under ``keyed_min_tokens``)."""
 
     def __init__(self, docs: list[np.ndarray], stamps: list[int], keys: list, min_n: int, keyed_min: int):
         lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
@@ -232,7 +233,7 @@ class NgramIndex:
                 self.last_skip = str(e)
                 self._remove(key)
             return False
-        tokens, _ = _tokenize_chunks([text], self._tok)
+        (tokens,) = self._tokenize_files([text])
         with self._lock:
             self._install(key, tokens)
             self._enforce_bound()
@@ -274,16 +275,16 @@ class NgramIndex:
                 except SkipFile as e:
                     counts[e.reason] += 1
             if texts:
-                ids = self._tok(texts)
-                arrays = [_as_tokens(x, "tokenizer output") for x in ids]
+                arrays = self._tokenize_files(texts)
                 with self._lock:
                     for key, arr in zip(keys, arrays):
                         self._install(key, arr)
                         counts["indexed"] += 1
                         counts["tokens"] += len(arr)
                     self._enforce_bound()
-                # Geometric: merge when the dynamic set outgrows the static segment.
-                self._maybe_merge(threshold=max(self.cfg.merge_tokens, self._static_tokens()))
+                    # Geometric: merge when the dynamic set outgrows the static segment.
+                    threshold = max(self.cfg.merge_tokens, self._static_tokens())
+                self._maybe_merge(threshold)
             done = min(i + self.cfg.batch_files, total)
             if progress is not None:
                 progress(done, total)
@@ -294,6 +295,13 @@ class NgramIndex:
                     self._skipped[reason] += n
         out = {"files": total, "indexed": 0, "tokens": 0, **counts, "stopped": stopped}
         return out
+
+    def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:
+        """Whole-file token ids, one [n_i] int32 array per text (call outside the lock)."""
+        ids = self._tok(texts)
+        if len(ids) != len(texts):
+            raise ValueError(f"tokenizer returned {len(ids)} results for {len(texts)} texts")
+        return [_as_tokens(x, "tokenizer output") for x in ids]
 
     def _static_tokens(self) -> int:
         s = self._static

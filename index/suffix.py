@@ -166,9 +166,8 @@ class StaticSegment:
         nb = len(q)
         key = lambda r: rb[4 * r : 4 * r + nb]  # noqa: E731
         blo, bhi = self._bucket_of(int(ctx[-1]))
-        mid_lo, mid_hi = (blo, blo) if ip is None else (ip, ip)
-        lo = bisect.bisect_left(sa, q, blo, mid_lo if ip is not None else bhi, key=key)
-        hi = bisect.bisect_right(sa, q, max(lo, mid_hi), bhi, key=key)
+        lo = bisect.bisect_left(sa, q, blo, bhi if ip is None else ip, key=key)
+        hi = bisect.bisect_right(sa, q, lo if ip is None else ip, bhi, key=key)
         return lo, hi
 
     def positions(self, lo: int, hi: int, cap: int) -> np.ndarray:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -43,7 +44,7 @@ def read_text(path: str | os.PathLike, max_bytes: int) -> str:
         if e.errno == errno.ELOOP:
             raise SkipFile(p, "symlink_loop", str(e)) from None
         raise SkipFile(p, "unreadable", str(e)) from None
-    if not os.path.isfile(p):
+    if not stat.S_ISREG(st.st_mode):  # os.stat followed any symlink, like os.path.isfile
         raise SkipFile(p, "not_a_file", "not a regular file")
     if st.st_size > max_bytes:
         raise SkipFile(p, "too_large", f"{st.st_size} bytes > max_file_bytes={max_bytes}")

