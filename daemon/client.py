@@ -93,19 +93,18 @@ class Client:
     def wait(self, msgid: int, timeout: float | None = None) -> Any:
         resp = self.wait_response(msgid, timeout)
         if resp.error is not None:
-            raise RpcError(int(resp.error.get("code", 0)), str(resp.error.get("message", "")))
+            raise RpcError(resp.error["code"], resp.error["message"])
         return resp.result
 
     def wait_response(self, msgid: int, timeout: float | None = None) -> Response:
         """The raw response to ``msgid`` (buffering others and notifications)."""
-        deadline = None if timeout is None and self.timeout is None else \
-            time.monotonic() + (timeout if timeout is not None else self.timeout)  # type: ignore[operator]
+        deadline = self._deadline(timeout)
         while msgid not in self._responses:
             self._read_some(deadline)
         return self._responses.pop(msgid)
 
     def wait_notification(self, method: str = "error", timeout: float | None = None) -> Notification:
-        deadline = time.monotonic() + (timeout if timeout is not None else (self.timeout or 60.0))
+        deadline = self._deadline(timeout, 60.0)
         while True:
             for i, n in enumerate(self.notifications):
                 if n.method == method:
@@ -114,12 +113,19 @@ class Client:
 
     def read_until_closed(self, timeout: float | None = None) -> None:
         """Buffer replies and notifications until the daemon closes the connection."""
-        deadline = time.monotonic() + (timeout if timeout is not None else (self.timeout or 60.0))
+        deadline = self._deadline(timeout, 60.0)
         try:
             while True:
                 self._read_some(deadline)
         except DaemonUnavailable:
             return
+
+    def _deadline(self, timeout: float | None, fallback: float | None = None) -> float | None:
+        """``timeout``, else the client's, else ``fallback`` seconds from now (None: no limit)."""
+        for t in (timeout, self.timeout, fallback):
+            if t is not None:
+                return time.monotonic() + t
+        return None
 
     def _read_some(self, deadline: float | None) -> None:
         if deadline is not None:
@@ -163,23 +169,31 @@ def wait_ready(socket_path: str | os.PathLike[str] | None = None, timeout: float
     raise TimeoutError(f"no daemon ready on {resolve_socket_path(socket_path)}: {last}")
 
 
+def serve_command(socket_path: str | os.PathLike[str] | None = None, *, model: str | None = None,
+                  device: str = "auto", workspaces: Sequence[str | os.PathLike[str]] = (),
+                  extra_args: Sequence[str] = (), python: str = sys.executable) -> list[str]:
+    """``ngramd serve`` through ``python`` (this interpreter: no PATH lookup needed)."""
+    cmd = [python, "-m", "daemon.cli", "serve", "--device", device]
+    if socket_path is not None:
+        cmd += ["--socket", str(socket_path)]
+    if model:
+        cmd += ["--model", model]
+    for ws in workspaces:
+        cmd += ["--workspace", str(ws)]
+    return cmd + list(extra_args)
+
+
 def spawn_daemon(socket_path: str | os.PathLike[str] | None = None, *, model: str | None = None,
                  device: str = "auto", workspaces: Sequence[str | os.PathLike[str]] = (),
                  extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
                  python: str = sys.executable, stdout: Any = subprocess.PIPE,
                  stderr: Any = None) -> subprocess.Popen:
-    """Start ``python -m daemon.cli serve`` in the background (does not wait).
+    """Start ``ngramd serve`` in the background, attached to this process (does not wait).
 
     Pair with ``wait_ready(socket_path, proc=proc)``; stop with ``Client(...).call("shutdown")``
-    and ``proc.wait()``.
+    and ``proc.wait()``. (The LSP starts a detached one: lsp/spawn.py.)
     """
-    cmd = [python, "-m", "daemon.cli", "serve", "--device", device]
-    if socket_path is not None:
-        cmd += ["--socket", str(socket_path)]
-    if model is not None:
-        cmd += ["--model", model]
-    for ws in workspaces:
-        cmd += ["--workspace", str(ws)]
-    cmd += list(extra_args)
+    cmd = serve_command(socket_path, model=model, device=device, workspaces=workspaces,
+                        extra_args=extra_args, python=python)
     return subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
                             env=env, cwd=str(Path(__file__).resolve().parent.parent))

@@ -2,6 +2,7 @@
 
     request       [0, msgid, method, params]
     response      [1, msgid, error, result]      error is None or {"code", "message"}
+                                                 (``decode`` guarantees an int code, a str message)
     notification  [2, method, params]
 
 Messages are plain msgpack arrays streamed back to back on a socket; the
@@ -89,13 +90,22 @@ def decode(obj: Any) -> Message:
     if kind == REQUEST and len(obj) == 4 and isinstance(obj[1], int) and isinstance(obj[2], str):
         return Request(obj[1], obj[2], obj[3])
     if kind == RESPONSE and len(obj) == 4 and isinstance(obj[1], int):
-        error = obj[2]
-        if error is not None and not isinstance(error, dict):
-            error = {"code": INTERNAL_ERROR, "message": str(error)}
-        return Response(obj[1], error, obj[3])
+        return Response(obj[1], _wire_error(obj[2]), obj[3])
     if kind == NOTIFICATION and len(obj) == 3 and isinstance(obj[1], str):
         return Notification(obj[1], obj[2])
     raise RpcError(INVALID_REQUEST, f"not a msgpack-RPC message: {str(obj)[:80]}")
+
+
+def _wire_error(error: Any) -> dict[str, Any] | None:
+    """A response's error as ``{"code": int, "message": str}`` (other keys kept), whatever the peer sent."""
+    if error is None:
+        return None
+    if not isinstance(error, dict):
+        return {"code": INTERNAL_ERROR, "message": str(error)}
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = INTERNAL_ERROR
+    return {**error, "code": code, "message": str(error.get("message", error))}
 
 
 class FrameReader:

@@ -191,9 +191,7 @@ class Service:
         start = _req_int(p, "start", 0, len(text))
         end = _req_int(p, "end", start, len(text))
         instruction = _req(p, "instruction", str)
-        max_tokens = p.get("maxTokens")
-        if max_tokens is not None:
-            max_tokens = _opt_int(p, "maxTokens", 0, 1, MAX_TOKENS_LIMIT)
+        max_tokens = _opt_int(p, "maxTokens", None, 1, MAX_TOKENS_LIMIT)  # None: the engine's default
         if not callable(getattr(self.completer, "edit", None)):
             raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'edit'")
         req = EditRequest(uri=uri, text=text, start=start, end=end, instruction=instruction,
@@ -375,7 +373,7 @@ def _req_int(p: dict, key: str, lo: int | None = None, hi: int | None = None) ->
     return _check_range(key, value, lo, hi)
 
 
-def _opt_int(p: dict, key: str, default: int, lo: int, hi: int) -> int:
+def _opt_int(p: dict, key: str, default: int | None, lo: int, hi: int) -> int | None:
     if p.get(key) is None:
         return default
     return _check_range(key, _req(p, key, int), lo, hi)

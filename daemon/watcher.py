@@ -94,8 +94,7 @@ class _Collector(FileSystemEventHandler):
         self._sink = sink
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type in ("opened", "closed_no_write"):
-            return  # reads change nothing
+        # only CHANGE_EVENTS arrive: watchdog's emitters apply ``event_filter`` on every platform
         self._sink(os.fsdecode(event.src_path))
         dest = getattr(event, "dest_path", "")
         if dest:

@@ -106,7 +106,7 @@ class Worker:
         with self._cond:
             running = self._running.describe() if self._running else None
             return {"running": running, "queued": [j.describe() for j in self._queue],
-                    **{k: v for k, v in self.counts.items()}}
+                    **self.counts}
 
     def stop(self, timeout: float = 10.0) -> None:
         with self._cond:

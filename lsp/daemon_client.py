@@ -149,8 +149,6 @@ class RpcConnection:
         if fut is None or fut.done():
             return  # timed out or cancelled meanwhile
         if msg.error is not None:
-            code = msg.error.get("code", rpc.INTERNAL_ERROR)
-            fut.set_exception(DaemonError(int(code) if isinstance(code, int) else rpc.INTERNAL_ERROR,
-                                          str(msg.error.get("message", msg.error)), method))
+            fut.set_exception(DaemonError(msg.error["code"], msg.error["message"], method))
         else:
             fut.set_result(msg.result)

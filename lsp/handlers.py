@@ -16,7 +16,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
-from lsp import items
+from lsp import items, positions
 from lsp.daemon_client import DaemonError, DaemonUnavailable
 from lsp.server import NgramdServer
 
@@ -107,8 +107,7 @@ def register(server: NgramdServer) -> None:
             return types.CompletionList(is_incomplete=True, items=[])
         text = proposal.doc.source
         cursor = ls.position_of(proposal.doc, proposal.offset)
-        line_start = proposal.offset - cursor_column_chars(text, proposal.offset)
-        word = items.word_before(text[line_start:proposal.offset])
+        word = items.word_before(text[positions.line_start(text, proposal.offset):proposal.offset])
         word_start = ls.position_of(proposal.doc, proposal.offset - len(word))
         item = items.completion_item(proposal.text, word, types.Range(start=word_start, end=cursor))
         return types.CompletionList(is_incomplete=True, items=[item] if item else [])
@@ -161,12 +160,6 @@ def register(server: NgramdServer) -> None:
         enabled = args[0] if args else not ls.settings.enabled
         ls.apply_settings({"enabled": enabled})
         return {"enabled": ls.settings.enabled}
-
-
-def cursor_column_chars(text: str, offset: int) -> int:
-    """Characters between the start of ``offset``'s line and ``offset``."""
-    start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
-    return offset - start
 
 
 def _unstructure(ls: NgramdServer, value: Any) -> Any:

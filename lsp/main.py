@@ -14,18 +14,18 @@ import logging
 import os
 import sys
 
+from daemon.paths import resolve_socket_path
 from lsp.config import Settings
 from lsp.handlers import register
 from lsp.server import NgramdServer
-from lsp.spawn import default_socket_path
 
 
 def build_server(socket: str | None = None, model: str | None = None, device: str = "auto",
                  spawn: bool = True) -> NgramdServer:
     """A configured server; the command line's --socket/--model/--device are the
     defaults that the editor's settings may override."""
-    socket_path = os.path.abspath(os.path.expanduser(socket)) if socket else default_socket_path()
-    server = NgramdServer(Settings(model=model, device=device or "auto"), socket_path, spawn=spawn)
+    server = NgramdServer(Settings(model=model, device=device or "auto"),
+                          str(resolve_socket_path(socket)), spawn=spawn)
     register(server)
     return server
 

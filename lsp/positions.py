@@ -72,7 +72,7 @@ def line_span(text: str, line: int) -> tuple[int, int]:
     """
     if line < 0:
         raise ValueError(f"negative line {line}")
-    if "\r" not in text:  # the common case: a C-level split is ~5x faster than the regex
+    if "\r" not in text:  # the common case: C-level str methods instead of the regex
         rest = text.split("\n", line)
         if len(rest) <= line:
             return len(text), len(text)
@@ -88,6 +88,15 @@ def line_span(text: str, line: int) -> tuple[int, int]:
         start = match.end()
     match = next(breaks, None)
     return start, (match.start() if match else len(text))
+
+
+def line_start(text: str, offset: int) -> int:
+    """The offset where ``offset``'s line starts (just after the last line break before it).
+
+    Agrees with ``offset_at(text, position_at(text, offset)[0], 0)`` except between the
+    ``\\r`` and ``\\n`` of a CRLF, which here starts a new (empty) line.
+    """
+    return max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
 
 
 def column_to_index(line_text: str, column: int, encoding: str = UTF16) -> int:

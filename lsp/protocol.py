@@ -7,8 +7,8 @@ Two things pygls 2.1 does not do the way ngramd needs:
    naming the bad field, and the server carries on.
 2. pygls applies ``didChange`` edits before any handler runs, so the handler can no
    longer turn an edit's range into character offsets of the text it applied to.
-   Here each edit is converted with ``lsp.positions`` (the one position helper) on
-   the text before it, applied to pygls' document (which stays the only copy of
+   Here each edit is converted with the server's ``range_of`` (``lsp.positions``, the
+   one position helper) on the text before it, applied to pygls' document (which stays the only copy of
    the text), and the offsets are handed to the server for the daemon.
 """
 
@@ -23,7 +23,6 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from lsp import positions
 
 log = logging.getLogger(__name__)
 
@@ -72,20 +71,17 @@ class NgramdProtocol(LanguageServerProtocol):
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
-        """Apply each edit via lsp.positions and hand the daemon its offsets."""
+        """Apply each edit via the server's ``range_of`` and hand the daemon its offsets."""
         uri = params.text_document.uri
         doc = self._server.open_document(uri)  # type: ignore[attr-defined]
         if doc is None:
             log.warning("didChange for a document that is not open: %s", uri)
             return
-        encoding = self.workspace.position_encoding
         changes: list[dict[str, Any]] = []
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
                 text = doc.source
-                r = change.range
-                start, end = positions.range_offsets(
-                    text, (r.start.line, r.start.character), (r.end.line, r.end.character), encoding)
+                start, end = self._server.range_of(doc, change.range)  # type: ignore[attr-defined]
                 doc.apply_change(types.TextDocumentContentChangeWholeDocument(
                     text=text[:start] + change.text + text[end:]))
                 changes.append({"start": start, "end": end, "text": change.text})

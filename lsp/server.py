@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -30,6 +31,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from daemon import rpc
+from daemon.paths import resolve_socket_path
 from lsp import positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
@@ -42,14 +44,14 @@ VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
 
 
+@dataclass
 class Proposal:
     """A daemon answer and where it applies."""
 
-    def __init__(self, doc: TextDocument, offset: int, text: str, result: dict[str, Any]) -> None:
-        self.doc = doc
-        self.offset = offset
-        self.text = text
-        self.result = result
+    doc: TextDocument
+    offset: int
+    text: str
+    result: dict[str, Any]
 
 
 class NgramdServer(LanguageServer):
@@ -58,7 +60,7 @@ class NgramdServer(LanguageServer):
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = settings
         self.default_socket = socket_path
-        self.link = DaemonLink(settings.socket or socket_path, model=settings.model,
+        self.link = DaemonLink(self._socket_path(settings), model=settings.model,
                                device=settings.device, on_connect=self._on_connect, spawn=spawn)
         self._ids = itertools.count(1)
         self._generation: dict[str, int] = {}
@@ -87,6 +89,11 @@ class NgramdServer(LanguageServer):
 
     def offset_of(self, doc: TextDocument, pos: types.Position) -> int:
         return positions.offset_at(doc.source, pos.line, pos.character, self.encoding())
+
+    def range_of(self, doc: TextDocument, rng: types.Range) -> tuple[int, int]:
+        """Offsets ``(start, end)`` of ``rng`` in the document's current text."""
+        return positions.range_offsets(doc.source, (rng.start.line, rng.start.character),
+                                       (rng.end.line, rng.end.character), self.encoding())
 
     def position_of(self, doc: TextDocument, offset: int) -> types.Position:
         line, character = positions.position_at(doc.source, offset, self.encoding())
@@ -184,14 +191,12 @@ class NgramdServer(LanguageServer):
             self.counters["stale"] += 1
             return None
         text = doc.source
-        offset = positions.offset_at(text, pos.line, pos.character, self.encoding())
+        offset = self.offset_of(doc, pos)
         params: dict[str, Any] = {"uri": uri, "offset": offset, "version": doc.version or 0,
                                   "maxTokens": self.settings.max_tokens, "multiline": multiline,
                                   "temperature": self.settings.temperature}
         if selected is not None:
-            s, e = positions.range_offsets(
-                text, (selected.range.start.line, selected.range.start.character),
-                (selected.range.end.line, selected.range.end.character), self.encoding())
+            s, e = self.range_of(doc, selected.range)
             params["text"] = text[:s] + selected.text + text[e:]
             params["offset"] = s + len(selected.text)
             del params["version"]
@@ -248,10 +253,7 @@ class NgramdServer(LanguageServer):
     async def edit(self, uri: str, rng: types.Range, instruction: str) -> tuple[TextDocument, str]:
         """The daemon's rewrite of ``rng``; raises DaemonError / DaemonUnavailable."""
         doc = self.require_document(uri)
-        text = doc.source
-        start, end = positions.range_offsets(
-            text, (rng.start.line, rng.start.character), (rng.end.line, rng.end.character),
-            self.encoding())
+        start, end = self.range_of(doc, rng)
         params = {"uri": uri, "start": start, "end": end, "instruction": instruction,
                   "version": doc.version or 0, "requestId": f"{os.getpid()}-{next(self._ids)}"}
         timeout = max(self.settings.timeout_ms / 1000, 30.0)
@@ -291,8 +293,11 @@ class NgramdServer(LanguageServer):
         """Apply editor settings (raises ValueError naming a bad key; nothing applied then)."""
         new = self.settings.updated(options)
         self.settings = new
-        self.link.reconfigure(socket_path=new.socket or self.default_socket, model=new.model,
-                              device=new.device)
+        self.link.reconfigure(socket_path=self._socket_path(new), model=new.model, device=new.device)
+
+    def _socket_path(self, settings: Settings) -> str:
+        """The editor's ``socket`` setting resolved as ``ngramd serve`` resolves it ("~/x" too)."""
+        return str(resolve_socket_path(settings.socket)) if settings.socket else self.default_socket
 
     # -- errors -------------------------------------------------------------------------
 

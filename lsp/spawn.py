@@ -1,46 +1,17 @@
-"""Finding and starting the daemon: its socket path and a detached ``ngramd serve``.
+"""Starting a detached ``ngramd serve`` for the LSP.
 
 The daemon is one per user and outlives the editor that started it, so it runs in
 its own session (no signal from the editor's terminal reaches it) with its output
-in ``<socket>.log``.
+in ``<socket>.log``. Its socket path and command line are the daemon's own
+(daemon/paths.py, daemon/client.py; both torch-free).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import tempfile
 
-
-def default_socket_path() -> str:
-    """The same default as ``ngramd serve``: daemon/paths.py when it is there.
-
-    Fallback: ``$XDG_RUNTIME_DIR/ngramd/ngramd.sock``, else a per-user directory
-    under the temp dir.
-    """
-    try:
-        from daemon import paths  # torch-free by contract
-    except ImportError:
-        paths = None
-    for name in ("default_socket_path", "socket_path"):
-        fn = getattr(paths, name, None)
-        if callable(fn):
-            try:
-                return str(fn())
-            except TypeError:
-                continue
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(
-        tempfile.gettempdir(), f"ngramd-{os.getuid()}")
-    return os.path.join(runtime, "ngramd", "ngramd.sock")
-
-
-def serve_command(socket_path: str, model: str | None, device: str = "auto") -> list[str]:
-    """``ngramd serve`` through this interpreter, so that no PATH lookup is needed."""
-    cmd = [sys.executable, "-m", "daemon.cli", "serve", "--socket", socket_path, "--device", device]
-    if model:
-        cmd += ["--model", model]
-    return cmd
+from daemon.client import serve_command
 
 
 def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> subprocess.Popen:
@@ -51,7 +22,7 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
     """
     directory = os.path.dirname(os.path.abspath(socket_path))
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    cmd = serve_command(socket_path, model, device)
+    cmd = serve_command(socket_path, model=model, device=device)
     log_path = socket_path + ".log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

@@ -12,8 +12,8 @@ from daemon_helpers import wait_until
 
 from daemon.client import Client, DaemonUnavailable
 from daemon.rpc import (
-    CONTENT_MODIFIED, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-    REQUEST_CANCELLED, RpcError, pack_notification, pack_request,
+    CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    REQUEST_CANCELLED, RpcError, decode, pack_notification, pack_request,
 )
 
 
@@ -21,6 +21,15 @@ def code_of(fn, *args, **kwargs) -> int:
     with pytest.raises(RpcError) as err:
         fn(*args, **kwargs)
     return err.value.code
+
+
+def test_decode_normalises_response_errors():
+    assert decode([1, 7, None, 3]).error is None
+    assert decode([1, 7, {"code": -32800, "message": "x", "data": 1}, None]).error == \
+        {"code": -32800, "message": "x", "data": 1}
+    assert decode([1, 7, "boom", None]).error == {"code": INTERNAL_ERROR, "message": "boom"}
+    err = decode([1, 7, {"code": "bad"}, None]).error
+    assert err["code"] == INTERNAL_ERROR and isinstance(err["message"], str)
 
 
 def test_open_change_complete_close(inproc):

@@ -70,6 +70,15 @@ def test_clamping():
         P.units("x", "utf-7")
 
 
+def test_line_start_agrees_with_positions():
+    text = f"a{EMOJI}\r\nb\rc\nd\u2028e"
+    for offset in range(len(text) + 1):
+        if text[offset - 1:offset + 1] == "\r\n":
+            continue  # between CR and LF: see line_start's doc
+        line = P.position_at(text, offset)[0]
+        assert P.line_start(text, offset) == P.offset_at(text, line, 0), offset
+
+
 def test_range_offsets_ordered():
     text = f"x{EMOJI}y\nz"
     assert P.range_offsets(text, (0, 3), (1, 1)) == (2, 5)
