@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from index.workspace import SkipFile, read_text
+
 KINDS = ("ordinary", "repeat", "norepeat")
 MODES = ("complete", "edit")
 STDLIB_PREFIX = "stdlib:"
@@ -149,7 +151,7 @@ def parse_case(obj: Any, base_dir: Path | None = None, where: str = "case") -> B
     """Validate one decoded JSON object and resolve it into a ``BenchCase``."""
     if not isinstance(obj, dict):
         raise BenchCaseError(f"{where}: a case is a JSON object, got {type(obj).__name__}")
-    for key, typ in _REQUIRED.items():
+    for key in _REQUIRED:
         if key not in obj:
             raise BenchCaseError(f"{where}: missing field {key!r}")
     for key, value in obj.items():
@@ -385,11 +387,8 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
     texts: dict[str, str] = {}
     for path in files:
         try:
-            data = path.read_bytes()
-            if len(data) > 1 << 20 or b"\0" in data:
-                continue
-            texts[str(path.relative_to(root))] = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError):
+            texts[str(path.relative_to(root))] = read_text(path, 1 << 20)
+        except SkipFile:
             continue
     grams = {rel: _grams(text) for rel, text in texts.items()}
     counts: dict[int, int] = {}  # in how many files each gram occurs
@@ -410,7 +409,8 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
             # grams elsewhere: in the cut buffer, or in another file of the workspace
             elsewhere = buffer_grams | {h for h in _grams(target) if counts.get(h, 0) > (h in own)}
             c.overlap = round(overlap_score(target, elsewhere), 3)
-            c.anchor = text[c.offset:text.find("\n", c.offset) if "\n" in text[c.offset:] else len(text)][:60]
+            line_end = text.find("\n", c.offset)
+            c.anchor = text[c.offset:line_end if line_end != -1 else len(text)][:60]
             if c.anchor.strip():
                 scored.append(c)
     if not scored:

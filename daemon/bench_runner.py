@@ -226,17 +226,10 @@ class BenchRunner:
             cfg = self.index_config if self.index_config is not None else IndexConfig()
             idx = NgramIndex(self.rt.tokenize_batch, cfg)
             t0 = time.perf_counter()
-            counts = dict(idx.index_workspace(str(workspace)))
-            if not counts.get("indexed"):
-                # e.g. the stdlib under pyenv: the enclosing git repo ignores it, so
-                # git ls-files lists nothing; index the files one by one instead
-                files = [p for p in sorted(workspace.rglob("*")) if p.is_file() and not any(
-                    part.startswith(".") or part == "__pycache__" for part in p.relative_to(workspace).parts)]
-                counts = {"files": len(files), "indexed": sum(bool(idx.index_file(str(p))) for p in files),
-                          "fallback": "walked the directory (index_workspace found no file)"}
-            self.index_stats[str(workspace)] = {"counts": _jsonable(counts),
-                                                "seconds": round(time.perf_counter() - t0, 2)}
-            self.log(f"indexed {workspace} in {time.perf_counter() - t0:.1f} s: {counts}")
+            counts = idx.index_workspace(str(workspace))
+            seconds = time.perf_counter() - t0
+            self.index_stats[str(workspace)] = {"counts": counts, "seconds": round(seconds, 2)}
+            self.log(f"indexed {workspace} in {seconds:.1f} s: {counts}")
             self._indexes[workspace] = idx
         return self._indexes[workspace]
 
@@ -251,16 +244,12 @@ class BenchRunner:
             from daemon.engine import EngineConfig
 
             cfg = self.engine_config if self.engine_config is not None else EngineConfig()
-            overrides = {"add_history": False, "reuse_kv": False}
-            if dataclasses.is_dataclass(cfg):
-                names = {f.name for f in dataclasses.fields(cfg)}
-                cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in names})
+            cfg = dataclasses.replace(cfg, add_history=False, reuse_kv=False)
             self.engine_config = cfg
             self._completer = Completer(self.rt, self._index_view, cfg)
         return self._completer
 
-    def _engine_run(self, case: BenchCase, index: Any, speculate: bool, max_tokens: int | None = None,
-                    record: bool = False) -> EngineRun:
+    def _engine_run(self, case: BenchCase, index: Any, speculate: bool, max_tokens: int | None = None) -> EngineRun:
         self._index_view._index = index
         completer = self.completer()
         uri = case.path.as_uri()
@@ -271,7 +260,7 @@ class BenchRunner:
         recorder = PassRecorder(self.rt.model)
         t0 = time.perf_counter()
         try:
-            with recorder if record else _nullcontext():
+            with recorder:
                 if case.mode == "edit":
                     req = EditRequest(uri=uri, text=case.text, start=case.offset, end=case.end or case.offset,
                                       instruction=case.instruction or "", max_tokens=n, speculate=speculate)
@@ -283,7 +272,7 @@ class BenchRunner:
         except NotImplementedError as exc:
             return EngineRun(None, 0.0, unsupported=str(exc) or f"{case.mode} mode is not implemented")
         ms = (time.perf_counter() - t0) * 1000
-        return EngineRun(result, ms, recorder.passes if record else [])
+        return EngineRun(result, ms, recorder.passes)
 
     def warm_up(self, case: BenchCase) -> None:
         """One short run of each variant, so that the first measured case pays no one-time costs."""
@@ -291,13 +280,11 @@ class BenchRunner:
             return
         self._warm = True
         index = self.index_for(case.workspace)
-        with _case_document(index, case):
-            plain = self._engine_run(case, index, speculate=False, max_tokens=8, record=True)
+        with case_document(index, case):
+            plain = self._engine_run(case, index, speculate=False, max_tokens=8)
             self._engine_run(case, index, speculate=True, max_tokens=8)
             if self.hf and plain.result is not None:
-                ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids)) \
-                    or self.rt.encode(plain.result.prompt)
-                hf_prompt_lookup(self.rt.model, ids, 8, self.rt.eos_token_id, self.rt.device)
+                hf_prompt_lookup(self.rt.model, self._prompt_ids(plain), 8, self.rt.eos_token_id, self.rt.device)
 
     # --- one case ----------------------------------------------------------------------
     def run_case(self, case: BenchCase, repeat: int = 1) -> dict[str, Any]:
@@ -312,7 +299,7 @@ class BenchRunner:
         plain_runs: list[EngineRun] = []
         hf_ids: list[int] | None = None
         prompt_ids: list[int] | None = None
-        with _case_document(index, case):
+        with case_document(index, case):
             for r in range(max(1, repeat)):
                 # round 0 starts with plain (hf needs the engine's prompt ids from it);
                 # later rounds rotate, so that no variant always goes first
@@ -327,7 +314,7 @@ class BenchRunner:
                         times["hf"].append(ms)
                         first["hf"].append(ftm)
                         continue
-                    run = self._engine_run(case, index, variant == "spec", record=True)
+                    run = self._engine_run(case, index, variant == "spec")
                     if run.unsupported:
                         return {**base, "status": "unsupported", "error": run.unsupported}
                     (spec_runs if variant == "spec" else plain_runs).append(run)
@@ -418,25 +405,7 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (int, float, str, bool)) or obj is None:
-        return obj
-    return str(obj)
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-class _case_document:
+class case_document:
     """While a case runs: the file's on-disk copy is out of the index and the case's
     text is the open current buffer; afterwards the workspace is as it was."""
 

@@ -36,14 +36,15 @@ from daemon.requests import CompletionRequest  # noqa: E402
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
-def verify_curve(rt, context_tokens: list[int], repeats: int) -> list[tuple[int, float, float]]:
+def verify_curve(rt, context_tokens: list[int], repeats: int,
+                 sizes: tuple[int, ...] = SIZES) -> list[tuple[int, float, float]]:
     kv = KVCache()
     ctx = context_tokens[:1000]
     rt.forward(torch.tensor([ctx], device=rt.device), kv.cache, last_only=True)
     kv.extended(ctx)
-    extra = context_tokens[1000:1000 + max(SIZES)]
+    extra = context_tokens[1000:1000 + max(sizes)]
     rows = []
-    for n in SIZES:
+    for n in sizes:
         times = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
@@ -80,20 +81,18 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default=None, help="also write the raw figures here")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (1 is far steadier than 2 on a shared 2-core machine)")
+                    help="torch threads (1 is steadier than 2 on a shared 2-core machine)")
     ap.add_argument("--sizes", default=None, help="comma-separated pass sizes for the curve")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    global SIZES
-    if args.sizes:
-        SIZES = tuple(int(x) for x in args.sizes.split(","))
+    sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else SIZES
     rt = load_runtime(args.model, "cpu")
     print(f"# model {rt.name} on {rt.device}, torch threads {torch.get_num_threads()}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
     files = [ROOT / "daemon" / "engine.py", ROOT / "index" / "store.py", ROOT / "daemon" / "completer.py"]
-    curve = verify_curve(rt, rt.encode("\n".join(f.read_text() for f in files)), args.repeats)
+    curve = verify_curve(rt, rt.encode("\n".join(f.read_text() for f in files)), args.repeats, sizes)
     print("\n| new tokens | ms/pass (min) | ms/pass (median) |\n|---:|---:|---:|")
     for n, lo, med in curve:
         print(f"| {n} | {lo:.1f} | {med:.1f} |")
@@ -113,7 +112,8 @@ def main() -> int:
     print("\n| case | plain ms | chain ms | tree3 ms | chain tok/pass | tree3 tok/pass | identical |\n"
           "|---|---:|---:|---:|---:|---:|---|")
     totals = {k: 0.0 for k in decoders}
-    for i, (f, text, off) in enumerate(positions(files, args.positions)):
+    cursors = positions(files, args.positions)
+    for i, (f, text, off) in enumerate(cursors):
         res = {}
         order = list(decoders) if i % 2 == 0 else list(reversed(decoders))
         for name in order:
@@ -135,7 +135,7 @@ def main() -> int:
           f"tree3 {totals['plain'] / totals['tree3']:.2f}x")
 
     # time to first token: cold vs after typing one character at the cursor
-    f, text, off = positions(files, args.positions)[0]
+    f, text, off = cursors[0]
     edited = text[:off] + text[off] + text[off:]  # the user types one more character at the cursor
     warm_c = Completer(rt, index, EngineConfig(calibrate=True, add_history=False, reuse_kv=True))
     ttft = []

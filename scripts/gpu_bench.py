@@ -89,9 +89,8 @@ def verify_cost_curve(model: Any, device: str, ctxs: tuple[int, ...], sizes: tup
     for ctx in ctxs:
         ids = torch.randint(0, vocab, (1, ctx + max(sizes)), generator=gen).to(device)
         with torch.inference_mode():
-            cache = DynamicCache()
             times = []
-            for i in range(2):  # prefill twice: the first warms up
+            for _ in range(2):  # prefill twice: the first warms up
                 cache = DynamicCache()
                 _sync(device)
                 t0 = time.perf_counter()

@@ -16,16 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 
 
-def load_cost(spec: str) -> callable:
-    """'70,85,90,100,135,190' = ms for 1,2,4,8,16,32 new tokens; linear in between."""
-    sizes = [1, 2, 4, 8, 16, 32, 64]
+def parse_cost(spec: str) -> tuple[list[int], list[float]]:
+    """'70,85,90,100,135,190' = ms for 1,2,4,8,16,32 new tokens: (sizes, ms)."""
     ms = [float(x) for x in spec.split(",")]
-    sizes = sizes[: len(ms)]
+    return [1, 2, 4, 8, 16, 32, 64][: len(ms)], ms
+
+
+def load_cost(spec: str) -> callable:
+    """ms of a pass over n new tokens, linear between the sizes of ``parse_cost``."""
+    sizes, ms = parse_cost(spec)
     return lambda n: float(np.interp(n, sizes, ms))
 
 
@@ -70,9 +73,8 @@ def adaptive_policy(cost_spec: str):
     from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
     from index.draft import Branch, Draft, Source
 
-    sizes = [1, 2, 4, 8, 16, 32, 64]
-    ms = [float(x) for x in cost_spec.split(",")]
-    policy = DraftPolicy(CostModel(sizes=sizes[: len(ms)], ms=ms), AdaptiveConfig())
+    sizes, ms = parse_cost(cost_spec)
+    policy = DraftPolicy(CostModel(sizes=sizes, ms=ms), AdaptiveConfig())
     state = {}
 
     def choose(m, s, c, L):
@@ -101,6 +103,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from daemon.bench_cases import load_cases
+    from daemon.bench_runner import case_document
     from daemon.model import load_runtime
     from daemon.prompt import PromptConfig, build_prompt
     from index.store import NgramIndex
@@ -113,20 +116,14 @@ def main() -> int:
     by_bucket = defaultdict(lambda: [0, 0, 0])  # match_len bucket -> [steps with draft, first ok, agree sum]
     traces = []
     for case in cases:
-        if case.workspace not in indexes:
-            idx = NgramIndex(rt.tokenize_batch)
-            for p in sorted(case.workspace.rglob("*.py")):
-                idx.index_file(str(p))
-            indexes[case.workspace] = idx
+        if case.workspace not in indexes:  # the bench's index: the whole workspace
+            indexes[case.workspace] = NgramIndex(rt.tokenize_batch)
+            indexes[case.workspace].index_workspace(str(case.workspace))
         idx = indexes[case.workspace]
-        uri = case.path.as_uri()
-        if hasattr(idx, "remove_file"):
-            idx.remove_file(str(case.path))  # the bench leaves the original file out
-        idx.open_buffer(uri, case.text)
         prompt = build_prompt(rt, case.text, case.offset, PromptConfig())
         out = list(bench[case.id]["token_ids"])
-        steps = trace_case(idx, uri, prompt.ids, out, args.k)
-        idx.close_buffer(uri)
+        with case_document(idx, case):  # as in the bench: the original file left out
+            steps = trace_case(idx, case.path.as_uri(), prompt.ids, out, args.k)
         traces.append((case, out, steps))
         for m, s, c, agree, length in steps:
             if length:
@@ -149,13 +146,11 @@ def main() -> int:
         "m>=6 k16": lambda m, s, c, L: min(L, 16) if m >= 6 else 0,
         "m>=8 k32": lambda m, s, c, L: min(L, 32) if m >= 8 else 0,
         "k=2m": lambda m, s, c, L: min(L, 2 * m) if m >= 3 else 0,
-    }
-    policies.update({
         "k<=2 m>=3": lambda m, s, c, L: min(L, 2) if m >= 3 else 0,
         "k<=3 m>=4": lambda m, s, c, L: min(L, 3) if m >= 4 else 0,
         "k<=4 m>=5": lambda m, s, c, L: min(L, 4) if m >= 5 else 0,
-    })
-    policies["adaptive"] = adaptive_policy(args.cost)
+        "adaptive": adaptive_policy(args.cost),
+    }
     print(f"\n{'policy':<10} " + " ".join(f"{k:>8}" for k in ("ordinary", "repeat", "norepeat", "all")))
     plain_ms = defaultdict(float)
     for case, out, steps in traces:

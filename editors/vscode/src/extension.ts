@@ -150,6 +150,11 @@ async function stopClient(): Promise<void> {
   }
 }
 
+async function restartClient(context: vscode.ExtensionContext): Promise<void> {
+  await stopClient();
+  await startClient(context);
+}
+
 async function serverCommand(command: string, args: unknown[] = []): Promise<unknown> {
   if (!client || client.state !== State.Running) {
     throw new Error("the ngramd language server is not running");
@@ -246,13 +251,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(CLIENT_COMMANDS.status, guarded(showStatusCommand)),
     vscode.commands.registerCommand(CLIENT_COMMANDS.toggle, guarded(toggleCommand)),
     vscode.commands.registerCommand(CLIENT_COMMANDS.rewriteSelection, guarded(rewriteCommand)),
-    vscode.commands.registerCommand(
-      CLIENT_COMMANDS.restart,
-      guarded(async () => {
-        await stopClient();
-        await startClient(context);
-      }),
-    ),
+    vscode.commands.registerCommand(CLIENT_COMMANDS.restart, guarded(() => restartClient(context))),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (!e.affectsConfiguration("ngramd")) {
         return;
@@ -260,8 +259,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const before = settings;
       settings = currentSettings();
       if (needsRestart(before, settings)) {
-        await stopClient();
-        await startClient(context);
+        await restartClient(context);
       } else if (client && client.state === State.Running) {
         await client.sendNotification(DidChangeConfigurationNotification.type, {
           settings: { ngramd: initializationOptions(settings) },

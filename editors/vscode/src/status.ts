@@ -35,7 +35,7 @@ function finite(v: unknown): number | undefined {
   return typeof v === "number" && Number.isFinite(v) ? v : undefined;
 }
 
-/** Share of drafted tokens accepted, in [0, 1], or undefined when nothing was drafted yet. */
+/** The objects that may hold the acceptance figures, in the order they are looked at. */
 function scopesOf(result: Obj): Obj[] {
   const scopes: Obj[] = [result];
   const push = (v: unknown) => {
@@ -173,13 +173,6 @@ export function statusView(result: unknown): StatusView {
 /** View when the status request itself failed (server not running, timed out...). */
 export function errorView(message: string): StatusView {
   return { text: "$(warning) ngramd", tooltip: `ngramd: ${message}`, state: "error" };
-}
-
-/** Arguments of `ngramd.rewriteSelection`: the document, the LSP range, the instruction. */
-export interface RewriteArgs {
-  uri: string;
-  range: { start: { line: number; character: number }; end: { line: number; character: number } };
-  instruction: string;
 }
 
 /** Validates the instruction typed by the user; returns an error message or undefined. */

@@ -112,14 +112,6 @@ function M.start(bufnr, lsp_config)
   return id
 end
 
---- Waits (processing events) until the client is initialized; true when it is.
-function M.wait_initialized(client_id, timeout_ms)
-  return vim.wait(timeout_ms or 10000, function()
-    local c = vim.lsp.get_client_by_id(client_id)
-    return c ~= nil and c.initialized == true
-  end, 20)
-end
-
 --- workspace/executeCommand; `callback(err, result)` runs on the main loop.
 function M.execute(bufnr, command, arguments, callback)
   local client = M.get(bufnr)
@@ -127,9 +119,7 @@ function M.execute(bufnr, command, arguments, callback)
     callback({ message = "no ngramd client is attached to this buffer" }, nil)
     return
   end
-  M.request(client, "workspace/executeCommand", { command = command, arguments = arguments }, function(err, result)
-    callback(err, result)
-  end, bufnr)
+  M.request(client, "workspace/executeCommand", { command = command, arguments = arguments }, callback, bufnr)
 end
 
 return M

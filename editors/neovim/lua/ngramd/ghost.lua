@@ -15,6 +15,8 @@ local ns = vim.api.nvim_create_namespace("ngramd_ghost")
 M.namespace = ns
 
 local TRIGGER_INVOKED, TRIGGER_AUTOMATIC = 1, 2
+-- 0.7-0.9 cannot insert virtual text mid-line.
+local INLINE_VIRT_TEXT = client_mod.has("0.10")
 
 -- bufnr -> { timer, request = {client, id}, items, index, extmark, row, col, tick }
 local state = {}
@@ -86,10 +88,6 @@ local function item_range(bufnr, item, encoding, row, col)
   return s.line, scol, e.line, ecol
 end
 
-local function supports_inline_pos()
-  return vim.fn.has("nvim-0.10") == 1
-end
-
 --- Draws item `index` of the current suggestions; false if it does not fit the buffer.
 local function render(bufnr, s, index)
   clear_mark(bufnr, s)
@@ -114,12 +112,12 @@ local function render(bufnr, s, index)
   local lines = text.split_lines(ghost)
   local hl = M.options.highlight
   local pos
-  if supports_inline_pos() then
+  if INLINE_VIRT_TEXT then
     pos = "inline"
   elseif col >= #line then
     pos = "overlay"
   else
-    pos = "eol" -- 0.7-0.9 cannot insert virtual text mid-line; show it after the line
+    pos = "eol" -- no inline virtual text: show it after the line
   end
   local opts = { virt_text = { { lines[1], hl } }, virt_text_pos = pos, hl_mode = "combine" }
   if #lines > 1 then
@@ -298,29 +296,20 @@ end
 --- Autocommands of one buffer.
 function M.attach(bufnr)
   local group = vim.api.nvim_create_augroup("ngramd_ghost_" .. bufnr, { clear = true })
-  vim.api.nvim_create_autocmd({ "TextChangedI", "CursorMovedI" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function()
-      M.on_change(bufnr)
-    end,
-  })
-  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function()
-      M.dismiss(bufnr)
-    end,
-  })
-  vim.api.nvim_create_autocmd("BufUnload", {
-    group = group,
-    buffer = bufnr,
-    callback = function()
-      M.dismiss(bufnr)
-      state[bufnr] = nil
-      pcall(vim.api.nvim_del_augroup_by_id, group)
-    end,
-  })
+  local function on(events, callback)
+    vim.api.nvim_create_autocmd(events, { group = group, buffer = bufnr, callback = callback })
+  end
+  on({ "TextChangedI", "CursorMovedI" }, function()
+    M.on_change(bufnr)
+  end)
+  on({ "InsertLeave", "BufLeave" }, function()
+    M.dismiss(bufnr)
+  end)
+  on("BufUnload", function()
+    M.dismiss(bufnr)
+    state[bufnr] = nil
+    pcall(vim.api.nvim_del_augroup_by_id, group)
+  end)
 end
 
 -- Responses are drawn only in Insert mode; tests that drive the functions directly turn

@@ -38,20 +38,14 @@ local function set_keymaps(bufnr, native)
       vim.keymap.set("i", lhs, rhs, { buffer = bufnr, desc = "ngramd: " .. desc, expr = expr, silent = true })
     end
   end
+  map(keys.next, M.next, "next suggestion")
+  map(keys.prev, M.prev, "previous suggestion")
   if native then
-    local ic = vim.lsp.inline_completion
-    local select = ic.select or ic.jump
     map(keys.accept, function()
-      if not ic.get({ bufnr = bufnr }) then
+      if not vim.lsp.inline_completion.get({ bufnr = bufnr }) then
         vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys.accept, true, false, true), "n", false)
       end
     end, "accept suggestion")
-    map(keys.next, function()
-      select({ count = 1 })
-    end, "next suggestion")
-    map(keys.prev, function()
-      select({ count = -1 })
-    end, "previous suggestion")
     return
   end
   local accept_key = keys.accept
@@ -61,18 +55,8 @@ local function set_keymaps(bufnr, native)
     end
     return accept_key
   end, "accept suggestion", true)
-  map(keys.next, function()
-    M.next()
-  end, "next suggestion")
-  map(keys.prev, function()
-    M.prev()
-  end, "previous suggestion")
-  map(keys.dismiss, function()
-    M.dismiss()
-  end, "dismiss suggestion")
-  map(keys.trigger, function()
-    M.suggest()
-  end, "request a suggestion")
+  map(keys.dismiss, M.dismiss, "dismiss suggestion")
+  map(keys.trigger, M.suggest, "request a suggestion")
 end
 
 local function capabilities(native)
@@ -208,16 +192,22 @@ function M.accept()
   return ghost.accept()
 end
 
+-- The built-in module's cycling function (`select`, or `jump` where it has that name).
+local function native_select(count)
+  local ic = vim.lsp.inline_completion
+  return (ic.select or ic.jump)({ count = count })
+end
+
 function M.next()
   if M.native then
-    return (vim.lsp.inline_completion.select or vim.lsp.inline_completion.jump)({ count = 1 })
+    return native_select(1)
   end
   return ghost.cycle(nil, 1)
 end
 
 function M.prev()
   if M.native then
-    return (vim.lsp.inline_completion.select or vim.lsp.inline_completion.jump)({ count = -1 })
+    return native_select(-1)
   end
   return ghost.cycle(nil, -1)
 end

@@ -33,18 +33,25 @@ local function units(len, encoding)
   return len == 4 and 2 or 1 -- utf-16: characters beyond the BMP are surrogate pairs
 end
 
+-- Walks `line` one character at a time while fewer than `max_units` LSP units lie before
+-- the cursor and its byte index is at most `max_byte` (1-based); returns the byte column
+-- (0-based, clamped to the line) and the LSP units passed.
+local function walk(line, encoding, max_units, max_byte)
+  local seen, i = 0, 1
+  while i <= #line and seen < max_units and i <= max_byte do
+    local len = seq_len(line:byte(i))
+    seen = seen + units(len, encoding)
+    i = i + len
+  end
+  return math.min(i - 1, #line), seen
+end
+
 --- Byte column of LSP column `col` in `line`; clamped to the line's end.
 function M.byte_col(line, col, encoding)
   if encoding == "utf-8" then
     return math.max(0, math.min(col, #line))
   end
-  local seen, i = 0, 1
-  while i <= #line and seen < col do
-    local len = seq_len(line:byte(i))
-    seen = seen + units(len, encoding)
-    i = i + len
-  end
-  return math.min(i - 1, #line)
+  return (walk(line, encoding, col, math.huge))
 end
 
 --- LSP column of byte column `byte` in `line`.
@@ -52,13 +59,8 @@ function M.lsp_col(line, byte, encoding)
   if encoding == "utf-8" then
     return math.max(0, math.min(byte, #line))
   end
-  local count, i = 0, 1
-  while i <= #line and i <= byte do
-    local len = seq_len(line:byte(i))
-    count = count + units(len, encoding)
-    i = i + len
-  end
-  return count
+  local _, seen = walk(line, encoding, math.huge, byte)
+  return seen
 end
 
 --- Splits on "\n" (plain), keeping empty pieces: "a\n" -> {"a", ""}.
