@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from index.draft import Draft
+from index.draft import Branch, Draft
 
 log = logging.getLogger("ngramd.adaptive")
 
@@ -111,8 +112,6 @@ class CostModel:
 
         from daemon.model import cache_root
 
-        import os
-
         key = f"v4|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
@@ -153,6 +152,45 @@ def _bucket(match_len: int) -> int:
 _PRIOR = (0.3, 0.45, 0.65, 0.78, 0.82)
 
 
+def ema_acceptance(a: float, accepted: int, drafted: int, alpha: float) -> float:
+    """Per-token acceptance ``a`` after a pass that kept ``accepted`` of ``drafted`` tokens (in order).
+
+    Tokens after the first rejection were never judged, so at most ``accepted + 1``
+    outcomes are folded in. The result is clamped to [0.01, 0.99].
+    """
+    for i in range(min(accepted + 1, drafted)):
+        a += alpha * ((1.0 if i < accepted else 0.0) - a)
+    return min(max(a, 0.01), 0.99)
+
+
+def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0) -> int:
+    """The m maximising expected tokens per ms, (1 + sum(values[:m])) / cost(1 + m); 0 is plain decoding.
+
+    ``values``: [n] the value of each draft node, best first. The first drafted node
+    must beat plain decoding by the factor ``min_gain``.
+    """
+    best_m, best_rate = 0, 1.0 / cost(1)
+    expected = 1.0
+    for m, v in enumerate(values, start=1):
+        expected += v
+        rate = expected / cost(1 + m)
+        if rate > best_rate * (min_gain if best_m == 0 else 1.0):
+            best_m, best_rate = m, rate
+    return best_m
+
+
+def cut_branches(branches: Sequence[Branch], k: int, budget: int) -> list[tuple[int, np.ndarray]]:
+    """(branch index, tokens): each branch's first ``k`` tokens, in order, ``budget`` tokens in all."""
+    out = []
+    for bi, b in enumerate(branches):
+        take = min(k, len(b.tokens), budget)
+        if take <= 0:
+            break
+        out.append((bi, b.tokens[:take]))
+        budget -= take
+    return out
+
+
 class AcceptanceTracker:
     """EMA of the per-token acceptance rate, keyed by (source, match-length bucket)."""
 
@@ -168,10 +206,7 @@ class AcceptanceTracker:
         """``accepted`` of the ``drafted`` tokens of the taken branch were kept (tokens in order)."""
         key = (int(source), _bucket(match_len))
         a = self._rate.get(key, _PRIOR[key[1]])
-        tried = min(accepted + 1, drafted)  # tokens after the first rejection were never judged
-        for i in range(tried):
-            a += self.alpha * ((1.0 if i < accepted else 0.0) - a)
-        self._rate[key] = min(max(a, 0.01), 0.99)
+        self._rate[key] = ema_acceptance(a, accepted, drafted, self.alpha)
 
     def snapshot(self) -> dict[str, float]:
         return {f"{s}/{b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
@@ -202,14 +237,7 @@ class DraftPolicy:
             return []
         branches = draft.branches[: self.cfg.max_width]
         if self.cfg.fixed_k is not None:  # no cost model: every branch cut to fixed_k, within budget
-            out = []
-            for bi, b in enumerate(branches):
-                take = min(self.cfg.fixed_k, len(b.tokens), budget)
-                if take <= 0:
-                    break
-                out.append((bi, b.tokens[:take]))
-                budget -= take
-            return out
+            return cut_branches(branches, self.cfg.fixed_k, budget)
         total = sum(max(b.count, 1) for b in branches)
         values: list[tuple[float, int, int]] = []  # (value, branch, depth)
         for bi, b in enumerate(branches):
@@ -221,13 +249,7 @@ class DraftPolicy:
                 v *= a
         values.sort(key=lambda x: -x[0])
         values = values[: min(budget, self.cfg.max_draft)]
-        best_m, best_rate = 0, 1.0 / self.cost(1)
-        expected = 1.0
-        for m, (v, _, _) in enumerate(values, start=1):
-            expected += v
-            rate = expected / self.cost(1 + m)
-            if rate > best_rate * (self.cfg.min_gain if best_m == 0 else 1.0):
-                best_m, best_rate = m, rate
+        best_m = best_count([v for v, _, _ in values], self.cost, self.cfg.min_gain)
         if best_m == 0:
             return []
         depth = [0] * len(branches)

@@ -14,8 +14,11 @@ History: a finished (not cancelled) completion of at least two tokens is added
 to the index with ``add_history`` (``config.add_history``), so the next request
 at the same place, one keystroke later, drafts the previous answer.
 
-Requests are served one at a time (a lock): there is one model and one KV pool.
-``speculate=False`` runs plain decoding through the same loop and prompt.
+Requests are served one at a time (a lock in ``decode``): there is one model and
+one KV pool. ``speculate=False`` runs plain decoding through the same loop and
+prompt. Speculative edits (daemon/edit.py) are requests of another kind on the
+same Completer: they build their own prompt and proposer and call ``decode`` and
+``record`` like ``complete`` does.
 """
 
 from __future__ import annotations
@@ -24,14 +27,14 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from daemon.adaptive import CostModel, DraftPolicy
-from daemon.engine import EngineConfig, generate, prefill
+from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool
 from daemon.prompt import ForcedPrefix, build_prompt
-from daemon.proposer import IndexProposer, NullProposer, SequenceProposer
-from daemon.requests import CompletionRequest, CompletionResult, EditRequest, GenerationStats
+from daemon.proposer import IndexProposer, NullProposer, Proposer, SequenceProposer
+from daemon.requests import CompletionRequest, CompletionResult, EditRequest, GenerationStats, SamplingParams
 from daemon.stops import StopConfig, StopChecker
 
 log = logging.getLogger("ngramd.completer")
@@ -52,36 +55,27 @@ class Completer:
         self._synced: dict[str, str] = {}  # uri -> digest of the text last given to the index
         self._lock = threading.Lock()
         eos = {runtime.eos_token_id} if runtime.eos_token_id is not None else set()
-        self._eos_ids = frozenset(int(i) for i in eos | set(runtime.tokenizer.all_special_ids))
+        self.eos_ids = frozenset(int(i) for i in eos | set(runtime.tokenizer.all_special_ids))  # stop tokens
 
     # --- public API ------------------------------------------------------------------
     def complete(self, req: CompletionRequest, cancel: threading.Event | None = None) -> CompletionResult:
         """Complete ``req.text`` at ``req.offset``. Raises ValueError for bad input."""
         _validate(req)
         t0 = time.perf_counter()
-        stats = GenerationStats()
-        with self._lock:
-            if self.index is not None and self.cfg.sync_buffers:
-                self._sync_buffer(req.uri, req.text)
-            prompt = build_prompt(self.runtime, req.text, req.offset, self.cfg.prompt)
-            kv = self.pool.get(req.uri)
-            if not prefill(self.runtime, kv, prompt.ids, stats, cancel, self.cfg.prefill_chunk,
-                           reuse=self.cfg.reuse_kv):
-                return self._finish(CompletionResult("", [], prompt.text, stats, True, "cancelled"), t0)
-            if not req.speculate:
-                proposer, policy = NullProposer(), None
-            elif self.index is not None:
-                proposer, policy = IndexProposer(self.index, req.uri), self.policy
-            else:
-                proposer, policy = SequenceProposer(), self.policy
-            stopper = StopChecker(
-                StopConfig(max_tokens=req.max_tokens, stop_strings=tuple(req.stop),
-                           single_line=not req.multiline, line_prefix=prompt.line_prefix,
-                           eos_ids=self._eos_ids),
-                self.runtime.token_bytes, skip=prompt.forced.encode("utf-8"))
-            forced = ForcedPrefix(self.runtime, prompt.forced) if prompt.forced else None
-            out = generate(self.runtime, kv, prompt.ids, proposer, policy, stopper, req.sampling, forced,
-                           stats, cancel, self.cfg.propose_k, t_start=t0)
+        prompt = build_prompt(self.runtime, req.text, req.offset, self.cfg.prompt)
+        if not req.speculate:
+            proposer, policy = NullProposer(), None
+        elif self.index is not None:
+            proposer, policy = IndexProposer(self.index, req.uri), self.policy
+        else:
+            proposer, policy = SequenceProposer(), self.policy
+        stopper = StopChecker(
+            StopConfig(max_tokens=req.max_tokens, stop_strings=tuple(req.stop),
+                       single_line=not req.multiline, line_prefix=prompt.line_prefix, eos_ids=self.eos_ids),
+            self.runtime.token_bytes, skip=prompt.forced.encode("utf-8"))
+        forced = ForcedPrefix(self.runtime, prompt.forced) if prompt.forced else None
+        out, stats = self.decode(req.uri, prompt.ids, proposer, policy, stopper, req.sampling, forced,
+                                 cancel, t0=t0, sync=(req.uri, req.text))
         if self.index is not None and self.cfg.add_history and not out.cancelled and len(out.tokens) >= 2:
             try:
                 self.index.add_history(list(out.tokens))
@@ -89,13 +83,41 @@ class Completer:
                 log.warning("add_history failed: %s", exc)
         result = CompletionResult(text=out.text, token_ids=out.tokens, prompt=prompt.text, stats=stats,
                                   cancelled=out.cancelled, stop_reason=out.stop_reason)
-        return self._finish(result, t0)
+        return self.record(result, t0)
 
     def edit(self, req: EditRequest, cancel: threading.Event | None = None) -> CompletionResult:
         """Rewrite ``req.text[req.start:req.end]``; see daemon/edit.py. Raises ValueError for bad input."""
         from daemon.edit import run_edit
 
-        return run_edit(self, self.runtime, self.index, req, cancel)
+        return run_edit(self, req, cancel)
+
+    def decode(self, key: str, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
+               stopper: StopChecker, sampling: SamplingParams, forced: ForcedPrefix | None = None,
+               cancel: threading.Event | None = None, propose_k: int | None = None, t0: float | None = None,
+               sync: tuple[str, str] | None = None) -> tuple[GenerationOutput, GenerationStats]:
+        """Prefill ``prompt_ids`` on the KV cache kept under ``key``, then ``generate``; one request at a time.
+
+        ``sync``: (uri, text) given to the index first (``config.sync_buffers``, when it
+        changed). A request cancelled during prefill returns an empty cancelled output.
+        """
+        stats = GenerationStats()
+        with self._lock:
+            if sync is not None and self.index is not None and self.cfg.sync_buffers:
+                self._sync_buffer(*sync)
+            kv = self.pool.get(key)
+            if not prefill(self.runtime, kv, prompt_ids, stats, cancel, self.cfg.prefill_chunk,
+                           reuse=self.cfg.reuse_kv):
+                return GenerationOutput([], "", "cancelled", cancelled=True), stats
+            out = generate(self.runtime, kv, prompt_ids, proposer, policy, stopper, sampling, forced, stats,
+                           cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)
+        return out, stats
+
+    def record(self, result: CompletionResult, t0: float) -> CompletionResult:
+        """Stamp ``result`` with its time since ``t0`` and add it to the totals."""
+        result.stats.ms = (time.perf_counter() - t0) * 1000
+        self.totals.merge(result.stats)
+        self.requests += 1
+        return result
 
     def drop_cache(self, uri: str) -> None:
         """Forget the KV cache of ``uri`` (document closed, or a cold measurement wanted)."""
@@ -109,12 +131,6 @@ class Completer:
                 "kv_caches": len(self.pool), "kv_tokens": self.pool.cached_tokens()}
 
     # --- internals -------------------------------------------------------------------
-    def _finish(self, result: CompletionResult, t0: float) -> CompletionResult:
-        result.stats.ms = (time.perf_counter() - t0) * 1000
-        self.totals.merge(result.stats)
-        self.requests += 1
-        return result
-
     def _sync_buffer(self, uri: str, text: str) -> None:
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
         if self._synced.get(uri) != digest:

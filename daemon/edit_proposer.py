@@ -43,26 +43,17 @@ Draft length adapts: the first draft may cover the whole original (up to
 at least twice the run just accepted); guesses and one-token re-syncs draft at
 most ``k_guess`` tokens, because they are less certain. Rejections here come
 from the edit itself rather than from a poor source, so k stays generous:
-on CPU a drafted token costs ~4 ms, a wasted pass ~70 ms.
+on CPU a drafted token costs far less than a pass (DESIGN.md: ~4 ms vs ~70 ms).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
+from daemon.proposer import Proposer
 from index.draft import NO_DRAFT, Branch, Draft, Source
-
-
-class Proposer(Protocol):
-    """The two-method seam between proposing and verifying (daemon/proposer.py)."""
-
-    def propose(self, context: np.ndarray, k: int, w: int) -> Draft: ...
-
-    def feedback(self, num_accepted: int) -> None: ...
-
 
 # ---------------------------------------------------------------- pure core
 

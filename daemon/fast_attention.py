@@ -3,8 +3,8 @@
 transformers' SDPA path handles grouped-query attention (fewer key/value heads
 than query heads; SmolLM2-135M: 9 query, 3 kv heads) for a multi-token query by
 ``repeat_kv``: it copies every layer's whole cache, expanded to the query heads, on
-every pass (O(context); ~9 ms of a 2-token pass at 1k context on a 2-core CPU, and
-more in isolation). torch's SDPA takes ``enable_gqa=True`` and reads the kv heads
+every pass (O(context); 6-14 ms per pass at 1k context on the 2-core CPU,
+docs/benchmarks.md). torch's SDPA takes ``enable_gqa=True`` and reads the kv heads
 directly, with the same result (bitwise, measured on CPU).
 
 ``install(model)`` registers this function as attention implementation

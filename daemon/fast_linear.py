@@ -1,10 +1,10 @@
 """Linear layers for a few rows at a time (a verification pass checks 1 + k tokens, k small).
 
 On CPU, ``F.linear(x, W)`` (``x @ W.T``) for a handful of rows hits slow MKL
-paths: the 49152 x 576 lm_head of SmolLM2 costs 11 ms for 1 row, 27 ms for 2 and
-19 ms for 4 (1 thread), where reading the 113 MB weight once takes ~6 ms. The same
-product written as ``(W @ x.T).T`` costs 6 ms for 2 rows and 10 ms for 4; a single
-row is computed as two identical rows for the same reason. Which rows counts use
+paths: the 49152 x 576 lm_head of SmolLM2 costs 11 ms for 1 row and 25-37 ms for
+2-3 rows (1 thread; docs/benchmarks.md). The same product written as
+``(W @ x.T).T`` costs 6 ms for 1-2 rows; a single row is computed as two
+identical rows, since the matrix-vector path is as slow as ``F.linear``. Which rows counts use
 the rewritten form is a table measured on the whole forward pass
 (``scripts/profile_forward.py``), not guessed: ``WX_ROWS``.
 

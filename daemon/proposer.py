@@ -55,7 +55,6 @@ def longest_suffix_match(context: np.ndarray, reference: np.ndarray, min_n: int,
     ``context``: [n] int, ``reference``: [m] int. Returns (end index in reference, match length);
     (-1, 0) if no suffix of length min_n occurs. The occurrence must be followed by at least one token.
     """
-    best = (-1, 0)
     for n in range(min(max_n, len(context)), min_n - 1, -1):
         pattern = context[-n:]
         if len(reference) <= n:
@@ -64,7 +63,7 @@ def longest_suffix_match(context: np.ndarray, reference: np.ndarray, min_n: int,
         hits = np.flatnonzero((windows == pattern).all(axis=1))
         if len(hits):
             return int(hits[-1]) + n, n
-    return best
+    return -1, 0
 
 
 class SequenceProposer:
@@ -72,7 +71,7 @@ class SequenceProposer:
 
     With ``reference=None`` the context itself is searched (excluding its own
     suffix), i.e. prompt lookup decoding (Saxena 2023). Used when no index is
-    given, and by speculative edits with the original text as reference.
+    given (completions, and the fallback of speculative edits).
     """
 
     def __init__(self, reference: np.ndarray | None = None, min_n: int = 2, max_n: int = 8,

@@ -8,10 +8,11 @@ Rules, checked after each token (the stop reason names the first that fires):
 - ``max_tokens``: that many tokens were generated;
 - ``stop_string``: the text contains a stop string (cut before it);
 - ``end_of_line`` (single-line mode): the text reaches a newline (cut before it);
-- ``block_end`` (multi-line mode): a line starts with less indentation than the
-  block's first line (the cursor's line, or the first non-blank line generated
-  when the cursor's line is blank: the block closed), or a blank line is followed by a line
-  indented less than the line before the blank (cut before the blank/dedented line).
+- ``block_end`` (multi-line mode; off with ``block_end=False``): a line starts
+  with less indentation than the block's first line (the cursor's line, or the
+  first non-blank line generated when the cursor's line is blank: the block
+  closed), or a blank line is followed by a line indented less than the line
+  before the blank (cut before the blank/dedented line).
 
 ``skip`` bytes at the start of the stream (the characters before the cursor
 that the prompt backed off, see prompt.py) are consumed but not part of the text.
@@ -34,6 +35,7 @@ class StopConfig:
     single_line: bool = False
     line_prefix: str = ""  # text between the cursor's line start and the cursor
     eos_ids: frozenset[int] = frozenset()
+    block_end: bool = True  # multi-line: stop where the block closes (False for edits: a rewritten range may dedent)
 
 
 class StopChecker:
@@ -101,7 +103,8 @@ class StopChecker:
                 self.text = text[: text.index("\n")]
                 self.reason = "end_of_line"
             return
-        self._check_block_end()
+        if self.cfg.block_end:
+            self._check_block_end()
 
     def _check_block_end(self) -> None:
         lines = (self.cfg.line_prefix + self.text).split("\n")

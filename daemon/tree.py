@@ -93,8 +93,3 @@ def tree_inputs(tree: DraftTree, past: int, dtype: torch.dtype, device: torch.de
     mask[:, past:][torch.from_numpy(allowed)] = 0.0
     positions = torch.from_numpy(np.concatenate([[0], tree.depths]) + past)
     return mask.view(1, 1, n, past + n).to(device), positions.view(1, n).to(device)
-
-
-def path_is_prefix(path: Sequence[int]) -> bool:
-    """True when the accepted nodes are 0, 1, ..., len-1 (a crop suffices)."""
-    return all(int(node) == i for i, node in enumerate(path))

@@ -39,7 +39,7 @@ def _edit(completer, runtime, speculate, start=START, end=END, max_tokens=40, **
     req = EditRequest(uri="file:///w/stats.py", text=SRC, start=start, end=end,
                       instruction="rename variable x to total", max_tokens=max_tokens,
                       speculate=speculate, **kw)
-    return run_edit(completer, runtime, None, req, threading.Event())
+    return run_edit(completer, req, threading.Event())
 
 
 @pytest.mark.parametrize("start,end", [(START, END), (SRC.index("    lo ="), len(SRC)), (5, 5)])
@@ -74,7 +74,7 @@ def test_cancelled_before_start_returns_a_cancelled_result(tiny_completer, tiny_
     cancel = threading.Event()
     cancel.set()
     req = EditRequest(uri="file:///w/stats.py", text=SRC, start=START, end=END, instruction="x")
-    res = run_edit(tiny_completer, tiny_runtime, None, req, cancel)
+    res = run_edit(tiny_completer, req, cancel)
     assert res.cancelled and res.stop_reason == "cancelled" and res.text == ""
 
 
@@ -82,7 +82,7 @@ def test_completer_edit_delegates_to_run_edit(tiny_completer, tiny_runtime):
     req = EditRequest(uri="file:///w/stats.py", text=SRC, start=START, end=END,
                       instruction="rename variable x to total", max_tokens=10)
     via_completer = tiny_completer.edit(req, threading.Event())
-    direct = run_edit(tiny_completer, tiny_runtime, None, req, threading.Event())
+    direct = run_edit(tiny_completer, req, threading.Event())
     assert via_completer.token_ids == direct.token_ids and len(direct.token_ids) > 0
     with pytest.raises(EditRangeError):
         tiny_completer.edit(EditRequest(uri="u", text="abc", start=2, end=1, instruction="x"))
