@@ -231,6 +231,11 @@ class DraftPolicy:
         self.cfg = config
         self.tracker = tracker or AcceptanceTracker()
 
+    @property
+    def width(self) -> int:
+        """Branches to ask the proposer for."""
+        return self.cfg.max_width
+
     def choose(self, draft: Draft, budget: int) -> list[tuple[int, np.ndarray]]:
         """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain."""
         if not draft or budget <= 0:

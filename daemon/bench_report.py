@@ -7,13 +7,15 @@ median of the per-case ratios. ``identical`` counts cases whose speculative
 output was token-identical to plain decoding; a case that is not is listed in
 ``summary["not_identical"]`` and makes ``ngramd bench`` exit with status 1.
 
-Targets (issue 4; shown, never asserted by a test): ordinary cases >= 2.0x over
-plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
-cases never below 0.95x of plain; 100% identical.
+Targets (issues 4 and 7; shown, never asserted by a test): ordinary cases >= 2.0x
+over plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
+cases never below 0.95x of plain; edits that change few lines (``changed_lines`` <=
+``FEW_LINES``, answer not cut by max_tokens) >= 6x over plain; 100% identical.
 """
 
 from __future__ import annotations
 
+import difflib
 import statistics
 from typing import Any, TextIO
 
@@ -23,7 +25,26 @@ TARGETS = {
     "ordinary": {"vs_plain": 2.0, "vs_hf": 1.4},
     "repeat": {"vs_plain": 6.0},
     "norepeat": {"min_vs_plain": 0.95},
+    "edit_few_lines": {"vs_plain": 6.0},
 }
+FEW_LINES = 3  # an edit "changes few lines" when its answer differs from the original in at most this many
+
+
+def changed_lines(original: str, replacement: str) -> int:
+    """Lines an edit changed: per differing block, the larger of its original and replaced line counts.
+
+    A modified line counts once, an inserted or deleted line once.
+    Example: changed_lines("a\nb\nc\n", "a\nB\nc\nd\n") == 2.
+    """
+    ops = difflib.SequenceMatcher(None, original.splitlines(), replacement.splitlines(),
+                                  autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def is_few_lines_edit(row: dict[str, Any]) -> bool:
+    """An edit case whose answer was complete and changed at most ``FEW_LINES`` lines."""
+    return (row.get("mode") == "edit" and row.get("changed_lines") is not None
+            and row["changed_lines"] <= FEW_LINES and row.get("stop_reason") != "max_tokens")
 
 
 def _speedups(rows: list[dict[str, Any]], base_key: str) -> dict[str, float | None]:
@@ -91,6 +112,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if group:
             by_kind[kind] = _group(group)
     summary["by_kind"] = by_kind
+    few = [r for r in ok if is_few_lines_edit(r)]
+    summary["edit_few_lines"] = _group(few) if few else None
     summary["targets"] = check_targets(by_kind, summary)
     return summary
 
@@ -107,6 +130,8 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
     put("ordinary_vs_hf", ordinary and ordinary["vs_hf"]["total"], TARGETS["ordinary"]["vs_hf"])
     put("repeat_vs_plain", repeat and repeat["vs_plain"]["total"], TARGETS["repeat"]["vs_plain"])
     put("norepeat_min_vs_plain", norepeat and norepeat["vs_plain"]["min"], TARGETS["norepeat"]["min_vs_plain"])
+    few = summary.get("edit_few_lines")
+    put("edit_few_lines_vs_plain", few and few["vs_plain"]["total"], TARGETS["edit_few_lines"]["vs_plain"])
     out["identical"] = {"value": summary["identical"], "goal": summary["ok"],
                         "met": summary["all_identical"] if summary["ok"] else None}
     return out
@@ -164,6 +189,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for kind, g in summary["by_kind"].items():
         lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}; "
                      f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}")
+    few = summary.get("edit_few_lines")
+    if few:
+        lines.append(f"edits changing <= {FEW_LINES} lines ({few['cases']}): vs plain {sp(few, 'vs_plain')}; "
+                     f"decoding only {_fmt(few['decode_vs_plain'], 'x', 2)}; "
+                     f"passes {_fmt(few['passes_vs_plain'], 'x', 2)}")
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         lines.append(f"target {name}: {_fmt(t['value'], '', 2) if isinstance(t['value'], float) else t['value']}"

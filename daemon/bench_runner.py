@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from daemon.bench_cases import BenchCase
+from daemon.bench_report import changed_lines
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
@@ -379,6 +380,8 @@ class BenchRunner:
             "hf_identical": _prefix_equal(hf_ids, plain_ids) if hf_ids is not None else None,
             "hf_generated": len(hf_ids) if hf_ids is not None else None,
         }
+        if case.mode == "edit":
+            row["changed_lines"] = changed_lines(case.text[case.offset:case.end or case.offset], spec.text)
         if not identical:
             diverge = next((i for i, (a, b) in enumerate(zip(spec.token_ids, plain_ids)) if a != b),
                            min(len(spec.token_ids), len(plain_ids)))

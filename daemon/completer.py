@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from daemon.adaptive import CostModel, DraftPolicy
 from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool
+from daemon.output_lookup import OutputLookup
 from daemon.prompt import ForcedPrefix, build_prompt
 from daemon.proposer import IndexProposer, NullProposer, Proposer, SequenceProposer
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest, GenerationStats, SamplingParams
@@ -66,7 +67,7 @@ class Completer:
         if not req.speculate:
             proposer, policy = NullProposer(), None
         elif self.index is not None:
-            proposer, policy = IndexProposer(self.index, req.uri), self.policy
+            proposer, policy = OutputLookup(IndexProposer(self.index, req.uri), len(prompt.ids)), self.policy
         else:
             proposer, policy = SequenceProposer(), self.policy
         stopper = StopChecker(

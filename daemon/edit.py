@@ -32,6 +32,7 @@ import numpy as np
 from daemon.adaptive import DraftPolicy, best_count, cut_branches, ema_acceptance
 from daemon.edit_prompt import build_edit_prompt, check_range, clean_answer
 from daemon.edit_proposer import EditProposer, EditProposerConfig
+from daemon.output_lookup import OutputLookup
 from daemon.proposer import IndexProposer, NullProposer, SequenceProposer
 from daemon.requests import CompletionResult, EditRequest
 from daemon.stops import StopChecker, StopConfig
@@ -61,9 +62,8 @@ class EditDraftPolicy:
 
     def __init__(self, inner: DraftPolicy, width: int = 1) -> None:
         self.inner = inner
-        self.cfg = inner.cfg  # what the engine reads of a policy: the inner one's config and cost model
-        self.cost = inner.cost
-        self.width = width
+        self.cost = inner.cost  # what the engine reads of a policy: the cost model and the width
+        self.width = width  # branches asked of the proposer (2: also the insertion guess)
         self.acceptance = self.PRIOR_ACCEPTANCE
 
     @staticmethod
@@ -120,8 +120,9 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     if not req.speculate:
         proposer, policy = NullProposer(), None
     else:
-        # the fallback: the n-gram index, or prompt lookup over the context
-        fallback = IndexProposer(index, req.uri) if index is not None else SequenceProposer()
+        # the fallback: the n-gram index and the output so far, or prompt lookup over the context
+        fallback = (OutputLookup(IndexProposer(index, req.uri), len(ep.prompt_ids)) if index is not None
+                    else SequenceProposer())
         proposer = EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), pcfg,
                                 fallback=fallback)
         policy = EditDraftPolicy(completer.policy, width=pcfg.branches)

@@ -25,6 +25,9 @@ Vocabulary (see index/draft.py for drafted / accepted / bonus):
   verifier takes trees, assumes it *inserted* a token (pointer = anchor). A guess
   that fails is not repeated: the pointer is lost until a re-sync succeeds, and
   meanwhile the secondary proposer (the n-gram index) drafts, if there is one.
+  After a re-sync or a guess the secondary proposer is asked too, and its draft
+  goes first when its match is longer than the re-sync's (a model that loops
+  repeats its own output, which daemon/output_lookup.py drafts).
 
 Worked example (token ids). original ``[10, 11, 12, 13, 14, 15]``; the model
 renames token 12 to 99 and deletes 14: output ``[10, 11, 99, 13, 15]``.
@@ -175,6 +178,7 @@ class EditProposer:
         self._used_fallback = False
         self._last_was_guess = False
         self.mode = "aligned"  # aligned | resync | guess | lost: how the last draft was chosen
+        self._match_len = 0  # generated tokens that back the pointer after a re-sync (0: a guess)
 
     # -- the seam
 
@@ -191,9 +195,12 @@ class EditProposer:
         w_cap = self.cfg.branches if w is None else min(w, self.cfg.branches)
         draft = self._draft_from_original(k_cap, w_cap) if k_cap > 0 and w_cap > 0 else NO_DRAFT
         self._used_fallback = False
-        if not draft and self.fallback is not None and k_cap > 0:
-            draft = self.fallback.propose(context, k_cap, max(w or 1, 1))
-            self._used_fallback = bool(draft)
+        if self.fallback is not None and k_cap > 0 and (not draft or self.mode != "aligned"):
+            # off the original: the fallback wins when its match is longer than the re-sync's
+            # (a model that loops repeats its own output, not the original)
+            other = self.fallback.propose(context, k_cap, max(w or 1, 1))
+            if other and (not draft or other.best.match_len > self._match_len):
+                draft, self._used_fallback = other, True
         self._last_drafted = len(draft.best.tokens) if draft and not self._used_fallback else 0
         self._last_was_guess = self._guessing
         return draft
@@ -236,6 +243,7 @@ class EditProposer:
         if found is not None:
             self.pointer, match_len = found
             self.mode = "resync"
+            self._match_len = match_len
             self._guessing = match_len == 1
             if match_len > 1:
                 self.anchor = self.pointer
@@ -243,6 +251,7 @@ class EditProposer:
         if diverged_last and not was_guess and self.anchor < len(self.original):
             self.pointer = self.anchor + 1
             self.mode = "guess"
+            self._match_len = 0
             self._guessing = True
             return
         self.pointer = None

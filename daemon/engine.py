@@ -97,7 +97,7 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
     gen = torch.Generator()
     # no seed: a fresh one from the OS (torch.seed() would reseed the global generator)
     gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
-    width = policy.cfg.max_width if policy is not None else 1
+    width = policy.width if policy is not None else 1
     context = [int(t) for t in prompt_ids]
     pending = context[-1]
     out: list[int] = []

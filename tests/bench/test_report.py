@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from daemon.bench_report import PlotUnavailable, build_report, markdown_table, plot, render_text, summarize
+from daemon.bench_report import (PlotUnavailable, build_report, changed_lines, markdown_table, plot, render_text,
+                                 summarize)
 
 
 def row(id_, kind, ms, plain, hf, identical=True, first=10.0):
@@ -72,3 +73,27 @@ def test_plot_writes_a_png_when_matplotlib_is_there(tmp_path):
     path = tmp_path / "p.png"
     plot(build_report(ROWS, {"model": "tiny", "device": "cpu"}), str(path))
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_changed_lines_counts_each_modified_inserted_or_deleted_line_once():
+    assert changed_lines("a\nb\nc\n", "a\nb\nc\n") == 0
+    assert changed_lines("a\nb\nc\n", "a\nB\nc\nd\n") == 2
+    assert changed_lines("a\nb\nc\n", "a\nc\n") == 1
+    assert changed_lines("a\nb\nc\n", "x\ny\n") == 3
+
+
+def test_edits_that_change_few_lines_have_their_own_target():
+    def edit_row(id_, ms, plain, changed, stop="stop_string"):
+        return {**row(id_, "ordinary", ms, plain, plain), "mode": "edit", "changed_lines": changed,
+                "stop_reason": stop}
+
+    rows = [edit_row("few", 100, 700, 1), edit_row("many", 100, 150, 9),
+            edit_row("cut", 100, 900, 0, stop="max_tokens"), row("completion", "ordinary", 100, 100, 100)]
+    s = summarize(rows)
+    few = s["edit_few_lines"]
+    assert few["cases"] == 1 and few["vs_plain"]["total"] == 7.0
+    assert s["targets"]["edit_few_lines_vs_plain"] == {"value": 7.0, "goal": 6.0, "met": True}
+    out = io.StringIO()
+    render_text(build_report(rows, {}), out, use_rich=False)
+    assert "edits changing <= 3 lines (1)" in out.getvalue()
+    assert summarize(ROWS)["targets"]["edit_few_lines_vs_plain"]["met"] is None  # no edit cases

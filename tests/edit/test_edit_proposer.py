@@ -157,6 +157,41 @@ def test_falls_back_to_the_secondary_proposer_when_lost():
     assert fb2.proposed == 0 and fb2.fed == []
 
 
+class _MatchFallback(_Fallback):
+    def __init__(self, match_len):
+        super().__init__()
+        self.match_len = match_len
+
+    def propose(self, context, k=None, w=None):
+        self.proposed += 1
+        return Draft((Branch(A(42), 1, Source.OUTPUT, self.match_len),))
+
+
+@pytest.mark.parametrize("fallback_match, wins", [(0, False), (1, True)])
+def test_after_a_guess_a_fallback_with_any_match_goes_first(fallback_match, wins):
+    fb = _MatchFallback(fallback_match)
+    p = EditProposer(A(10, 11, 12, 13), len(PROMPT), fallback=fb)
+    p.propose(A(*PROMPT))
+    p.feedback(1)
+    d = p.propose(A(*PROMPT, 10, 77))
+    assert p.mode == "guess"
+    assert (d.best.source == Source.OUTPUT) is wins
+
+
+@pytest.mark.parametrize("fallback_match, wins", [(2, False), (3, True)])
+def test_after_a_resync_the_longer_match_goes_first(fallback_match, wins):
+    original = A(10, 11, 12, 13, 14, 15, 16)
+    fb = _MatchFallback(fallback_match)
+    p = EditProposer(original, len(PROMPT), fallback=fb)
+    p.propose(A(*PROMPT))
+    p.feedback(1)
+    d = p.propose(A(*PROMPT, 10, 77, 13, 14))  # [13, 14] re-syncs: a 2-token match
+    assert p.mode == "resync" and p.pointer == 5
+    assert (d.best.source == Source.OUTPUT) is wins
+    p.feedback(1)
+    assert fb.fed == ([1] if wins else [])
+
+
 def test_insertion_branch_when_the_verifier_takes_trees():
     original = [10, 11, 12, 13]
     p = EditProposer(A(*original), len(PROMPT), EditProposerConfig(branches=2))
