@@ -1,0 +1,117 @@
+"""Replay recorded edit outputs through the edit proposer and draft policy, without the model.
+
+The bench JSON (``ngramd bench --cases bench/cases/edits.jsonl --json``) holds each
+edit's exact greedy output. Greedy verification accepts the longest prefix of the
+draft that agrees with that output, then emits the next output token, so the
+passes of any proposer/policy combination can be replayed in seconds, and their
+time projected with the verify-cost curve (ms per pass over n new tokens).
+
+    python scripts/simulate_edits.py --bench-json edits.json --cases bench/cases/edits.jsonl \
+        --cost 35,35,45,79,109,142,208
+
+Prints, per case, passes and projected ms of the replay against plain decoding (one
+pass per token), and the totals. The loop is daemon/engine.py's, minus the model:
+propose, ``policy.choose``, verify against the recorded output, feedback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+
+def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, propose_k: int = 64,
+           width: int = 1) -> tuple[int, float]:
+    """Greedy speculative decoding of ``output`` replayed: (passes, projected ms)."""
+    context = list(prompt_ids)
+    done, passes, ms = 0, 0, 0.0
+    n = len(output)
+    while done < n:
+        budget = n - done - 1
+        chosen = []
+        draft = None
+        if budget > 0:
+            draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
+            if draft:
+                chosen = policy.choose(draft, budget)
+        truth = output[done:]
+        best_branch, best_acc, drafted = -1, 0, sum(len(t) for _, t in chosen)
+        for bi, tokens in chosen:
+            acc = 0
+            for a, t in zip(tokens.tolist(), truth):
+                if a != t:
+                    break
+                acc += 1
+            if acc > best_acc or (best_branch < 0 and acc > 0):
+                best_branch, best_acc = bi, acc
+        if chosen:
+            branch_len = len(next(t for b, t in chosen if b == best_branch)) if best_branch >= 0 \
+                else len(chosen[0][1])
+            policy.feedback(draft, best_branch, best_acc, branch_len)
+        proposer.feedback(best_acc)
+        step = output[done: done + best_acc + 1]
+        context += step
+        done += len(step)
+        passes += 1
+        ms += cost(1 + drafted)
+    return passes, ms
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench-json", required=True)
+    ap.add_argument("--cases", required=True)
+    ap.add_argument("--cost", default="35,35,45,79,109,142,208",
+                    help="ms per pass for 1,2,4,8,16,32,64 new tokens")
+    args = ap.parse_args()
+
+    from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+    from daemon.bench_cases import load_cases
+    from daemon.bench_runner import case_document
+    from daemon.edit import EditDraftPolicy
+    from daemon.edit_prompt import build_edit_prompt
+    from daemon.edit_proposer import EditProposer, EditProposerConfig
+    from daemon.model import load_runtime
+    from daemon.output_lookup import OutputLookup
+    from daemon.proposer import IndexProposer
+    from index.store import NgramIndex
+
+    ms = [float(x) for x in args.cost.split(",")]
+    cost = CostModel(sizes=[1, 2, 4, 8, 16, 32, 64][: len(ms)], ms=ms, online=False)
+    rt = load_runtime("tiny", device="cpu")  # only its tokenizer (the default model's) is used
+    bench = {c["id"]: c for c in json.load(open(args.bench_json))["cases"]}
+    cases = [c for c in load_cases(args.cases) if c.id in bench and c.mode == "edit"]
+    indexes: dict = {}
+    total = {"passes": 0, "plain": 0, "ms": 0.0, "plain_ms": 0.0}
+    print(f"{'case':40} {'tokens':>6} {'passes':>6} {'x passes':>8} {'x ms':>6}")
+    for case in cases:
+        if case.workspace not in indexes:
+            indexes[case.workspace] = NgramIndex(rt.tokenize_batch)
+            indexes[case.workspace].index_workspace(str(case.workspace))
+        index = indexes[case.workspace]
+        uri = case.path.as_uri()
+        ep = build_edit_prompt(rt, case.text, case.offset, case.end or case.offset, case.instruction or "", uri)
+        output = list(bench[case.id]["token_ids"])
+        pcfg = EditProposerConfig()
+        with case_document(index, case):
+            index.open_buffer(uri, case.text)
+            proposer = EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), pcfg,
+                                    fallback=OutputLookup(IndexProposer(index, uri), len(ep.prompt_ids)))
+            policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()), width=pcfg.branches)
+            passes, proj = replay(proposer, policy, ep.prompt_ids, output, cost, pcfg.k_max, pcfg.branches)
+            index.close_buffer(uri)
+        plain_ms = len(output) * cost(1)
+        total["passes"] += passes
+        total["plain"] += len(output)
+        total["ms"] += proj
+        total["plain_ms"] += plain_ms
+        print(f"{case.id:40} {len(output):>6} {passes:>6} {len(output) / passes:>8.2f} {plain_ms / proj:>6.2f}")
+    print(f"{'total':40} {total['plain']:>6} {total['passes']:>6} {total['plain'] / total['passes']:>8.2f} "
+          f"{total['plain_ms'] / total['ms']:>6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
