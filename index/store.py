@@ -257,7 +257,12 @@ class NgramIndex:
         Files are read and tokenized in batches outside the lock; lookups work
         throughout. ``progress(done, total)`` after each batch; ``stop_event``
         is checked between batches. Returns counts: ``files`` (considered),
-        ``indexed``, ``tokens``, one count per skip reason, ``stopped``.
+        ``indexed``, ``tokens``, one count per skip reason, ``removed``, ``stopped``.
+
+        A re-scan is the truth for ``root``: a file indexed earlier that is now
+        skipped (grown too large, turned binary) leaves the index, as with
+        ``index_file``; after a complete scan, so does one under ``root`` that
+        is no longer discovered (deleted, or ignored since).
         """
         counts: Counter = Counter()
         files = discover(root, counts)
@@ -267,13 +272,19 @@ class NgramIndex:
             if stop_event is not None and stop_event.is_set():
                 stopped = True
                 break
-            keys, texts = [], []
+            keys, texts, skipped = [], [], []
             for f in files[i : i + self.cfg.batch_files]:
                 try:
                     texts.append(read_text(f, self.cfg.max_file_bytes))
                     keys.append(os.path.abspath(f))
                 except SkipFile as e:
                     counts[e.reason] += 1
+                    skipped.append(os.path.abspath(f))
+            if skipped:
+                with self._lock:
+                    for key in skipped:
+                        counts["removed"] += key in self._files
+                        self._remove(key)
             if texts:
                 arrays = self._tokenize_files(texts)
                 with self._lock:
@@ -288,12 +299,20 @@ class NgramIndex:
             done = min(i + self.cfg.batch_files, total)
             if progress is not None:
                 progress(done, total)
+        if not stopped:
+            prefix = os.path.join(os.path.abspath(root), "")
+            found = {os.path.abspath(f) for f in files}
+            with self._lock:
+                gone = [k for k in self._files if k.startswith(prefix) and k not in found]
+                for key in gone:
+                    self._remove(key)
+            counts["removed"] += len(gone)
         self._maybe_merge()
         with self._lock:
             for reason, n in counts.items():
-                if reason not in ("indexed", "tokens"):
+                if reason not in ("indexed", "tokens", "removed"):
                     self._skipped[reason] += n
-        out = {"files": total, "indexed": 0, "tokens": 0, **counts, "stopped": stopped}
+        out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
 
     def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:

@@ -62,6 +62,26 @@ def test_index_workspace_counts_progress_and_skips(tmp_path):
     assert idx.stats()["skipped"] == {"binary": 1, "too_large": 1}
 
 
+def test_rescan_drops_files_now_skipped_deleted_or_ignored(tmp_path):
+    (tmp_path / "keep.py").write_text("keepsake = 1\n")
+    (tmp_path / "grows.py").write_text("growing = 2\n")
+    (tmp_path / "gone.py").write_text("vanished = 3\n")
+    (tmp_path / "hidden.py").write_text("secretly = 4\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3, max_file_bytes=1000))
+    assert idx.index_workspace(tmp_path)["indexed"] == 4
+    for word in ("keepsak", "growin", "vanishe", "secretl"):
+        assert idx.propose(ids(word), k=2), word
+    (tmp_path / "grows.py").write_text("growing = 2\n" + "z" * 5000)  # now too large
+    (tmp_path / "gone.py").unlink()
+    (tmp_path / ".gitignore").write_text("hidden.py\n")
+    out = idx.index_workspace(tmp_path)
+    assert out["too_large"] == 1 and out["removed"] == 3
+    assert idx.propose(ids("keepsak"), k=2)
+    for word in ("growin", "vanishe", "secretl"):
+        assert not idx.propose(ids(word), k=2), word
+    assert idx.stats()["workspace_files"] == 2  # keep.py and .gitignore
+
+
 def test_index_workspace_stops_when_asked(tmp_path):
     for i in range(10):
         (tmp_path / f"f{i}.py").write_text(f"x{i}\n")
