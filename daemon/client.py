@@ -26,14 +26,10 @@ from typing import Any, Sequence
 
 from daemon.paths import resolve_socket_path
 from daemon.rpc import (
-    FrameReader, Notification, Response, RpcError, decode, pack_notification, pack_request,
+    DaemonUnavailable, FrameReader, Notification, Response, RpcError, decode, pack_notification, pack_request,
 )
 
 READY_PREFIX = "ngramd: ready on "
-
-
-class DaemonUnavailable(ConnectionError):
-    """No daemon answers on the socket."""
 
 
 class Client:

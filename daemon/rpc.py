@@ -42,6 +42,13 @@ class RpcError(Exception):
         return {"code": self.code, "message": self.message}
 
 
+class DaemonUnavailable(ConnectionError):
+    """No daemon answers: cannot connect, the connection was lost, or no answer in time.
+
+    Raised by both clients (daemon/client.py, lsp/daemon_client.py).
+    """
+
+
 class FrameTooLarge(RpcError):
     def __init__(self, limit: int) -> None:
         super().__init__(INVALID_REQUEST, f"message larger than {limit} bytes")

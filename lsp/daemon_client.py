@@ -17,6 +17,7 @@ import logging
 from typing import Any, Callable
 
 from daemon import rpc
+from daemon.rpc import DaemonUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,6 @@ class DaemonError(Exception):
         self.code = code
         self.message = message
         self.method = method
-
-
-class DaemonUnavailable(Exception):
-    """No daemon answers: cannot connect, connection lost, or no answer in time."""
 
 
 class RpcConnection:

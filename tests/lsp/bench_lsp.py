@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 from lsprotocol import types  # noqa: E402
 from pytest_lsp import make_test_lsp_client  # noqa: E402
 
-from conftest import client_capabilities  # noqa: E402
+from lsp_helpers import client_capabilities  # noqa: E402
 from lsp import positions  # noqa: E402
 from lsp_fake_daemon import FakeDaemon  # noqa: E402
 from lsp_helpers import change, inline_params, open_doc, rng  # noqa: E402

@@ -22,6 +22,7 @@ from pytest_lsp import make_test_lsp_client
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lsp_fake_daemon import FakeDaemon  # noqa: E402
+from lsp_helpers import client_capabilities  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,30 +39,6 @@ async def fake(sock):
     daemon = await FakeDaemon(sock).start()
     yield daemon
     await daemon.stop()
-
-
-def client_capabilities(*, resolve_edit: bool = False,
-                        encodings: list[str] | None = None) -> types.ClientCapabilities:
-    """An editor's capabilities, with inlineCompletion (pytest-lsp's captured ones lack it)."""
-    code_action = types.CodeActionClientCapabilities(
-        code_action_literal_support=types.ClientCodeActionLiteralOptions(
-            code_action_kind=types.ClientCodeActionKindOptions(value_set=[
-                types.CodeActionKind.RefactorRewrite])),
-        resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"]) if resolve_edit else None,
-    )
-    return types.ClientCapabilities(
-        general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
-        workspace=types.WorkspaceClientCapabilities(
-            apply_edit=True, configuration=True, workspace_folders=True,
-            workspace_edit=types.WorkspaceEditClientCapabilities(document_changes=True)),
-        text_document=types.TextDocumentClientCapabilities(
-            synchronization=types.TextDocumentSyncClientCapabilities(dynamic_registration=False),
-            completion=types.CompletionClientCapabilities(
-                completion_item=types.ClientCompletionItemOptions(snippet_support=False)),
-            inline_completion=types.InlineCompletionClientCapabilities(),
-            code_action=code_action,
-        ),
-    )
 
 
 @pytest_asyncio.fixture

@@ -79,3 +79,27 @@ async def raw_request(client, method: str, params: Any, msg_id: str) -> Any:
         return await asyncio.wait_for(asyncio.wrap_future(cf), 10)
     except JsonRpcException as exc:
         return exc
+
+
+def client_capabilities(*, resolve_edit: bool = False,
+                        encodings: list[str] | None = None) -> types.ClientCapabilities:
+    """An editor's capabilities, with inlineCompletion (pytest-lsp's captured ones lack it)."""
+    code_action = types.CodeActionClientCapabilities(
+        code_action_literal_support=types.ClientCodeActionLiteralOptions(
+            code_action_kind=types.ClientCodeActionKindOptions(value_set=[
+                types.CodeActionKind.RefactorRewrite])),
+        resolve_support=types.ClientCodeActionResolveOptions(properties=["edit"]) if resolve_edit else None,
+    )
+    return types.ClientCapabilities(
+        general=types.GeneralClientCapabilities(position_encodings=encodings) if encodings else None,
+        workspace=types.WorkspaceClientCapabilities(
+            apply_edit=True, configuration=True, workspace_folders=True,
+            workspace_edit=types.WorkspaceEditClientCapabilities(document_changes=True)),
+        text_document=types.TextDocumentClientCapabilities(
+            synchronization=types.TextDocumentSyncClientCapabilities(dynamic_registration=False),
+            completion=types.CompletionClientCapabilities(
+                completion_item=types.ClientCompletionItemOptions(snippet_support=False)),
+            inline_completion=types.InlineCompletionClientCapabilities(),
+            code_action=code_action,
+        ),
+    )

@@ -56,7 +56,7 @@ async def test_initialize_result(fake, sock):
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8"])
 async def test_incremental_sync_non_ascii(fake, sock, lsp_client, encoding):
-    from conftest import client_capabilities
+    from lsp_helpers import client_capabilities
 
     client = await lsp_client(sock, capabilities=client_capabilities(encodings=[encoding]))
     text = f"def f():\n    s = '{EMOJI}漢字'\n    return s\n"
@@ -235,7 +235,7 @@ async def test_code_action_and_rewrite_command(fake, sock, lsp_client):
 
 
 async def test_code_action_resolve(fake, sock, lsp_client):
-    from conftest import client_capabilities
+    from lsp_helpers import client_capabilities
 
     client = await lsp_client(sock, capabilities=client_capabilities(resolve_edit=True))
     open_doc(client, URI, "x = 1\ny = 2\n")
