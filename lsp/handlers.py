@@ -77,10 +77,13 @@ def register(server: NgramdServer) -> None:
                 items=[types.ConfigurationItem(section="ngramd")]))
             settings = pulled[0] if pulled else None
         try:
-            ls.apply_settings(settings)
+            notice = ls.apply_settings(settings)
         except ValueError as exc:
             ls.window_show_message(types.ShowMessageParams(
                 type=types.MessageType.Error, message=f"ngramd: {exc}"))
+            return
+        if notice:
+            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=notice))
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: NgramdServer, params: types.InlineCompletionParams

@@ -289,11 +289,22 @@ class NgramdServer(LanguageServer):
             "daemon": daemon,
         }
 
-    def apply_settings(self, options: Any) -> None:
-        """Apply editor settings (raises ValueError naming a bad key; nothing applied then)."""
-        new = self.settings.updated(options)
+    def apply_settings(self, options: Any) -> str | None:
+        """Apply editor settings (raises ValueError naming a bad key; nothing applied then).
+
+        Returns a notice for the user, or None. The daemon is shared by every editor of
+        the user, so a new ``model`` or ``device`` is not forced on a running one: it
+        applies to the next daemon this LSP starts, and the notice says how to get there.
+        """
+        old, new = self.settings, self.settings.updated(options)
         self.settings = new
-        self.link.reconfigure(socket_path=self._socket_path(new), model=new.model, device=new.device)
+        socket = self._socket_path(new)
+        same_daemon = socket == self.link.socket_path and self.link.ready
+        self.link.reconfigure(socket_path=socket, model=new.model, device=new.device)
+        if same_daemon and (new.model, new.device) != (old.model, old.device):
+            return (f"ngramd: the running daemon keeps its model; run `ngramd stop` and the next "
+                    f"completion starts one with model {new.model or 'default'} on {new.device}.")
+        return None
 
     def _socket_path(self, settings: Settings) -> str:
         """The editor's ``socket`` setting resolved as ``ngramd serve`` resolves it ("~/x" too)."""

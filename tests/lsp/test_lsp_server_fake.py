@@ -305,6 +305,15 @@ async def test_toggle_status_and_configuration(fake, sock, lsp_client):
     call = fake.methods("complete")[-1]
     assert call["maxTokens"] == 5 and call["multiline"] is False
 
+    # a new model is not forced on the shared daemon: the user is told how to switch
+    shown = len(client.messages)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"ngramd": {"model": "/models/other"}}))
+    await until(lambda: len(client.messages) > shown, what="model notice")
+    notice = client.messages[-1]
+    assert notice.type == types.MessageType.Info
+    assert "ngramd stop" in notice.message and "/models/other" in notice.message
+
 
 async def test_workspace_folders_forwarded(fake, sock, lsp_client, tmp_path):
     client = await lsp_client(sock)
