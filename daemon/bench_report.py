@@ -107,12 +107,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
     summary.update({k: v for k, v in _group(ok).items() if k not in ("cases", "identical")} if ok else {})
     by_kind = {}
-    for kind in KINDS:
-        group = [r for r in ok if r.get("kind") == kind]
+    for kind in KINDS:  # completion cases; the kinds' targets are about completions
+        group = [r for r in ok if r.get("kind") == kind and r.get("mode") != "edit"]
         if group:
             by_kind[kind] = _group(group)
     summary["by_kind"] = by_kind
-    few = [r for r in ok if is_few_lines_edit(r)]
+    edits = [r for r in ok if r.get("mode") == "edit"]
+    summary["edits"] = _group(edits) if edits else None
+    few = [r for r in edits if is_few_lines_edit(r)]
     summary["edit_few_lines"] = _group(few) if few else None
     summary["targets"] = check_targets(by_kind, summary)
     return summary
@@ -189,11 +191,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for kind, g in summary["by_kind"].items():
         lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}; "
                      f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}")
-    few = summary.get("edit_few_lines")
-    if few:
-        lines.append(f"edits changing <= {FEW_LINES} lines ({few['cases']}): vs plain {sp(few, 'vs_plain')}; "
-                     f"decoding only {_fmt(few['decode_vs_plain'], 'x', 2)}; "
-                     f"passes {_fmt(few['passes_vs_plain'], 'x', 2)}")
+    for label, group in ((f"edits ({{n}})", summary.get("edits")),
+                         (f"edits changing <= {FEW_LINES} lines ({{n}})", summary.get("edit_few_lines"))):
+        if group:
+            lines.append(f"{label.format(n=group['cases'])}: vs plain {sp(group, 'vs_plain')}; "
+                         f"vs HF {sp(group, 'vs_hf')}; decoding only {_fmt(group['decode_vs_plain'], 'x', 2)}; "
+                         f"passes {_fmt(group['passes_vs_plain'], 'x', 2)}")
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         lines.append(f"target {name}: {_fmt(t['value'], '', 2) if isinstance(t['value'], float) else t['value']}"

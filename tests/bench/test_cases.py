@@ -108,10 +108,15 @@ def test_edit_case_keeps_instruction_and_range(tmp_path, workspace):
     assert (case.offset, case.end, case.instruction) == (4, 9, "rename")
 
 
-@pytest.mark.parametrize("name", ["stdlib.jsonl", "smoke.jsonl"])
+@pytest.mark.parametrize("name", ["stdlib.jsonl", "smoke.jsonl", "edits.jsonl"])
 def test_committed_cases_load_on_this_python(name):
     cases = load_cases(REPO / "bench" / "cases" / name)
     assert cases and all(c.workspace_ref.startswith("stdlib:") for c in cases)
+    if name == "edits.jsonl":
+        # each range is a whole function: it starts at its anchor (a def) and ends a line
+        assert all(c.mode == "edit" and c.instruction for c in cases)
+        assert all(c.text.startswith("def ", c.offset) for c in cases)
+        assert all(c.text[c.offset:c.end].rstrip(" ").endswith("\n") for c in cases)
     if name == "stdlib.jsonl":
         kinds = {c.kind for c in cases}
         assert kinds == {"ordinary", "repeat", "norepeat"}

@@ -92,8 +92,11 @@ def test_edits_that_change_few_lines_have_their_own_target():
     s = summarize(rows)
     few = s["edit_few_lines"]
     assert few["cases"] == 1 and few["vs_plain"]["total"] == 7.0
+    assert s["edits"]["cases"] == 3 and s["edits"]["vs_plain"]["total"] == 5.833  # 1750 / 300
+    # the completion kinds' targets count completions only
+    assert s["by_kind"]["ordinary"]["cases"] == 1 and s["targets"]["ordinary_vs_plain"]["value"] == 1.0
     assert s["targets"]["edit_few_lines_vs_plain"] == {"value": 7.0, "goal": 6.0, "met": True}
     out = io.StringIO()
     render_text(build_report(rows, {}), out, use_rich=False)
-    assert "edits changing <= 3 lines (1)" in out.getvalue()
+    assert "edits changing <= 3 lines (1)" in out.getvalue() and "edits (3)" in out.getvalue()
     assert summarize(ROWS)["targets"]["edit_few_lines_vs_plain"]["met"] is None  # no edit cases
