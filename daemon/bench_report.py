@@ -191,16 +191,15 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for kind, g in summary["by_kind"].items():
         lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}; "
                      f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}")
-    for label, group in ((f"edits ({{n}})", summary.get("edits")),
-                         (f"edits changing <= {FEW_LINES} lines ({{n}})", summary.get("edit_few_lines"))):
+    for label, group in (("edits", summary.get("edits")),
+                         (f"edits changing <= {FEW_LINES} lines", summary.get("edit_few_lines"))):
         if group:
-            lines.append(f"{label.format(n=group['cases'])}: vs plain {sp(group, 'vs_plain')}; "
+            lines.append(f"{label} ({group['cases']}): vs plain {sp(group, 'vs_plain')}; "
                          f"vs HF {sp(group, 'vs_hf')}; decoding only {_fmt(group['decode_vs_plain'], 'x', 2)}; "
                          f"passes {_fmt(group['passes_vs_plain'], 'x', 2)}")
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
-        lines.append(f"target {name}: {_fmt(t['value'], '', 2) if isinstance(t['value'], float) else t['value']}"
-                     f" (goal {t['goal']}) {met}")
+        lines.append(f"target {name}: {_fmt(t['value'], '', 2)} (goal {t['goal']}) {met}")
     if summary["unsupported"]:
         lines.append(f"unsupported: {', '.join(summary['unsupported'])}")
     if summary["errors"]:

@@ -32,9 +32,9 @@ from typing import Any, Sequence
 from daemon.adaptive import CostModel, DraftPolicy
 from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool
-from daemon.output_lookup import OutputLookup
+from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.prompt import ForcedPrefix, build_prompt
-from daemon.proposer import IndexProposer, NullProposer, Proposer, SequenceProposer
+from daemon.proposer import IndexProposer, NullProposer, Proposer
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest, GenerationStats, SamplingParams
 from daemon.stops import StopConfig, StopChecker
 
@@ -66,10 +66,10 @@ class Completer:
         prompt = build_prompt(self.runtime, req.text, req.offset, self.cfg.prompt)
         if not req.speculate:
             proposer, policy = NullProposer(), None
-        elif self.index is not None:
-            proposer, policy = OutputLookup(IndexProposer(self.index, req.uri), len(prompt.ids)), self.policy
+        elif self.index is not None:  # the index, and the output so far (which no index holds yet)
+            proposer, policy = ContextLookup(IndexProposer(self.index, req.uri), len(prompt.ids)), self.policy
         else:
-            proposer, policy = SequenceProposer(), self.policy
+            proposer, policy = prompt_lookup(), self.policy
         stopper = StopChecker(
             StopConfig(max_tokens=req.max_tokens, stop_strings=tuple(req.stop),
                        single_line=not req.multiline, line_prefix=prompt.line_prefix, eos_ids=self.eos_ids),

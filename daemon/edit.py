@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from daemon.adaptive import DraftPolicy, best_count, cut_branches, ema_acceptance
-from daemon.edit_prompt import build_edit_prompt, check_range, clean_answer
+from daemon.context_lookup import ContextLookup, prompt_lookup
+from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range, clean_answer
 from daemon.edit_proposer import EditProposer, EditProposerConfig
-from daemon.output_lookup import OutputLookup
-from daemon.proposer import IndexProposer, NullProposer, SequenceProposer
+from daemon.proposer import IndexProposer, NullProposer
 from daemon.requests import CompletionResult, EditRequest
 from daemon.stops import StopChecker, StopConfig
 from index.draft import Draft, Source
@@ -108,6 +108,15 @@ def validate(req: EditRequest) -> None:
         raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
 
 
+def edit_proposer(ep: EditPrompt, index: Any | None, uri: str,
+                  config: EditProposerConfig | None = None) -> EditProposer:
+    """The original as the draft; the fallback is the n-gram index and the output so far,
+    or prompt lookup over the context when there is no index."""
+    fallback = (ContextLookup(IndexProposer(index, uri), len(ep.prompt_ids)) if index is not None
+                else prompt_lookup())
+    return EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), config, fallback=fallback)
+
+
 def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | None = None,
              proposer_config: EditProposerConfig | None = None) -> CompletionResult:
     """Rewrite ``req.text[req.start:req.end]``; ``result.text`` is the replacement."""
@@ -120,11 +129,7 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     if not req.speculate:
         proposer, policy = NullProposer(), None
     else:
-        # the fallback: the n-gram index and the output so far, or prompt lookup over the context
-        fallback = (OutputLookup(IndexProposer(index, req.uri), len(ep.prompt_ids)) if index is not None
-                    else SequenceProposer())
-        proposer = EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), pcfg,
-                                fallback=fallback)
+        proposer = edit_proposer(ep, index, req.uri, pcfg)
         policy = EditDraftPolicy(completer.policy, width=pcfg.branches)
     stopper = StopChecker(StopConfig(max_tokens=max_tokens, stop_strings=ep.stop, eos_ids=completer.eos_ids,
                                      block_end=False),  # a rewritten range may dedent

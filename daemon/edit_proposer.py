@@ -26,8 +26,9 @@ Vocabulary (see index/draft.py for drafted / accepted / bonus):
   that fails is not repeated: the pointer is lost until a re-sync succeeds, and
   meanwhile the secondary proposer (the n-gram index) drafts, if there is one.
   After a re-sync or a guess the secondary proposer is asked too, and its draft
-  goes first when its match is longer than the re-sync's (a model that loops
-  repeats its own output, which daemon/output_lookup.py drafts).
+  goes first when its match is longer than the re-sync's and at least
+  ``fallback_min_match`` tokens (a model that loops repeats its own output,
+  which daemon/context_lookup.py drafts).
 
 Worked example (token ids). original ``[10, 11, 12, 13, 14, 15]``; the model
 renames token 12 to 99 and deletes 14: output ``[10, 11, 99, 13, 15]``.
@@ -144,6 +145,10 @@ class EditProposerConfig:
     max_n: int = 8  # longest generated suffix tried when re-synchronising
     near: int = 64  # a one-token re-sync must land within this many tokens of the anchor
     branches: int = 1  # 2: also propose the insertion guess (needs a tree verifier)
+    # after a re-sync or a guess, a fallback draft goes first only with a match this long
+    # (and longer than the re-sync's): a 2-token match somewhere in the workspace says
+    # less than a guess that the model replaced one token of the original
+    fallback_min_match: int = 3
 
 
 class EditProposer:
@@ -152,7 +157,8 @@ class EditProposer:
     ``original``: the tokens the output is expected to repeat ([n] int32).
     ``prompt_len``: the number of context tokens before generation started; what
     follows in the context handed to ``propose`` is the generated output.
-    ``fallback``: a secondary proposer (e.g. the n-gram index) used while lost.
+    ``fallback``: a secondary proposer (e.g. the n-gram index) used while lost, and
+    after a re-sync or a guess when its match is longer (see ``fallback_min_match``).
 
     Invariant: after ``propose(context)``, ``pointer`` is None or the position in
     ``original`` where the output continues, given ``context[prompt_len:]``; it is
@@ -199,7 +205,8 @@ class EditProposer:
             # off the original: the fallback wins when its match is longer than the re-sync's
             # (a model that loops repeats its own output, not the original)
             other = self.fallback.propose(context, k_cap, max(w or 1, 1))
-            if other and (not draft or other.best.match_len > self._match_len):
+            if other and (not draft or other.best.match_len > max(self._match_len,
+                                                                  self.cfg.fallback_min_match - 1)):
                 draft, self._used_fallback = other, True
         self._last_drafted = len(draft.best.tokens) if draft and not self._used_fallback else 0
         self._last_was_guess = self._guessing

@@ -43,9 +43,11 @@ class RpcError(Exception):
 
 
 class DaemonUnavailable(ConnectionError):
-    """No daemon answers: cannot connect, the connection was lost, or no answer in time.
+    """No daemon answers: cannot connect, or the connection was lost.
 
-    Raised by both clients (daemon/client.py, lsp/daemon_client.py).
+    Raised by both clients (daemon/client.py, lsp/daemon_client.py); the LSP's
+    asynchronous client also raises it when an answer does not come in time
+    (the synchronous one raises TimeoutError).
     """
 
 

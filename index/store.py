@@ -143,6 +143,7 @@ class NgramIndex:
         self._history: deque[tuple[np.ndarray, int]] = deque()
         self._history_tokens = 0
         self._files: dict[str, _File] = {}
+        self._roots: set[str] = set()  # folders index_workspace has scanned, each ending in a separator
         self._ws_tokens = 0  # live workspace tokens
         self._dyn_tokens = 0
         self._static: StaticSegment | None = None
@@ -262,8 +263,15 @@ class NgramIndex:
         A re-scan is the truth for ``root``: a file indexed earlier that is now
         skipped (grown too large, turned binary) leaves the index, as with
         ``index_file``; after a complete scan, so does one under ``root`` that
-        is no longer discovered (deleted, or ignored since).
+        is no longer discovered (deleted, or ignored since), unless it was
+        (re)indexed meanwhile (a file event during the scan) or lies under
+        another scanned root nested in this one (a submodule that ``git
+        ls-files`` does not list).
         """
+        prefix = os.path.join(os.path.abspath(root), "")
+        with self._lock:
+            before = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+            self._roots.add(prefix)
         counts: Counter = Counter()
         files = discover(root, counts)
         total, done = len(files), 0
@@ -300,10 +308,12 @@ class NgramIndex:
             if progress is not None:
                 progress(done, total)
         if not stopped:
-            prefix = os.path.join(os.path.abspath(root), "")
             found = {os.path.abspath(f) for f in files}
             with self._lock:
-                gone = [k for k in self._files if k.startswith(prefix) and k not in found]
+                nested = [r for r in self._roots if r != prefix and r.startswith(prefix)]
+                gone = [k for k, f in before.items()
+                        if k not in found and self._files.get(k) is f  # not re-indexed during the scan
+                        and not any(k.startswith(r) for r in nested)]
                 for key in gone:
                     self._remove(key)
             counts["removed"] += len(gone)

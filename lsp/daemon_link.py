@@ -100,14 +100,11 @@ class DaemonLink:
         fut.add_done_callback(_retrieve)
         return fut
 
-    def reconfigure(self, socket_path: str | None = None, model: str | None = None,
-                    device: str | None = None) -> None:
+    def reconfigure(self, socket_path: str, model: str | None, device: str) -> None:
         """A new socket drops the connection (and the next call connects there);
-        a new model or device applies to the next daemon this link starts."""
-        if model is not None:
-            self.model = model
-        if device is not None:
-            self.device = device
+        the model (None: the default) and device apply to the next daemon this link starts."""
+        self.model = model
+        self.device = device
         if socket_path and socket_path != self.socket_path:
             self.socket_path = socket_path
             conn, self._conn = self._conn, None

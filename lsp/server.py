@@ -302,7 +302,8 @@ class NgramdServer(LanguageServer):
         same_daemon = socket == self.link.socket_path and self.link.ready
         self.link.reconfigure(socket_path=socket, model=new.model, device=new.device)
         if same_daemon and (new.model, new.device) != (old.model, old.device):
-            return (f"ngramd: the running daemon keeps its model; run `ngramd stop` and the next "
+            stop = "ngramd stop" if socket == str(resolve_socket_path(None)) else f"ngramd stop --socket {socket}"
+            return (f"ngramd: the running daemon keeps its model; run `{stop}` and the next "
                     f"completion starts one with model {new.model or 'default'} on {new.device}.")
         return None
 

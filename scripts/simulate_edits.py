@@ -22,14 +22,18 @@ import json
 import numpy as np
 
 
-def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, propose_k: int = 64,
-           width: int = 1) -> tuple[int, float]:
-    """Greedy speculative decoding of ``output`` replayed: (passes, projected ms)."""
+def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, max_tokens: int,
+           propose_k: int = 64, width: int = 1) -> tuple[int, float]:
+    """Greedy speculative decoding of ``output`` replayed: (passes, projected ms).
+
+    Drafts are sized against ``max_tokens`` as in the engine (the replay does not
+    know where the output will stop); tokens past the recorded output never agree.
+    """
     context = list(prompt_ids)
     done, passes, ms = 0, 0, 0.0
     n = len(output)
     while done < n:
-        budget = n - done - 1
+        budget = max_tokens - done - 1
         chosen = []
         draft = None
         if budget > 0:
@@ -44,7 +48,7 @@ def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, pro
                 if a != t:
                     break
                 acc += 1
-            if acc > best_acc or (best_branch < 0 and acc > 0):
+            if acc > best_acc:
                 best_branch, best_acc = bi, acc
         if chosen:
             branch_len = len(next(t for b, t in chosen if b == best_branch)) if best_branch >= 0 \
@@ -70,12 +74,10 @@ def main() -> int:
     from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
     from daemon.bench_cases import load_cases
     from daemon.bench_runner import case_document
-    from daemon.edit import EditDraftPolicy
+    from daemon.edit import EditDraftPolicy, edit_proposer
     from daemon.edit_prompt import build_edit_prompt
-    from daemon.edit_proposer import EditProposer, EditProposerConfig
+    from daemon.edit_proposer import EditProposerConfig
     from daemon.model import load_runtime
-    from daemon.output_lookup import OutputLookup
-    from daemon.proposer import IndexProposer
     from index.store import NgramIndex
 
     ms = [float(x) for x in args.cost.split(",")]
@@ -95,13 +97,11 @@ def main() -> int:
         ep = build_edit_prompt(rt, case.text, case.offset, case.end or case.offset, case.instruction or "", uri)
         output = list(bench[case.id]["token_ids"])
         pcfg = EditProposerConfig()
-        with case_document(index, case):
-            index.open_buffer(uri, case.text)
-            proposer = EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), pcfg,
-                                    fallback=OutputLookup(IndexProposer(index, uri), len(ep.prompt_ids)))
+        with case_document(index, case):  # as in the bench: the file is an open buffer
+            proposer = edit_proposer(ep, index, uri, pcfg)
             policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()), width=pcfg.branches)
-            passes, proj = replay(proposer, policy, ep.prompt_ids, output, cost, pcfg.k_max, pcfg.branches)
-            index.close_buffer(uri)
+            passes, proj = replay(proposer, policy, ep.prompt_ids, output, cost, case.max_tokens,
+                                  pcfg.k_max, pcfg.branches)
         plain_ms = len(output) * cost(1)
         total["passes"] += passes
         total["plain"] += len(output)

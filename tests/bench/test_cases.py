@@ -113,7 +113,7 @@ def test_committed_cases_load_on_this_python(name):
     cases = load_cases(REPO / "bench" / "cases" / name)
     assert cases and all(c.workspace_ref.startswith("stdlib:") for c in cases)
     if name == "edits.jsonl":
-        # each range is a whole function: it starts at its anchor (a def) and ends a line
+        # each range starts at a def (its anchor) and ends at the end of a line
         assert all(c.mode == "edit" and c.instruction for c in cases)
         assert all(c.text.startswith("def ", c.offset) for c in cases)
         assert all(c.text[c.offset:c.end].rstrip(" ").endswith("\n") for c in cases)

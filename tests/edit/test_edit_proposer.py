@@ -167,8 +167,10 @@ class _MatchFallback(_Fallback):
         return Draft((Branch(A(42), 1, Source.OUTPUT, self.match_len),))
 
 
-@pytest.mark.parametrize("fallback_match, wins", [(0, False), (1, True)])
-def test_after_a_guess_a_fallback_with_any_match_goes_first(fallback_match, wins):
+@pytest.mark.parametrize("fallback_match, wins", [(2, False), (3, True)])
+def test_after_a_guess_a_fallback_needs_a_real_match_to_go_first(fallback_match, wins):
+    # fallback_min_match=3: a 2-token match anywhere in the workspace does not beat
+    # the guess that the model replaced one token
     fb = _MatchFallback(fallback_match)
     p = EditProposer(A(10, 11, 12, 13), len(PROMPT), fallback=fb)
     p.propose(A(*PROMPT))

@@ -82,6 +82,43 @@ def test_rescan_drops_files_now_skipped_deleted_or_ignored(tmp_path):
     assert idx.stats()["workspace_files"] == 2  # keep.py and .gitignore
 
 
+def test_rescan_keeps_what_it_does_not_own(tmp_path):
+    ws, sibling, nested = tmp_path / "ws", tmp_path / "ws2", tmp_path / "ws" / "sub"
+    for d, word in ((ws, "outer"), (sibling, "sibling"), (nested, "nested")):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{word}.py").write_text(f"{word}_value = 1\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3))
+    for d in (nested, sibling, ws):
+        idx.index_workspace(d)
+    (ws / ".gitignore").write_text("sub/\n")  # the nested folder is its own workspace root
+    late = ws / "late.py"
+
+    def add_during_scan(done, total):  # a file event while the scan runs
+        late.write_text("latecomer = 1\n")
+        idx.index_file(late)
+        late.unlink()  # gone from disk again, yet indexed after discovery: not the scan's to drop
+
+    out = idx.index_workspace(ws, progress=add_during_scan)
+    assert out["removed"] == 0
+    for word in ("outer_valu", "sibling_valu", "nested_valu", "latecome"):
+        assert idx.propose(ids(word), k=2), word
+
+
+def test_a_stopped_rescan_removes_nothing(tmp_path):
+    for i in range(6):
+        (tmp_path / f"f{i}.py").write_text(f"name{i} = {i}\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3, batch_files=2))
+    idx.index_workspace(tmp_path)
+    for i in range(3):
+        (tmp_path / f"f{i}.py").unlink()
+    stop = threading.Event()
+    out = idx.index_workspace(tmp_path, progress=lambda d, n: stop.set(), stop_event=stop)
+    assert out["stopped"] is True and out["removed"] == 0
+    assert idx.propose(ids("name1 ="), k=2), "a stopped scan cannot know what is gone"
+    out = idx.index_workspace(tmp_path)  # a complete one can
+    assert out["removed"] == 3 and not idx.propose(ids("name1 ="), k=2)
+
+
 def test_index_workspace_stops_when_asked(tmp_path):
     for i in range(10):
         (tmp_path / f"f{i}.py").write_text(f"x{i}\n")

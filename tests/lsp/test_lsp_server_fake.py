@@ -307,12 +307,19 @@ async def test_toggle_status_and_configuration(fake, sock, lsp_client):
 
     # a new model is not forced on the shared daemon: the user is told how to switch
     shown = len(client.messages)
+    assert shown == 1, "only the bad maxTokens was reported; other settings changes say nothing"
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"ngramd": {"model": "/models/other"}}))
     await until(lambda: len(client.messages) > shown, what="model notice")
     notice = client.messages[-1]
     assert notice.type == types.MessageType.Info
-    assert "ngramd stop" in notice.message and "/models/other" in notice.message
+    assert "ngramd stop --socket" in notice.message and "/models/other" in notice.message
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"ngramd": {"model": None}}))  # cleared: back to the default model
+    await until(lambda: len(client.messages) > shown + 1, what="second model notice")
+    assert "model default" in client.messages[-1].message
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    assert status["settings"].get("model") is None
 
 
 async def test_workspace_folders_forwarded(fake, sock, lsp_client, tmp_path):

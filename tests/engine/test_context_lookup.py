@@ -1,4 +1,4 @@
-"""The request's own output as a draft source: pure matching, the wrapper, and the engine."""
+"""The context as a draft source: pure matching, the wrapper, prompt lookup, and the engine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from daemon.completer import Completer
 from daemon.engine import EngineConfig
-from daemon.output_lookup import OutputLookup, longest_recent_match
+from daemon.context_lookup import ContextLookup, longest_recent_match, prompt_lookup
 from daemon.requests import CompletionRequest
 from index.draft import NO_DRAFT, Branch, Draft, Source
 
@@ -35,8 +35,8 @@ def test_longest_recent_match_examples():
     assert longest_recent_match(A(1, 2, 3, 4), 0, 1, 8) == (-1, 0)  # nothing recurs
     assert longest_recent_match(A(1, 2, 7, 1, 2), 0, 3, 8) == (-1, 0)  # too short
     # the occurrence must end at or after ``start`` + 1 (inside the generated tokens)
-    assert longest_recent_match(A(1, 2, 7, 1, 2), 3, 2, 8) == (-1, 0)
     assert longest_recent_match(A(1, 2, 7, 1, 2), 1, 2, 8) == (2, 2)
+    assert longest_recent_match(A(1, 2, 7, 1, 2), 2, 2, 8) == (-1, 0)
 
 
 def test_longest_recent_match_takes_the_latest_of_equal_lengths():
@@ -45,7 +45,7 @@ def test_longest_recent_match_takes_the_latest_of_equal_lengths():
 
 
 def test_worked_example_continues_the_period():
-    p = OutputLookup(_Fixed(), prompt_len=1, min_n=2, max_n=16)
+    p = ContextLookup(_Fixed(), search_from=1, min_n=2, max_n=16)
     d = p.propose(A(9, 1, 2, 3, 1, 2, 3, 1, 2), k=5, w=1)
     assert d.best.tokens.tolist() == [3, 1, 2, 3, 1]
     assert d.best.source == Source.OUTPUT and d.best.match_len == 5
@@ -53,27 +53,34 @@ def test_worked_example_continues_the_period():
 
 def test_the_longer_match_goes_first_and_the_index_wins_a_tie():
     ctx = A(9, 1, 2, 3, 1, 2, 3, 1, 2)
-    longer_inner = _Fixed((7, 7), match_len=5)
-    p = OutputLookup(longer_inner, prompt_len=1, min_n=2)
-    assert p.propose(ctx, k=5, w=1) is longer_inner.draft
+    tied_inner = _Fixed((7, 7), match_len=5)
+    p = ContextLookup(tied_inner, search_from=1, min_n=2)
+    assert p.propose(ctx, k=5, w=1) is tied_inner.draft
     p.feedback(2)
-    assert longer_inner.fed == [2]  # the inner proposer hears about its own draft
+    assert tied_inner.fed == [2]  # the inner proposer hears about its own draft
     shorter_inner = _Fixed((7, 7), match_len=4)
-    p = OutputLookup(shorter_inner, prompt_len=1, min_n=2)
+    p = ContextLookup(shorter_inner, search_from=1, min_n=2)
     d = p.propose(ctx, k=5, w=2)
     assert [b.source for b in d.branches] == [Source.OUTPUT, Source.WORKSPACE]
     p.feedback(3)
     assert shorter_inner.fed == []
     # a second branch that starts with the same token would not diverge: dropped
     same_first = _Fixed((3, 9), match_len=1)
-    d = OutputLookup(same_first, prompt_len=1, min_n=2).propose(ctx, k=5, w=2)
+    d = ContextLookup(same_first, search_from=1, min_n=2).propose(ctx, k=5, w=2)
     assert [b.source for b in d.branches] == [Source.OUTPUT]
+
+
+def test_prompt_lookup_searches_the_whole_context():
+    p = prompt_lookup()
+    d = p.propose(A(5, 6, 7, 8, 5, 6), k=3, w=1)
+    assert d.best.tokens.tolist() == [7, 8, 5] and d.best.source == Source.BUFFER and d.best.match_len == 2
+    assert p.propose(A(1, 2, 3), k=3, w=1) is NO_DRAFT
 
 
 def test_prompt_repeats_are_left_to_the_inner_proposer():
     # the suffix [1, 2] occurs only inside the prompt (first 5 tokens)
     inner = _Fixed()
-    p = OutputLookup(inner, prompt_len=5, min_n=2)
+    p = ContextLookup(inner, search_from=5, min_n=2)
     assert p.propose(A(1, 2, 3, 4, 5, 1, 2), k=4, w=1) is NO_DRAFT
     assert p.propose(A(1, 2, 3), k=4, w=1) is NO_DRAFT  # nothing generated yet
 

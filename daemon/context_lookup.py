@@ -1,17 +1,20 @@
-"""The request's own output as a draft source: what the index cannot hold yet.
+"""The context itself as a draft source: prompt lookup, and the request's own output.
 
 A model often repeats what it wrote moments ago: the next of several similar
 lines, the next entry of a table, or (small models) a loop. Those tokens are in
 no indexed document until the request ends, so the n-gram index cannot draft
 them; prompt lookup (Saxena 2023) can, because it searches the context itself.
 
-``OutputLookup`` wraps another proposer. At each step it finds the most recent
+``ContextLookup`` wraps another proposer. At each step it finds the most recent
 earlier occurrence of the longest suffix (``min_n``..``max_n`` tokens) of the
-context that *ends* inside the generated output, and drafts what followed it.
-The draft with the longer match goes first: the index's (with its counts) on a
-tie. When the occurrence is so recent that fewer than ``k`` tokens follow it,
-the output is repeating with period ``p = len(context) - end``, and the draft
-continues that period (``np.resize``).
+context that *ends* at or after ``search_from``, and drafts what followed it.
+With ``search_from`` = the prompt's length only the generated output is
+searched (the index holds the document the prompt came from); with 0 it is
+plain prompt lookup (no index). The draft with the longer match goes first:
+the inner proposer's (the index's, with its counts) on a tie. When the
+occurrence is so recent that fewer than ``k`` tokens follow it, the context is
+repeating with period ``p = len(context) - end``, and the draft continues that
+period (``np.resize``).
 
 Worked example (token ids). prompt ``[9]``, generated ``[1, 2, 3, 1, 2, 3, 1, 2]``:
 context ``[9, 1, 2, 3, 1, 2, 3, 1, 2]``. The longest suffix that occurs earlier
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.proposer import Proposer
+from daemon.proposer import NullProposer, Proposer
 from index.draft import Branch, Draft, Source
 
 
@@ -33,7 +36,7 @@ def longest_recent_match(context: np.ndarray, start: int, min_n: int, max_n: int
     ``context``: [t] int. n is as long as possible (<= ``max_n``); the occurrence
     must end before the context does, so at least one token follows it. Returns
     (-1, 0) when no suffix of ``min_n`` tokens recurs.
-    Example: longest_recent_match([5, 1, 2, 7, 1, 2], 0, 2, 8) == (3, 2).
+    Example: longest_recent_match(np.array([5, 1, 2, 7, 1, 2]), 0, 2, 8) == (3, 2).
     """
     assert context.ndim == 1 and min_n >= 1
     t = len(context)
@@ -53,32 +56,34 @@ def longest_recent_match(context: np.ndarray, start: int, min_n: int, max_n: int
     return int(ends[-1]), n
 
 
-class OutputLookup:
-    """Drafts from the generated output (``Source.OUTPUT``) besides an inner proposer.
+class ContextLookup:
+    """Drafts from the context from ``search_from`` on, besides an inner proposer.
 
-    ``prompt_len``: tokens of the context before generation started. Matches
-    must end inside the generated tokens; the prompt is the inner proposer's
-    (the index holds the document it came from).
+    ``source`` labels its branches: ``Source.OUTPUT`` when only the generated
+    output is searched, ``Source.BUFFER`` for prompt lookup over a prompt taken
+    from the buffer.
     """
 
-    def __init__(self, inner: Proposer, prompt_len: int, min_n: int = 3, max_n: int = 16) -> None:
-        assert prompt_len >= 0 and 1 <= min_n <= max_n
-        self.inner = inner
-        self.prompt_len = prompt_len
+    def __init__(self, inner: Proposer | None = None, search_from: int = 0, min_n: int = 3, max_n: int = 16,
+                 source: Source = Source.OUTPUT) -> None:
+        assert search_from >= 0 and 1 <= min_n <= max_n
+        self.inner = inner if inner is not None else NullProposer()
+        self.search_from = search_from
         self.min_n = min_n
         self.max_n = max_n
+        self.source = source
         self._used_inner = False
 
     def propose(self, context: np.ndarray, k: int, w: int) -> Draft:
         inner = self.inner.propose(context, k, w)
         self._used_inner = bool(inner)
-        if k <= 0 or len(context) <= self.prompt_len:
+        if k <= 0 or len(context) <= self.search_from:
             return inner
         ctx = np.asarray(context)
-        end, n = longest_recent_match(ctx, self.prompt_len, self.min_n, self.max_n)
+        end, n = longest_recent_match(ctx, self.search_from, self.min_n, self.max_n)
         if end < 0 or (inner and inner.best.match_len >= n):
             return inner
-        own = Branch(tokens=np.resize(ctx[end:], k).astype(np.int32), count=1, source=Source.OUTPUT, match_len=n)
+        own = Branch(tokens=np.resize(ctx[end:], k).astype(np.int32), count=1, source=self.source, match_len=n)
         rest = tuple(b for b in inner.branches if int(b.tokens[0]) != int(own.tokens[0]))  # branches diverge at once
         self._used_inner = False
         return Draft((own,) + rest[: max(w - 1, 0)])
@@ -87,3 +92,7 @@ class OutputLookup:
         if self._used_inner:
             self.inner.feedback(num_accepted)
 
+
+def prompt_lookup() -> ContextLookup:
+    """Prompt lookup over the whole context (no index): 2..8-token matches, as in Saxena 2023."""
+    return ContextLookup(None, search_from=0, min_n=2, max_n=8, source=Source.BUFFER)
