@@ -39,6 +39,7 @@ log = logging.getLogger("ngramd.service")
 SERVER_NAME = "ngramd"
 MAX_TOKENS_LIMIT = 4096
 MAX_URI_CHARS = 4096
+COMMAND_LINE = -1  # the owner of `ngramd serve --workspace` folders (connections count from 1)
 
 
 def server_version() -> str:
@@ -66,6 +67,8 @@ class Service:
         self.watcher = WorkspaceWatcher(index, self._path_is_open) if index is not None else None
         self.started = time.time()
         self.clients: dict[int, str] = {}  # conn -> client name ("" until initialize)
+        # workspace folder -> the connections that asked for it (COMMAND_LINE: `serve --workspace`)
+        self._folder_owners: dict[Path, set[int]] = {}
         self.requests = collections.Counter()  # method -> count (requests and notifications)
         self.errors = collections.Counter()  # error code -> count
         self.totals = GenerationStats()
@@ -99,8 +102,13 @@ class Service:
         self.clients[conn] = ""
 
     def client_gone(self, conn: int) -> None:
-        """A connection closed: cancel its jobs, release its documents."""
+        """A connection closed: cancel its jobs, release its documents.
+
+        Its workspace folders stay watched (an editor that restarts finds them
+        indexed); they go when another editor that has them closes them."""
         self.clients.pop(conn, None)
+        for owners in self._folder_owners.values():
+            owners.discard(conn)
         self.worker.cancel(lambda j: j.conn == conn, "client disconnected")
         for uri in self.docs.release_all(conn):
             self._after_close(uri)
@@ -120,7 +128,7 @@ class Service:
         roots = [_folder_path(f, i) for i, f in enumerate(folders)]
         self.clients[conn] = client[:200]
         for root in roots:
-            self.add_workspace(root)
+            self.add_workspace(root, conn)
         return {"server": SERVER_NAME, "version": server_version(), "model": self.info["model"],
                 "device": self.info["device"], "pid": os.getpid()}
 
@@ -128,10 +136,9 @@ class Service:
         added = [_folder_path(f, i) for i, f in enumerate(_opt(p, "added", list, []))]
         removed = [_folder_path(f, i, must_exist=False) for i, f in enumerate(_opt(p, "removed", list, []))]
         for root in added:
-            self.add_workspace(root)
-        if self.watcher is not None:
-            for root in removed:
-                self.watcher.remove_folder(root)
+            self.add_workspace(root, conn)
+        for root in removed:
+            self.remove_workspace(root, conn)
         return None
 
     async def _m_open(self, conn: int, p: dict) -> Any:
@@ -225,9 +232,25 @@ class Service:
 
     # -- helpers --------------------------------------------------------------------------
 
-    def add_workspace(self, root: Path) -> None:
+    def add_workspace(self, root: Path, owner: int = COMMAND_LINE) -> None:
+        """Index and watch ``root`` for ``owner`` (a connection, or the command line)."""
+        self._folder_owners.setdefault(root, set()).add(owner)
         if self.watcher is not None:
             self.watcher.add_folder(root)
+
+    def remove_workspace(self, root: Path, owner: int) -> None:
+        """``owner`` closed ``root``: stop watching it and drop its files once nobody has it open.
+
+        The daemon serves every editor of the user: one editor closing a folder
+        must not take it from another, nor from ``serve --workspace``."""
+        owners = self._folder_owners.get(root)
+        if owners is None:
+            return
+        owners.discard(owner)
+        if not owners:
+            del self._folder_owners[root]
+            if self.watcher is not None:
+                self.watcher.remove_folder(root)
 
     def status(self) -> dict[str, Any]:
         index_stats: Any = None

@@ -126,7 +126,7 @@ class WorkspaceWatcher:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self.counts = {"events": 0, "flushes": 0, "reindexed": 0, "removed": 0,
-                       "ignored": 0, "shadowed": 0}
+                       "ignored": 0, "shadowed": 0, "forgotten": 0}
         self._flusher = threading.Thread(target=self._flush_loop, name="ngramd-watch", daemon=True)
         self._flusher.start()
 
@@ -152,6 +152,7 @@ class WorkspaceWatcher:
         return True
 
     def remove_folder(self, root: Path) -> bool:
+        """Stop indexing and watching ``root`` and drop its files from the index; False if not watched."""
         root = root.resolve()
         state = self.folders.pop(root, None)
         if state is None:
@@ -161,6 +162,7 @@ class WorkspaceWatcher:
         if watch is not None:
             self._observer.unschedule(watch)
         self._ignorers.pop(root, None)
+        self.counts["forgotten"] += self.index.forget_root(root)
         return True
 
     def _index_folder(self, root: Path, state: dict[str, Any], stop: threading.Event) -> None:

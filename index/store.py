@@ -296,6 +296,9 @@ class NgramIndex:
             if texts:
                 arrays = self._tokenize_files(texts)
                 with self._lock:
+                    if prefix not in self._roots:  # forget_root ran meanwhile: install nothing more
+                        stopped = True
+                        break
                     for key, arr in zip(keys, arrays):
                         self._install(key, arr)
                         counts["indexed"] += 1
@@ -324,6 +327,25 @@ class NgramIndex:
                     self._skipped[reason] += n
         out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
+
+    def forget_root(self, root: str | os.PathLike) -> int:
+        """A workspace folder was closed: drop its files; returns how many.
+
+        Files that another scanned root still covers stay: all of them when an
+        enclosing root remains, those under a nested root otherwise. A scan of
+        ``root`` still running installs nothing more.
+        """
+        prefix = os.path.join(os.path.abspath(root), "")
+        with self._lock:
+            self._roots.discard(prefix)
+            if any(prefix.startswith(r) for r in self._roots):
+                return 0
+            nested = [r for r in self._roots if r.startswith(prefix)]
+            gone = [k for k in self._files if k.startswith(prefix) and not any(k.startswith(r) for r in nested)]
+            for key in gone:
+                self._remove(key)
+        self._maybe_merge()
+        return len(gone)
 
     def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:
         """Whole-file token ids, one [n_i] int32 array per text (call outside the lock)."""

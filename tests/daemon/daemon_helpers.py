@@ -79,6 +79,15 @@ class FakeIndex:
             self.files.pop(str(path), None)
             self.log.append(("remove", str(path)))
 
+    def forget_root(self, root: Path) -> int:
+        prefix = str(Path(root)) + "/"
+        with self.lock:
+            gone = [k for k in self.files if k.startswith(prefix)]
+            for k in gone:
+                del self.files[k]
+            self.log.append(("forget", str(root)))
+        return len(gone)
+
     def index_workspace(self, root: Path, progress: Any = None, stop_event: Any = None) -> dict:
         n = 0
         for p in sorted(Path(root).rglob("*.py")):

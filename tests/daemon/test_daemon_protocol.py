@@ -230,3 +230,21 @@ def test_open_buffer_shadows_its_file_until_closed(inproc, tmp_path):
         c.call("close", {"uri": path.as_uri()})
         wait_until(lambda: inproc.index.files[str(path)] == "disk = 2\n")  # the disk counts again
         assert path.read_text() == "disk = 2\n"  # and the daemon never wrote it
+
+
+def test_a_folder_stays_watched_while_another_editor_has_it(inproc, tmp_path):
+    (tmp_path / "shared.py").write_text("shared = 1\n")
+    path = str((tmp_path / "shared.py").resolve())
+    folder = {"added": [tmp_path.as_uri()]}
+    with inproc.client() as a, inproc.client() as b:
+        a.call("initialize", {"client": "a", "workspaceFolders": [tmp_path.as_uri()]})
+        b.call("initialize", {"client": "b"})
+        b.call("workspaceFolders", folder)
+        wait_until(lambda: a.call("status")["workspace"]["folders"][0]["state"] == "ready")
+        a.call("workspaceFolders", {"removed": [tmp_path.as_uri()]})
+        assert len(a.call("status")["workspace"]["folders"]) == 1  # b still has it
+        assert path in inproc.index.files
+        b.call("workspaceFolders", {"removed": [tmp_path.as_uri()]})
+        assert a.call("status")["workspace"]["folders"] == []  # nobody has it: unwatched, forgotten
+        assert path not in inproc.index.files
+

@@ -80,10 +80,13 @@ def test_open_buffer_wins_over_disk(watched):
     wait_until(lambda: index.files[str(root / "a.py")] == "disk = 1\n")
 
 
-def test_remove_folder_stops_watching(watched):
+def test_remove_folder_stops_watching_and_forgets_its_files(watched):
     w, index, root, _ = watched
+    assert str(root / "a.py") in index.files
     assert w.remove_folder(root)
     assert w.status()["folders"] == []
+    assert ("forget", str(root)) in index.log and str(root / "a.py") not in index.files
+    assert w.status()["events"]["forgotten"] == 1
     assert not w.remove_folder(root)
 
 

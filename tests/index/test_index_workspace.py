@@ -104,6 +104,31 @@ def test_rescan_keeps_what_it_does_not_own(tmp_path):
         assert idx.propose(ids(word), k=2), word
 
 
+def test_forget_root_drops_its_files_but_not_those_another_root_covers(tmp_path):
+    outer, inner, other = tmp_path / "outer", tmp_path / "outer" / "inner", tmp_path / "other"
+    for d, word in ((outer, "alpha"), (inner, "bravo"), (other, "charlie")):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{word}.py").write_text(f"{word}_value = 1\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3))
+    for d in (outer, inner, other):
+        idx.index_workspace(d)
+    assert idx.forget_root(inner) == 0  # the enclosing root still indexes inner/
+    assert idx.propose(ids("bravo"), k=2)
+    assert idx.forget_root(outer) == 2  # alpha.py and inner/bravo.py: no root covers them now
+    for word in ("alpha", "bravo"):
+        assert not idx.propose(ids(word), k=2), word
+    assert idx.propose(ids("charli"), k=2)
+    assert idx.stats()["workspace_files"] == 1
+
+
+def test_a_scan_of_a_forgotten_root_installs_nothing_more(tmp_path):
+    for i in range(6):
+        (tmp_path / f"f{i}.py").write_text(f"name{i} = {i}\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3, batch_files=2))
+    out = idx.index_workspace(tmp_path, progress=lambda d, n: idx.forget_root(tmp_path))
+    assert out["stopped"] is True and idx.stats()["workspace_files"] == 0
+
+
 def test_a_stopped_rescan_removes_nothing(tmp_path):
     for i in range(6):
         (tmp_path / f"f{i}.py").write_text(f"name{i} = {i}\n")
