@@ -82,14 +82,20 @@ def test_rescan_drops_files_now_skipped_deleted_or_ignored(tmp_path):
     assert idx.stats()["workspace_files"] == 2  # keep.py and .gitignore
 
 
-def test_rescan_keeps_what_it_does_not_own(tmp_path):
-    ws, sibling, nested = tmp_path / "ws", tmp_path / "ws2", tmp_path / "ws" / "sub"
-    for d, word in ((ws, "outer"), (sibling, "sibling"), (nested, "nested")):
+def _scanned_folders(folders: dict) -> NgramIndex:
+    """Each folder gets WORD.py holding ``WORD_value = 1``; the index scans them in order."""
+    for d, word in folders.items():
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{word}.py").write_text(f"{word}_value = 1\n")
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=3))
-    for d in (nested, sibling, ws):
+    for d in folders:
         idx.index_workspace(d)
+    return idx
+
+
+def test_rescan_keeps_what_it_does_not_own(tmp_path):
+    ws, sibling, nested = tmp_path / "ws", tmp_path / "ws2", tmp_path / "ws" / "sub"
+    idx = _scanned_folders({nested: "nested", sibling: "sibling", ws: "outer"})
     (ws / ".gitignore").write_text("sub/\n")  # the nested folder is its own workspace root
     late = ws / "late.py"
 
@@ -106,12 +112,7 @@ def test_rescan_keeps_what_it_does_not_own(tmp_path):
 
 def test_forget_root_drops_its_files_but_not_those_another_root_covers(tmp_path):
     outer, inner, other = tmp_path / "outer", tmp_path / "outer" / "inner", tmp_path / "other"
-    for d, word in ((outer, "alpha"), (inner, "bravo"), (other, "charlie")):
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{word}.py").write_text(f"{word}_value = 1\n")
-    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3))
-    for d in (outer, inner, other):
-        idx.index_workspace(d)
+    idx = _scanned_folders({outer: "alpha", inner: "bravo", other: "charlie"})
     assert idx.forget_root(inner) == 0  # the enclosing root still indexes inner/
     assert idx.propose(ids("bravo"), k=2)
     assert idx.forget_root(outer) == 2  # alpha.py and inner/bravo.py: no root covers them now
