@@ -105,7 +105,7 @@ class Service:
         """A connection closed: cancel its jobs, release its documents.
 
         Its workspace folders stay watched (an editor that restarts finds them
-        indexed); they go when another editor that has them closes them."""
+        indexed); one that no other connection holds goes when any client removes it."""
         self.clients.pop(conn, None)
         for owners in self._folder_owners.values():
             owners.discard(conn)

@@ -124,6 +124,9 @@ class WorkspaceWatcher:
         self._first_pending = 0.0
         self._last_event = 0.0
         self._cond = threading.Condition()
+        # folders and their ignorers change under this lock; a file event is checked against
+        # them and applied under it too, so no file of a removed folder is indexed afterwards
+        self._folders_lock = threading.Lock()
         self._stop = threading.Event()
         self.counts = {"events": 0, "flushes": 0, "reindexed": 0, "removed": 0,
                        "ignored": 0, "shadowed": 0, "forgotten": 0}
@@ -135,11 +138,12 @@ class WorkspaceWatcher:
     def add_folder(self, root: Path) -> bool:
         """Start indexing and watching ``root``; False if it is already watched."""
         root = root.resolve()
-        if root in self.folders:
-            return False
-        state: dict[str, Any] = {"path": str(root), "state": "indexing", "files": 0, "progress": None}
-        self.folders[root] = state
-        self._ignorers[root] = Ignorer(root)
+        with self._folders_lock:
+            if root in self.folders:
+                return False
+            state: dict[str, Any] = {"path": str(root), "state": "indexing", "files": 0, "progress": None}
+            self.folders[root] = state
+            self._ignorers[root] = Ignorer(root)
         try:
             self._watches[root] = self._observer.schedule(_Collector(self._on_event), str(root),
                                                           recursive=True, event_filter=CHANGE_EVENTS)
@@ -152,17 +156,35 @@ class WorkspaceWatcher:
         return True
 
     def remove_folder(self, root: Path) -> bool:
-        """Stop indexing and watching ``root`` and drop its files from the index; False if not watched."""
+        """Stop indexing and watching ``root``; False if it was not watched.
+
+        Its files then leave the index, on a thread of their own (dropping a big
+        folder can set off a merge of the index), except those another watched
+        folder holds and does not ignore.
+        """
         root = root.resolve()
-        state = self.folders.pop(root, None)
-        if state is None:
-            return False
-        state["_stop"].set()
-        watch = self._watches.pop(root, None)
-        if watch is not None:
-            self._observer.unschedule(watch)
-        self._ignorers.pop(root, None)
-        self.counts["forgotten"] += self.index.forget_root(root)
+        with self._folders_lock:
+            state = self.folders.pop(root, None)
+            if state is None:
+                return False
+            state["_stop"].set()
+            watch = self._watches.pop(root, None)
+            if watch is not None:
+                self._observer.unschedule(watch)
+            self._ignorers.pop(root, None)
+            others = list(self._ignorers.items())
+
+        def covered(key: str) -> bool:
+            path = Path(key)
+            return any(r in path.parents and not ig.ignored(path) for r, ig in others)
+
+        def forget() -> None:
+            try:
+                self.counts["forgotten"] += self.index.forget_root(root, covered)
+            except Exception:
+                log.exception("dropping the files of %s failed", root)
+
+        threading.Thread(target=forget, name="ngramd-forget", daemon=True).start()
         return True
 
     def _index_folder(self, root: Path, state: dict[str, Any], stop: threading.Event) -> None:
@@ -180,8 +202,9 @@ class WorkspaceWatcher:
         state["seconds"] = round(time.monotonic() - t0, 3)
 
     def status(self) -> dict[str, Any]:
-        return {"folders": [{k: v for k, v in s.items() if not k.startswith("_")}
-                            for s in self.folders.values()],
+        with self._folders_lock:
+            states = list(self.folders.values())
+        return {"folders": [{k: v for k, v in s.items() if not k.startswith("_")} for s in states],
                 "events": dict(self.counts), "pending": len(self._pending)}
 
     # -- events ---------------------------------------------------------------------------
@@ -213,7 +236,8 @@ class WorkspaceWatcher:
             self.counts["flushes"] += 1
             for path in sorted(batch):
                 try:
-                    self._apply(Path(path))
+                    with self._folders_lock:
+                        self._apply(Path(path))
                 except Exception:  # one bad file must not stop the others
                     log.exception("re-indexing %s failed", path)
 
@@ -251,7 +275,7 @@ class WorkspaceWatcher:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        for state in self.folders.values():
+        for state in list(self.folders.values()):
             state["_stop"].set()
         try:
             self._observer.stop()

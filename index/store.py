@@ -270,6 +270,8 @@ class NgramIndex:
         """
         prefix = os.path.join(os.path.abspath(root), "")
         with self._lock:
+            if stop_event is not None and stop_event.is_set():  # forgotten before the scan began
+                return {"files": 0, "indexed": 0, "tokens": 0, "removed": 0, "stopped": True}
             before = {k: f for k, f in self._files.items() if k.startswith(prefix)}
             self._roots.add(prefix)
         counts: Counter = Counter()
@@ -328,20 +330,17 @@ class NgramIndex:
         out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
 
-    def forget_root(self, root: str | os.PathLike) -> int:
-        """A workspace folder was closed: drop its files; returns how many.
+    def forget_root(self, root: str | os.PathLike, keep: Callable[[str], bool] | None = None) -> int:
+        """A workspace folder was closed: drop its files, but those ``keep(path)`` accepts; returns how many.
 
-        Files that another scanned root still covers stay: all of them when an
-        enclosing root remains, those under a nested root otherwise. A scan of
-        ``root`` still running installs nothing more.
+        The caller knows which other folders are still watched and what they
+        ignore, so it decides which files another folder covers (``keep``). A
+        scan of ``root`` still running installs nothing more.
         """
         prefix = os.path.join(os.path.abspath(root), "")
         with self._lock:
             self._roots.discard(prefix)
-            if any(prefix.startswith(r) for r in self._roots):
-                return 0
-            nested = [r for r in self._roots if r.startswith(prefix)]
-            gone = [k for k in self._files if k.startswith(prefix) and not any(k.startswith(r) for r in nested)]
+            gone = [k for k in self._files if k.startswith(prefix) and not (keep is not None and keep(k))]
             for key in gone:
                 self._remove(key)
         self._maybe_merge()

@@ -11,7 +11,9 @@ per-document edit KV cache (key ``uri#edit``) leaves only the instruction to pre
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "edits.jsonl"
 INSTRUCTIONS = ("Add type hints.", "Add type hints.", "Add type hints to the function.", "Rename s to text.")
 
 
@@ -27,7 +29,7 @@ def main() -> int:
     from daemon.model import load_runtime
     from daemon.requests import EditRequest
 
-    case = next(c for c in load_cases("bench/cases/edits.jsonl") if c.id == args.case)
+    case = next(c for c in load_cases(CASES) if c.id == args.case)
     completer = Completer(load_runtime(None, device="cpu"), None, EngineConfig(add_history=False))
     print("| instruction | prompt tokens prefilled / reused | first token | total | passes |")
     print("|---|---:|---:|---:|---:|")

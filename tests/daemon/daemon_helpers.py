@@ -79,10 +79,10 @@ class FakeIndex:
             self.files.pop(str(path), None)
             self.log.append(("remove", str(path)))
 
-    def forget_root(self, root: Path) -> int:
+    def forget_root(self, root: Path, keep: Any = None) -> int:
         prefix = str(Path(root)) + "/"
         with self.lock:
-            gone = [k for k in self.files if k.startswith(prefix)]
+            gone = [k for k in self.files if k.startswith(prefix) and not (keep and keep(k))]
             for k in gone:
                 del self.files[k]
             self.log.append(("forget", str(root)))

@@ -246,5 +246,20 @@ def test_a_folder_stays_watched_while_another_editor_has_it(inproc, tmp_path):
         assert path in inproc.index.files
         b.call("workspaceFolders", {"removed": [tmp_path.as_uri()]})
         assert a.call("status")["workspace"]["folders"] == []  # nobody has it: unwatched, forgotten
-        assert path not in inproc.index.files
+        wait_until(lambda: path not in inproc.index.files)
+
+
+def test_folder_ownership_survives_disconnects_and_strangers(inproc, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    inproc.service.add_workspace(other.resolve())  # as `ngramd serve --workspace other` does
+    with inproc.client() as a:
+        a.call("initialize", {"client": "a", "workspaceFolders": [str(tmp_path)]})
+    with inproc.client() as b:  # a is gone: its folder stays watched
+        assert len(b.call("status")["workspace"]["folders"]) == 2
+        b.call("workspaceFolders", {"removed": [other.as_uri() + "/"]})  # the command line's: kept
+        assert len(b.call("status")["workspace"]["folders"]) == 2
+        b.call("workspaceFolders", {"removed": [tmp_path.as_uri() + "/"]})  # no owner left: dropped
+        folders = b.call("status")["workspace"]["folders"]
+        assert [f["path"] for f in folders] == [str(other.resolve())]
 

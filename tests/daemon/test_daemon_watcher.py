@@ -85,9 +85,31 @@ def test_remove_folder_stops_watching_and_forgets_its_files(watched):
     assert str(root / "a.py") in index.files
     assert w.remove_folder(root)
     assert w.status()["folders"] == []
+    wait_until(lambda: w.status()["events"]["forgotten"] == 1)
     assert ("forget", str(root)) in index.log and str(root / "a.py") not in index.files
-    assert w.status()["events"]["forgotten"] == 1
     assert not w.remove_folder(root)
+
+
+def test_files_another_folder_holds_and_does_not_ignore_stay(tmp_path):
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    inner.mkdir(parents=True)
+    (outer / "o.py").write_text("o = 1\n")
+    (inner / "i.py").write_text("i = 1\n")
+    (inner / "skip.py").write_text("s = 1\n")
+    (outer / ".gitignore").write_text("inner/skip.py\n")
+    index = FakeIndex()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    try:
+        for d in (outer, inner):
+            w.add_folder(d)
+        wait_until(lambda: all(f["state"] == "ready" for f in w.status()["folders"]))
+        assert w.remove_folder(inner)
+        wait_until(lambda: ("forget", str(inner.resolve())) in index.log)
+        # outer still holds i.py; it ignores skip.py, so nobody holds that one now
+        assert str((inner / "i.py").resolve()) in index.files
+        assert str((inner / "skip.py").resolve()) not in index.files
+    finally:
+        w.stop()
 
 
 def test_reads_are_not_asked_of_the_kernel(watched):

@@ -110,15 +110,15 @@ def test_rescan_keeps_what_it_does_not_own(tmp_path):
         assert idx.propose(ids(word), k=2), word
 
 
-def test_forget_root_drops_its_files_but_not_those_another_root_covers(tmp_path):
+def test_forget_root_drops_its_files_but_those_kept(tmp_path):
     outer, inner, other = tmp_path / "outer", tmp_path / "outer" / "inner", tmp_path / "other"
     idx = _scanned_folders({outer: "alpha", inner: "bravo", other: "charlie"})
-    assert idx.forget_root(inner) == 0  # the enclosing root still indexes inner/
-    assert idx.propose(ids("bravo"), k=2)
-    assert idx.forget_root(outer) == 2  # alpha.py and inner/bravo.py: no root covers them now
-    for word in ("alpha", "bravo"):
-        assert not idx.propose(ids(word), k=2), word
-    assert idx.propose(ids("charli"), k=2)
+    keep_inner = str(inner.resolve())  # the caller says another folder still holds inner/
+    assert idx.forget_root(outer, keep=lambda key: key.startswith(keep_inner)) == 1  # alpha.py
+    assert not idx.propose(ids("alpha"), k=2)
+    assert idx.propose(ids("bravo"), k=2) and idx.propose(ids("charli"), k=2)
+    assert idx.forget_root(inner) == 1
+    assert not idx.propose(ids("bravo"), k=2)
     assert idx.stats()["workspace_files"] == 1
 
 
@@ -126,8 +126,30 @@ def test_a_scan_of_a_forgotten_root_installs_nothing_more(tmp_path):
     for i in range(6):
         (tmp_path / f"f{i}.py").write_text(f"name{i} = {i}\n")
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=3, batch_files=2))
-    out = idx.index_workspace(tmp_path, progress=lambda d, n: idx.forget_root(tmp_path))
-    assert out["stopped"] is True and idx.stats()["workspace_files"] == 0
+    calls = []
+
+    def forget_once(done, total):
+        calls.append(done)
+        if len(calls) == 1:
+            idx.forget_root(tmp_path)  # the first batch (2 files) went in before it
+
+    out = idx.index_workspace(tmp_path, progress=forget_once)
+    assert out["stopped"] is True and calls == [2]
+    assert idx.stats()["workspace_files"] == 0
+
+
+def test_a_scan_stopped_before_it_began_leaves_no_root_behind(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "a.py").write_text("alpha = 1\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=3))
+    stop = threading.Event()
+    stop.set()  # the folder was closed before its scan thread started
+    assert idx.index_workspace(sub, stop_event=stop)["stopped"] is True
+    idx.index_workspace(tmp_path)
+    (sub / "a.py").unlink()
+    # a phantom root "sub" would shield sub/a.py from the enclosing folder's sweep
+    assert idx.index_workspace(tmp_path)["removed"] == 1
 
 
 def test_a_stopped_rescan_removes_nothing(tmp_path):
