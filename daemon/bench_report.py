@@ -164,7 +164,8 @@ def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
             out.append((r["id"], r.get("kind", ""), "-", "-", "-", "-", "-", "-", "-", "-",
                         r.get("status", "?") + ": " + str(r.get("error", ""))[:40]))
             continue
-        out.append((r["id"], r["kind"], str(r["generated"]), _fmt(r["ms"]), _fmt(r["plain_ms"]),
+        kind = "edit" if r.get("mode") == "edit" else r["kind"]  # edits are summarised apart
+        out.append((r["id"], kind, str(r["generated"]), _fmt(r["ms"]), _fmt(r["plain_ms"]),
                     _fmt(r["hf_prompt_lookup_ms"]), _fmt(r["speedup_plain"], "x", 2),
                     _fmt(r["speedup_hf"], "x", 2), str(r["forward_passes"]),
                     f"{r['accepted']}/{r['drafted']}", "yes" if r["identical"] else "NO"))

@@ -100,3 +100,5 @@ def test_edits_that_change_few_lines_have_their_own_target():
     render_text(build_report(rows, {}), out, use_rich=False)
     assert "edits changing <= 3 lines (1)" in out.getvalue() and "edits (3)" in out.getvalue()
     assert summarize(ROWS)["targets"]["edit_few_lines_vs_plain"]["met"] is None  # no edit cases
+    table = markdown_table(build_report(rows, {}))
+    assert "| few | edit |" in table and "| completion | ordinary |" in table
