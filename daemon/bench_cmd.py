@@ -1,6 +1,7 @@
 """``ngramd bench``: speculation vs plain decoding vs transformers' prompt lookup.
 
     ngramd bench --cases bench/cases/stdlib.jsonl [--repeat 3] [--json] [--plot out.png] [--no-hf]
+                 [--rows rows.jsonl]
     ngramd bench --make-cases WORKSPACE [--n 20] [--seed S] [--out cases.jsonl]
 
 The case format is in ``daemon/bench_cases.py``, how each case is run in
@@ -22,7 +23,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from daemon.bench_cases import BenchCaseError, dump_cases, load_cases, make_cases
 
@@ -41,8 +42,23 @@ def run(args: Any) -> int:
     except BenchCaseError as exc:
         print(f"ngramd bench: {exc}", file=sys.stderr)
         return 2
-    report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
-                   cases_file=args.cases, progress=True)
+    try:
+        rows_file = open(args.rows, "a", encoding="utf-8") if args.rows else None
+    except OSError as exc:
+        print(f"ngramd bench: cannot write --rows {args.rows}: {exc}", file=sys.stderr)
+        return 2
+
+    def save_row(row: dict[str, Any]) -> None:
+        if rows_file is not None:
+            rows_file.write(json.dumps(row) + "\n")
+            rows_file.flush()
+
+    try:
+        report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
+                       cases_file=args.cases, progress=True, on_row=save_row)
+    finally:
+        if rows_file is not None:
+            rows_file.close()
     if args.json:
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
@@ -79,8 +95,11 @@ def _make(args: Any) -> int:
 
 def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1, hf: bool = True,
           cases_file: str | None = None, progress: bool = False, runtime: Any = None,
-          engine_config: Any = None, index_config: Any = None) -> dict[str, Any]:
-    """Run every case; returns the report object (``meta``, ``cases``, ``summary``)."""
+          engine_config: Any = None, index_config: Any = None,
+          on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run every case; returns the report object (``meta``, ``cases``, ``summary``).
+
+    ``on_row(row)`` is called with each case's row as soon as it is measured."""
     import torch
     import transformers
 
@@ -114,6 +133,8 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
                          "error": f"{type(exc).__name__}: {exc}",
                          "traceback": traceback.format_exc(limit=6)})
             log(f"case {case.id} failed: {type(exc).__name__}: {exc}")
+        if on_row is not None:
+            on_row(rows[-1])
         if bar is not None:
             bar.update(1)
     if bar is not None:

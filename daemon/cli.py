@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", default=None, metavar="FILE.png")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers prompt-lookup baseline")
+    p.add_argument("--rows", default=None, metavar="FILE.jsonl",
+                   help="also append each case's row to FILE as soon as it is measured "
+                        "(an interrupted run keeps what it measured)")
     _add_model_args(p)
     return parser
 

@@ -4,6 +4,7 @@ well-formed output, identical flags present, a summary; the CLI's JSON and exit 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,10 +63,14 @@ def test_bench_on_two_tiny_cases(tiny_runtime, cases_file):
 
 
 def test_cli_json_and_exit_code(cases_file, capsys, tmp_path):
-    rc = main(["bench", "--cases", str(cases_file), "--model", "tiny", "--device", "cpu", "--json", "--no-hf"])
+    rows = tmp_path / "rows.jsonl"
+    rc = main(["bench", "--cases", str(cases_file), "--model", "tiny", "--device", "cpu", "--json", "--no-hf",
+               "--rows", str(rows)])
     out = json.loads(capsys.readouterr().out)
     assert rc == (0 if out["summary"]["all_identical"] else 1)
     assert out["cases"][0]["hf_prompt_lookup_ms"] is None and out["summary"]["vs_hf"]["total"] is None
+    # each row was also appended as it was measured
+    assert [json.loads(line) for line in rows.read_text().splitlines()] == out["cases"]
 
 
 def test_cli_rejects_a_malformed_cases_file(tmp_path, capsys):
@@ -74,3 +79,6 @@ def test_cli_rejects_a_malformed_cases_file(tmp_path, capsys):
     assert main(["bench", "--cases", str(bad)]) == 2
     assert "missing field" in capsys.readouterr().err
     assert main(["bench"]) == 2
+    good = Path(__file__).resolve().parents[2] / "bench" / "cases" / "smoke.jsonl"
+    assert main(["bench", "--cases", str(good), "--rows", str(tmp_path / "no" / "such" / "dir.jsonl")]) == 2
+    assert "cannot write --rows" in capsys.readouterr().err
