@@ -124,8 +124,8 @@ class WorkspaceWatcher:
         self._first_pending = 0.0
         self._last_event = 0.0
         self._cond = threading.Condition()
-        # folders and their ignorers change under this lock; a file event is checked against
-        # them and applied under it too, so no file of a removed folder is indexed afterwards
+        # folders and their ignorers change under this lock (file events are checked against
+        # them on the flusher thread)
         self._folders_lock = threading.Lock()
         self._stop = threading.Event()
         self.counts = {"events": 0, "flushes": 0, "reindexed": 0, "removed": 0,
@@ -202,8 +202,7 @@ class WorkspaceWatcher:
         state["seconds"] = round(time.monotonic() - t0, 3)
 
     def status(self) -> dict[str, Any]:
-        with self._folders_lock:
-            states = list(self.folders.values())
+        states = list(self.folders.values())  # one C-level copy: no lock on the event loop
         return {"folders": [{k: v for k, v in s.items() if not k.startswith("_")} for s in states],
                 "events": dict(self.counts), "pending": len(self._pending)}
 
@@ -236,8 +235,7 @@ class WorkspaceWatcher:
             self.counts["flushes"] += 1
             for path in sorted(batch):
                 try:
-                    with self._folders_lock:
-                        self._apply(Path(path))
+                    self._apply(Path(path))
                 except Exception:  # one bad file must not stop the others
                     log.exception("re-indexing %s failed", path)
 
@@ -248,10 +246,11 @@ class WorkspaceWatcher:
         return None
 
     def _apply(self, path: Path) -> None:
-        root = self._root_of(path)
+        with self._folders_lock:
+            root = self._root_of(path)
+            ignorer = self._ignorers.get(root) if root is not None else None
         if root is None:
             return
-        ignorer = self._ignorers.get(root)
         if ignorer is None or ignorer.ignored(path):
             self.counts["ignored"] += 1
             return
@@ -261,6 +260,11 @@ class WorkspaceWatcher:
         if path.is_file() and not path.is_symlink():
             if self.index.index_file(path):
                 self.counts["reindexed"] += 1
+            with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
+                holder = root if root in self.folders else self._root_of(path)
+                held = holder is not None and not self._ignorers[holder].ignored(path)
+            if not held:
+                self.index.remove_file(path)
         elif path.is_dir():
             return  # its files get their own events (watchdog emits them for moves too)
         else:
