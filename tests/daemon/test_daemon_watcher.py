@@ -127,3 +127,30 @@ def test_reads_are_not_asked_of_the_kernel(watched):
     (root / "d.py").write_text("d = 4\n")  # a change after the reads is still seen
     wait_until(lambda: str(root / "d.py") in index.files)
     assert all("a.py" not in str(entry) for entry in index.log[before:])
+
+
+def test_a_file_indexed_while_its_folder_is_removed_does_not_stay(tmp_path):
+    """The race: the flusher checked the folder, then it was removed (and forgotten), then the file went in."""
+    root = tmp_path.resolve()
+    holder: dict = {}
+
+    class RacingIndex(FakeIndex):
+        def index_file(self, path):
+            if Path(path).name == "late.py" and not holder.get("done"):
+                holder["done"] = True
+                holder["watcher"].remove_folder(root)  # lands between the check and the install
+                wait_until(lambda: ("forget", str(root)) in self.log)
+            return super().index_file(path)
+
+    index = RacingIndex()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    holder["watcher"] = w
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        (root / "late.py").write_text("late = 1\n")
+        wait_until(lambda: holder.get("done") and w.status()["pending"] == 0)
+        wait_until(lambda: ("remove", str(root / "late.py")) in index.log)
+        assert str(root / "late.py") not in index.files
+    finally:
+        w.stop()
