@@ -191,6 +191,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
                  f"plain passes / ngramd passes {_fmt(summary['passes_vs_plain'], 'x', 2)}")
     for kind, g in summary["by_kind"].items():
         lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}; "
+                     f"decoding only {_fmt(g['decode_vs_plain'], 'x', 2)}; "
                      f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}")
     for label, group in (("edits", summary.get("edits")),
                          (f"edits changing <= {FEW_LINES} lines", summary.get("edit_few_lines"))):
