@@ -30,9 +30,9 @@ import time
 from typing import Any, Sequence
 
 from daemon.adaptive import CostModel, DraftPolicy
+from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool
-from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.prompt import ForcedPrefix, build_prompt
 from daemon.proposer import IndexProposer, NullProposer, Proposer
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest, GenerationStats, SamplingParams

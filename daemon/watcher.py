@@ -261,8 +261,8 @@ class WorkspaceWatcher:
             if self.index.index_file(path):
                 self.counts["reindexed"] += 1
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
-                holder = root if root in self.folders else self._root_of(path)
-                held = holder is not None and not self._ignorers[holder].ignored(path)
+                holder = None if root in self.folders else self._root_of(path)
+                held = root in self.folders or (holder is not None and not self._ignorers[holder].ignored(path))
             if not held:
                 self.index.remove_file(path)
         elif path.is_dir():
