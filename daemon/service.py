@@ -40,6 +40,9 @@ SERVER_NAME = "ngramd"
 MAX_TOKENS_LIMIT = 4096
 MAX_URI_CHARS = 4096
 COMMAND_LINE = -1  # the owner of `ngramd serve --workspace` folders (connections count from 1)
+# a folder whose editors all disconnected stays watched this long (an editor restart finds it
+# indexed), then goes at the next connection: every watched directory holds an inotify watch
+ORPHAN_GRACE_S = 600.0
 
 
 def server_version() -> str:
@@ -69,6 +72,8 @@ class Service:
         self.clients: dict[int, str] = {}  # conn -> client name ("" until initialize)
         # workspace folder -> the connections that asked for it (COMMAND_LINE: `serve --workspace`)
         self._folder_owners: dict[Path, set[int]] = {}
+        self._orphaned: dict[Path, float] = {}  # folder -> when its last owner disconnected (monotonic)
+        self.orphan_grace_s = ORPHAN_GRACE_S
         self.requests = collections.Counter()  # method -> count (requests and notifications)
         self.errors = collections.Counter()  # error code -> count
         self.totals = GenerationStats()
@@ -100,15 +105,21 @@ class Service:
 
     def client_connected(self, conn: int) -> None:
         self.clients[conn] = ""
+        self._drop_orphans()
 
     def client_gone(self, conn: int) -> None:
         """A connection closed: cancel its jobs, release its documents.
 
         Its workspace folders stay watched (an editor that restarts finds them
-        indexed); one that no other connection holds goes when any client removes it."""
+        indexed); one that no other connection holds goes when any client removes
+        it, or at a connection after ``orphan_grace_s``."""
         self.clients.pop(conn, None)
-        for owners in self._folder_owners.values():
-            owners.discard(conn)
+        now = time.monotonic()
+        for root, owners in self._folder_owners.items():
+            if conn in owners:
+                owners.discard(conn)
+                if not owners:
+                    self._orphaned[root] = now
         self.worker.cancel(lambda j: j.conn == conn, "client disconnected")
         for uri in self.docs.release_all(conn):
             self._after_close(uri)
@@ -235,6 +246,7 @@ class Service:
     def add_workspace(self, root: Path, owner: int = COMMAND_LINE) -> None:
         """Index and watch ``root`` for ``owner`` (a connection, or the command line)."""
         self._folder_owners.setdefault(root, set()).add(owner)
+        self._orphaned.pop(root, None)
         if self.watcher is not None:
             self.watcher.add_folder(root)
 
@@ -248,9 +260,20 @@ class Service:
             return
         owners.discard(owner)
         if not owners:
-            del self._folder_owners[root]
-            if self.watcher is not None:
-                self.watcher.remove_folder(root)
+            self._drop_folder(root)
+
+    def _drop_folder(self, root: Path) -> None:
+        self._folder_owners.pop(root, None)
+        self._orphaned.pop(root, None)
+        if self.watcher is not None:
+            self.watcher.remove_folder(root)
+
+    def _drop_orphans(self) -> None:
+        """Folders no connection has held for ``orphan_grace_s`` stop being watched and indexed."""
+        now = time.monotonic()
+        for root, since in list(self._orphaned.items()):
+            if now - since >= self.orphan_grace_s:
+                self._drop_folder(root)
 
     def status(self) -> dict[str, Any]:
         index_stats: Any = None

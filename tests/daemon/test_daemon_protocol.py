@@ -263,3 +263,13 @@ def test_folder_ownership_survives_disconnects_and_strangers(inproc, tmp_path):
         folders = b.call("status")["workspace"]["folders"]
         assert [f["path"] for f in folders] == [str(other.resolve())]
 
+
+def test_a_folder_no_editor_holds_goes_after_the_grace_period(inproc, tmp_path):
+    with inproc.client() as a:
+        a.call("initialize", {"client": "a", "workspaceFolders": [str(tmp_path)]})
+    with inproc.client() as b:  # within the grace period: still watched
+        assert len(b.call("status")["workspace"]["folders"]) == 1
+    inproc.service.orphan_grace_s = 0.0
+    with inproc.client() as c:  # the next connection after it: dropped
+        assert c.call("status")["workspace"]["folders"] == []
+
