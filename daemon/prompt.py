@@ -57,8 +57,9 @@ _FIM_IDS: weakref.WeakKeyDictionary[Any, tuple[int, int, int] | None] = weakref.
 def fim_tokens(tokenizer: Any) -> tuple[int, int, int] | None:
     """(prefix, suffix, middle) ids of the tokenizer's FIM tokens, or None; looked up once per tokenizer.
 
-    ``get_vocab()`` builds the whole vocabulary as a dict (68 ms for SmolLM2's 49k
-    tokens on the 2-core dev machine), too slow to repeat on every keystroke.
+    ``get_vocab()`` builds the whole vocabulary as a dict (32-34 ms for SmolLM2's 49k
+    tokens on the 2-core dev machine, 5 calls on a quiet machine; 68 ms under load),
+    too slow to repeat on every keystroke.
     """
     if tokenizer in _FIM_IDS:
         return _FIM_IDS[tokenizer]

@@ -33,7 +33,7 @@ import os
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -120,6 +120,11 @@ class _ScanSet:
         else:
             m, p = ngram.scan_longest(self.cat, ctx, min_n)
         return m, p, np.searchsorted(self.starts, p, "right") - 1
+
+
+def _folder_prefix(root: str | os.PathLike) -> str:
+    """A folder's absolute path with a trailing separator: keys under it start with it."""
+    return os.path.join(os.path.abspath(root), "")
 
 
 def _as_tokens(ids, what: str) -> np.ndarray:
@@ -268,7 +273,7 @@ class NgramIndex:
         another scanned root nested in this one (a submodule that ``git
         ls-files`` does not list).
         """
-        prefix = os.path.join(os.path.abspath(root), "")
+        prefix = _folder_prefix(root)
         with self._lock:
             if stop_event is not None and stop_event.is_set():  # forgotten before the scan began
                 return {"files": 0, "indexed": 0, "tokens": 0, "removed": 0, "stopped": True}
@@ -292,9 +297,7 @@ class NgramIndex:
                     skipped.append(os.path.abspath(f))
             if skipped:
                 with self._lock:
-                    for key in skipped:
-                        counts["removed"] += key in self._files
-                        self._remove(key)
+                    counts["removed"] += self._remove_all(skipped)
             if texts:
                 arrays = self._tokenize_files(texts)
                 with self._lock:
@@ -316,12 +319,10 @@ class NgramIndex:
             found = {os.path.abspath(f) for f in files}
             with self._lock:
                 nested = [r for r in self._roots if r != prefix and r.startswith(prefix)]
-                gone = [k for k, f in before.items()
-                        if k not in found and self._files.get(k) is f  # not re-indexed during the scan
-                        and not any(k.startswith(r) for r in nested)]
-                for key in gone:
-                    self._remove(key)
-            counts["removed"] += len(gone)
+                counts["removed"] += self._remove_all(
+                    k for k, f in before.items()
+                    if k not in found and self._files.get(k) is f  # not re-indexed during the scan
+                    and not any(k.startswith(r) for r in nested))
         self._maybe_merge()
         with self._lock:
             for reason, n in counts.items():
@@ -337,14 +338,16 @@ class NgramIndex:
         ignore, so it decides which files another folder covers (``keep``). A
         scan of ``root`` still running installs nothing more.
         """
-        prefix = os.path.join(os.path.abspath(root), "")
+        prefix = _folder_prefix(root)
         with self._lock:
             self._roots.discard(prefix)
-            gone = [k for k in self._files if k.startswith(prefix) and not (keep is not None and keep(k))]
-            for key in gone:
-                self._remove(key)
+            under = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+        # ``keep`` may test ignore rules per file: outside the lock, so lookups go on meanwhile
+        gone = [k for k in under if keep is None or not keep(k)]
+        with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
+            n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
         self._maybe_merge()
-        return len(gone)
+        return n
 
     def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:
         """Whole-file token ids, one [n_i] int32 array per text (call outside the lock)."""
@@ -365,6 +368,14 @@ class NgramIndex:
         self._ws_tokens += len(tokens)
         self._dyn_tokens += len(tokens)
         self._cache.pop("dynamic", None)
+
+    def _remove_all(self, keys: Iterable[str]) -> int:
+        """Remove each of ``keys`` that is indexed (lock held); returns how many were."""
+        n = 0
+        for key in keys:
+            n += key in self._files
+            self._remove(key)
+        return n
 
     def _remove(self, key: str) -> None:
         f = self._files.pop(key, None)

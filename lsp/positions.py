@@ -142,6 +142,12 @@ def position_at(text: str, offset: int, encoding: str = UTF16) -> tuple[int, int
 def range_offsets(text: str, start: tuple[int, int], end: tuple[int, int],
                   encoding: str = UTF16) -> tuple[int, int]:
     """Offsets ``(s, e)`` of an LSP range, ordered so that ``s <= e``."""
-    s = offset_at(text, start[0], start[1], encoding)
-    e = offset_at(text, end[0], end[1], encoding)
+    if start[0] == end[0]:  # a keystroke's range: its line is found once
+        begin, stop = line_span(text, start[0])
+        line = text[begin:stop]
+        s = begin + column_to_index(line, start[1], encoding)
+        e = begin + column_to_index(line, end[1], encoding)
+    else:
+        s = offset_at(text, start[0], start[1], encoding)
+        e = offset_at(text, end[0], end[1], encoding)
     return (s, e) if s <= e else (e, s)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 from daemon.client import serve_command
+from daemon.paths import prepare_socket_dir
 
 
 def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> subprocess.Popen:
@@ -20,8 +22,9 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
     The socket's directory is created 0700 here too, so that the log file beside the
     socket is private even before the daemon starts.
     """
-    directory = os.path.dirname(os.path.abspath(socket_path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    sock = Path(socket_path).absolute()
+    prepare_socket_dir(sock)  # the daemon's own rule (mkdir's mode is masked by the umask)
+    directory = str(sock.parent)
     cmd = serve_command(socket_path, model=model, device=device)
     log_path = socket_path + ".log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

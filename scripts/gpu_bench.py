@@ -79,39 +79,61 @@ def _sync(device: str) -> None:
 
 def verify_cost_curve(model: Any, device: str, ctxs: tuple[int, ...], sizes: tuple[int, ...],
                       repeats: int) -> dict[str, Any]:
-    """{"prefill_ms": {ctx: ms}, "ms": {ctx: {n: ms}}}: medians over ``repeats`` after a warm-up."""
+    """{"cache", "prefill_ms": {ctx: ms}, "ms": {ctx: {n: ms}}}: minimum over ``repeats`` after a warm-up.
+
+    The cache is the daemon's in-place one (daemon/kv_cache.py) when this transformers
+    accepts it, else transformers' ``DynamicCache`` (``cache`` says which). Sizes are
+    timed round-robin and the minimum kept, as ``CostModel.calibrate`` does.
+    """
     import torch
-    from transformers import DynamicCache
 
     vocab = model.config.vocab_size
     gen = torch.Generator(device="cpu").manual_seed(1)
-    out: dict[str, Any] = {"prefill_ms": {}, "ms": {}}
+    out: dict[str, Any] = {"cache": None, "prefill_ms": {}, "ms": {}}
     for ctx in ctxs:
         ids = torch.randint(0, vocab, (1, ctx + max(sizes)), generator=gen).to(device)
         with torch.inference_mode():
             times = []
             for _ in range(2):  # prefill twice: the first warms up
-                cache = DynamicCache()
-                _sync(device)
-                t0 = time.perf_counter()
-                model(input_ids=ids[:, :ctx], past_key_values=cache, use_cache=True, logits_to_keep=1)
-                _sync(device)
-                times.append((time.perf_counter() - t0) * 1000)
+                cache, out["cache"] = _prefilled(model, ids[:, :ctx], device, times, out["cache"])
             out["prefill_ms"][ctx] = round(times[-1], 3)
-            row = {}
-            for n in sizes:
-                times = []
-                for _ in range(repeats + 1):
+            per_size: dict[int, list[float]] = {n: [] for n in sizes}
+            for _ in range(repeats + 1):  # round 0 warms up
+                for n in sizes:
                     _sync(device)
                     t0 = time.perf_counter()
                     model(input_ids=ids[:, ctx:ctx + n], past_key_values=cache, use_cache=True)
                     _sync(device)
-                    times.append((time.perf_counter() - t0) * 1000)
+                    per_size[n].append((time.perf_counter() - t0) * 1000)
                     # negative: remove that many (transformers 5.2x refuses a positive max length)
                     cache.crop(-(cache.get_seq_length() - ctx))
-                row[n] = round(statistics.median(times[1:]), 3)
-            out["ms"][ctx] = row
+            out["ms"][ctx] = {n: round(min(t[1:]), 3) for n, t in per_size.items()}
     return out
+
+
+def _prefilled(model: Any, ids: Any, device: str, times: list[float], kind: str | None) -> tuple[Any, str]:
+    """A cache holding ``ids``, its prefill time appended to ``times``: the in-place cache
+    unless it already failed (``kind`` "dynamic") or fails now on this transformers."""
+    for k in (("inplace", "dynamic") if kind in (None, "inplace") else ("dynamic",)):
+        if k == "inplace":
+            from daemon.kv_cache import InPlaceCache as make_cache
+        else:
+            from transformers import DynamicCache as make_cache
+        try:
+            cache = make_cache()
+            _sync(device)
+            t0 = time.perf_counter()
+            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            _sync(device)
+        except Exception as exc:
+            if k == "dynamic":
+                raise
+            print(f"gpu_bench: the in-place cache failed ({type(exc).__name__}: {exc}); "
+                  "timing DynamicCache", file=sys.stderr)
+            continue
+        times.append((time.perf_counter() - t0) * 1000)
+        return cache, k
+    raise AssertionError("unreachable")
 
 
 class Cost:
@@ -255,7 +277,8 @@ def render(results: dict[str, Any], ctxs: tuple[int, ...], sizes: tuple[int, ...
              "ms per forward pass over n new tokens after ctx cached tokens"]
     show = [n for n in sizes if n in (1, 4, 8, 16, 32, 64)] or list(sizes)
     for name, res in results["models"].items():
-        lines.append(f"{name}  " + "  ".join(f"n={n:<3}" for n in show) + "  prefill")
+        lines.append(f"{name} ({res['curve'].get('cache')} cache)  " + "  ".join(f"n={n:<3}" for n in show)
+                     + "  prefill")
         for ctx in ctxs:
             row = res["curve"]["ms"][ctx]
             lines.append(f"  ctx={ctx:<6} " + "  ".join(f"{row[n]:6.2f}" for n in show)

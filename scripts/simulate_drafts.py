@@ -26,10 +26,12 @@ def parse_cost(spec: str) -> tuple[list[int], list[float]]:
     return [1, 2, 4, 8, 16, 32, 64][: len(ms)], ms
 
 
-def load_cost(spec: str) -> callable:
-    """ms of a pass over n new tokens, linear between the sizes of ``parse_cost``."""
+def load_cost(spec: str):
+    """ms of a pass over n new tokens, linear between the sizes of ``parse_cost`` (the engine's CostModel)."""
+    from daemon.adaptive import CostModel
+
     sizes, ms = parse_cost(spec)
-    return lambda n: float(np.interp(n, sizes, ms))
+    return CostModel(sizes=sizes, ms=ms, online=False)
 
 
 def trace_case(index, uri, prompt_ids, output, k):
@@ -70,11 +72,10 @@ def simulate(steps, n_out, cost, choose):
 
 def adaptive_policy(cost_spec: str):
     """The engine's own DraftPolicy, learning acceptance online as the replay goes."""
-    from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+    from daemon.adaptive import AdaptiveConfig, DraftPolicy
     from index.draft import Branch, Draft, Source
 
-    sizes, ms = parse_cost(cost_spec)
-    policy = DraftPolicy(CostModel(sizes=sizes, ms=ms), AdaptiveConfig())
+    policy = DraftPolicy(load_cost(cost_spec), AdaptiveConfig())
     state = {}
 
     def choose(m, s, c, L):

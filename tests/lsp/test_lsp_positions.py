@@ -109,3 +109,15 @@ def test_round_trip(chunks, encoding, data):
     # the column is what the line's prefix measures in the encoding
     start, _ = P.line_span(text, line)
     assert col == P.units(text[start:back], encoding)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_chars, max_size=30), st.sampled_from(P.ENCODINGS), st.data())
+def test_range_offsets_agrees_with_offset_at(chunks, encoding, data):
+    """The one-line shortcut (a keystroke's range) gives what two offset_at calls give."""
+    text = "".join(chunks)
+    line = data.draw(st.integers(0, text.count("\n") + 1))
+    end_line = data.draw(st.sampled_from([line, line + 1]))
+    a, b = data.draw(st.integers(0, 12)), data.draw(st.integers(0, 12))
+    s, e = P.offset_at(text, line, a, encoding), P.offset_at(text, end_line, b, encoding)
+    assert P.range_offsets(text, (line, a), (end_line, b), encoding) == (min(s, e), max(s, e))
