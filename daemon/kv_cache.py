@@ -104,9 +104,7 @@ class InPlaceLayer(DynamicLayer):
             raise ValueError(f"crop({tokens_to_remove}): pass a negative count of entries to remove")
         if tokens_to_remove == 0 or not self.is_initialized:
             return
-        self.length = max(0, self.length + tokens_to_remove)
-        if self._kbuf is not None:
-            self._set_views()
+        self.truncate(max(0, self.length + tokens_to_remove))
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` entries."""
@@ -191,10 +189,11 @@ class KVCache:
         if positions == list(range(keep, keep + len(positions))):
             self.crop(keep + len(positions))
             return
-        src = torch.tensor(positions, dtype=torch.long)
-        for layer in self._layers():
-            idx = src.to(layer.device)
-            layer.gather_tail(keep, idx)
+        layers = self._layers()
+        # one host-to-device copy per pass (all layers sit on one device), not one per layer
+        src = torch.tensor(positions, dtype=torch.long, device=layers[0].device if layers else None)
+        for layer in layers:
+            layer.gather_tail(keep, src.to(layer.device))  # a no-op on the same device
         self.tokens = self.tokens[:keep] + [self.tokens[p] for p in positions]
         assert len(self.tokens) == self.seq_length()
 
