@@ -20,7 +20,7 @@ into the n-gram index (``Edit`` records say what to mirror).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
@@ -37,12 +37,17 @@ class Document:
 
 @dataclass(frozen=True)
 class Edit:
-    """One applied change: ``old_text[start:end]`` became ``text`` (full: start=0, end=len)."""
+    """One applied change: ``old_text[start:end]`` became ``text`` (full: start=0, end=len).
+
+    ``result`` is the whole text after it, on the last edit of a change only: the
+    index keeps that very string instead of splicing a copy of its own.
+    """
 
     start: int
     end: int
     text: str
     full: bool
+    result: str | None = None
 
 
 def parse_changes(changes: Any) -> list[tuple[int | None, int | None, str]]:
@@ -125,6 +130,8 @@ class DocumentStore:
             edits.append(edit)
         self._check_size(text)
         doc.text, doc.version = text, version
+        if not edits[-1].full:
+            edits[-1] = replace(edits[-1], result=text)
         return edits
 
     def close(self, conn: int, uri: str) -> bool:

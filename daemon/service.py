@@ -174,7 +174,7 @@ class Service:
             if edit.full:
                 last = self._index_submit("open_buffer", uri, edit.text)
             else:
-                last = self._index_submit("edit_buffer", uri, edit.start, edit.end, edit.text)
+                last = self._index_submit("edit_buffer", uri, edit.start, edit.end, edit.text, edit.result)
         if last is not None:
             await self._await_index(last)
         return None

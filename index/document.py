@@ -69,9 +69,12 @@ class Document:
         """The same text chunked and tokenized from scratch."""
         return Document.from_text(self.text, tokenize_batch)
 
-    def edit(self, start: int, end: int, new_text: str, tokenize_batch: TokenizeBatch) -> tuple[int, int, int]:
+    def edit(self, start: int, end: int, new_text: str, tokenize_batch: TokenizeBatch,
+             result: str | None = None) -> tuple[int, int, int]:
         """Replace ``text[start:end]`` by ``new_text``; re-tokenize only what changed.
 
+        ``result``: the text after the edit, if the caller has it (it is checked
+        for length and for ``new_text`` at ``start``, not compared whole).
         Returns the token splice ``(lo, hi, n_new)``: old ``tokens[lo:hi]`` became
         ``n_new`` tokens (``KeyIndex.splice`` takes it)."""
         n = len(self.text)
@@ -79,7 +82,13 @@ class Document:
             raise ValueError(f"edit text must be str, got {type(new_text).__name__}")
         if not (isinstance(start, int) and isinstance(end, int)) or not 0 <= start <= end <= n:
             raise ValueError(f"edit range [{start}, {end}) is out of range for a buffer of {n} characters")
-        text = self.text[:start] + new_text + self.text[end:]
+        if result is None:
+            text = self.text[:start] + new_text + self.text[end:]
+        elif (not isinstance(result, str) or len(result) != n - (end - start) + len(new_text)
+              or result[start: start + len(new_text)] != new_text):
+            raise ValueError("the text given as the edit's result is not this edit applied to the buffer")
+        else:
+            text = result
         if not text:  # everything deleted: no chunk is left to splice around
             n_old = len(self.tokens)
             self.text, self.tokens = "", np.zeros(0, np.int32)

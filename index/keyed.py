@@ -6,7 +6,7 @@ files, a ``KeyIndex`` finds the candidates instead by binary search:
 
 - every *position* ``p`` (a continuation start, as in ``ngram``: ``a[p]`` is a
   real token) whose ``K`` preceding tokens are real gets the *key* of those
-  tokens, ``K = min(min_n, 2)``: ``a[p-1]`` for K=1, ``a[p-2] * 2**31 + a[p-1]``
+  tokens, ``K = key_len(min_n)`` (``min(min_n, 2)``): ``a[p-1]`` for K=1, ``a[p-2] * 2**31 + a[p-1]``
   for K=2 (exact, no hashing: token ids are < 2**31);
 - ``keys`` is sorted, ``pos`` holds the positions in the same order.
 
@@ -33,6 +33,11 @@ import numpy as np
 from .ngram import SEP, extend_longest
 
 _EMPTY = np.zeros(0, np.int64)
+
+
+def key_len(min_n: int) -> int:
+    """Tokens per key for an index that must find matches of at least ``min_n`` tokens."""
+    return min(min_n, 2)
 
 
 def _keys_at(a: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
@@ -86,6 +91,23 @@ class KeyIndex:
             at = np.searchsorted(keys, nk)
             keys, pos = np.insert(keys, at, nk), np.insert(pos, at, p)
         self.keys, self.pos = keys, pos
+
+    def appended(self, a: np.ndarray, n_old: int) -> "KeyIndex":
+        """A new index of ``a``, which is this index's array with tokens appended after ``n_old``.
+
+        The old array must end with SEP (as concatenated document sets do), so no
+        old position's key or continuation changes: O(n) instead of a re-sort.
+        This index is left untouched (lookups may be using it meanwhile).
+        """
+        assert n_old == 0 or a[n_old - 1] == SEP, "appending needs a SEP at the old end"
+        p = _valid(a, n_old, len(a) - 1, self.k)
+        nk = _keys_at(a, p, self.k)
+        order = np.argsort(nk, kind="stable")
+        nk, p = nk[order], p[order]
+        at = np.searchsorted(self.keys, nk, "right")  # after equal old keys: old positions stay first
+        out = KeyIndex.__new__(KeyIndex)
+        out.k, out.keys, out.pos = self.k, np.insert(self.keys, at, nk), np.insert(self.pos, at, p)
+        return out
 
     def match(self, a: np.ndarray, ctx: np.ndarray, min_n: int) -> tuple[int, np.ndarray]:
         """Same result as ``ngram.scan_longest(a, ctx, min_n)``: (match_len, ascending positions).

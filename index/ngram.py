@@ -116,7 +116,8 @@ def rank_best(groups: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> t
     for gi, (s, first, stamp, pos) in enumerate(groups):
         if s != src:
             continue
-        j = int(np.argmax((stamp << 32) | pos))  # pos < 2**31, stamps well below 2**31
+        newest = np.flatnonzero(stamp == stamp.max())  # any stamp: the clock is not bounded
+        j = int(newest[np.argmax(pos[newest])])
         key = (int(stamp[j]), int(pos[j]))
         if best is None or key > best[0]:
             best = (key, gi, j)

@@ -11,9 +11,11 @@ Sources and where their tokens live:
   (rebuilt at the next lookup after each addition);
 - workspace files: a *static* suffix-sorted segment (``suffix.StaticSegment``)
   with tombstones for changed or removed files, plus a small *dynamic* set of
-  recently (re)indexed files, concatenated and keyed. When the dynamic set or the
-  tombstones grow, ``merge`` rebuilds the static segment from all live files,
-  building outside the lock so lookups keep working.
+  recently (re)indexed files, concatenated and keyed (``scan_set.ScanSet``; the
+  writer builds it after each change, outside the lock, extending the last one
+  when files were only added). When the dynamic set or the tombstones grow,
+  ``merge`` rebuilds the static segment from all live files, building outside
+  the lock so lookups keep working.
 
 Invariant: the index proposes exactly what an index built from scratch from
 the same documents (same texts, same recency order) proposes, as long as no
@@ -24,7 +26,8 @@ Recency: every (re)indexed document gets a fresh stamp from one counter; a
 higher stamp ranks first among equal matches of one source. Eviction uses a
 separate least-recently-used clock (indexing a file or drafting from it uses it).
 
-Thread safety: one lock. Tokenization of files and merges run outside it.
+Thread safety: one lock. Tokenization of files, merges and the dynamic set's
+ScanSet are built outside it.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ import numpy as np
 from . import ngram
 from .document import Document, TokenizeBatch
 from .draft import NO_DRAFT, Draft, Source
-from .keyed import KeyIndex
+from .keyed import KeyIndex, key_len
+from .scan_set import ScanSet
 from .suffix import StaticSegment
 from .workspace import SkipFile, discover, read_text
 
@@ -81,7 +85,7 @@ class _Buffer:
         if self.keys is None:
             if len(a) < keyed_min:
                 return ngram.scan_longest(a, ctx, min_n)
-            self.keys = KeyIndex(a, min(min_n, 2))
+            self.keys = KeyIndex(a, key_len(min_n))
         return self.keys.match(a, ctx, min_n)
 
 
@@ -92,34 +96,6 @@ class _File:
     n_tokens: int
     slot: int = -1  # index in the static segment; -1 while in the dynamic set
     tokens: np.ndarray | None = None  # [n] int32, dynamic set only
-
-
-class _ScanSet:
-    """Several documents concatenated with SEP, matched through a ``KeyIndex``
-    (or ``ngram.scan_longest`` under ``keyed_min_tokens``)."""
-
-    def __init__(self, docs: list[np.ndarray], stamps: list[int], keys: list, min_n: int, keyed_min: int):
-        lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
-        self.starts = (np.concatenate([[1], 1 + np.cumsum(lengths + 1)[:-1]]) if docs else np.ones(0)).astype(np.int64)
-        parts = [np.full(1, ngram.SEP, np.int32)]
-        for d in docs:
-            parts += [d, parts[0]]
-        self.cat = np.concatenate(parts).astype(np.int32)  # [sum n_i + D + 1]
-        self.stamps = np.asarray(stamps, np.int64)
-        self.keys = keys
-        self.index = KeyIndex(self.cat, min(min_n, 2)) if len(self.cat) >= keyed_min else None
-
-    @property
-    def nbytes(self) -> int:
-        return self.cat.nbytes + self.starts.nbytes + self.stamps.nbytes + (self.index.nbytes if self.index else 0)
-
-    def match(self, ctx: np.ndarray, min_n: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """(match_len, positions in cat, document index of each)."""
-        if self.index is not None:
-            m, p = self.index.match(self.cat, ctx, min_n)
-        else:
-            m, p = ngram.scan_longest(self.cat, ctx, min_n)
-        return m, p, np.searchsorted(self.starts, p, "right") - 1
 
 
 def _folder_prefix(root: str | os.PathLike) -> str:
@@ -157,7 +133,10 @@ class NgramIndex:
         self._static_stamps = np.zeros(0, np.int64)
         self._static_dead = 0  # tombstoned tokens in the static segment
         self._merging = False
-        self._cache: dict[str, object] = {}  # "history", "dynamic", "others": (key, _ScanSet)
+        self._cache: dict[str, object] = {}  # "history", "dynamic", "others": (key, ScanSet)
+        self._dyn_version = 0  # bumped on every change to the dynamic set's files: the "dynamic" cache key
+        self._dyn_base: ScanSet | None = None  # the last dynamic set built: what the next one extends
+        self._dyn_appends_only = True  # files were only added to the dynamic set since the cached ScanSet
         self._skipped: Counter = Counter()
         self._evicted = 0
         self._merges = 0
@@ -174,18 +153,22 @@ class NgramIndex:
         if not isinstance(uri, str):
             raise ValueError(f"buffer uri must be str, got {type(uri).__name__}")
         doc = Document.from_text(text, self._tok)  # tokenize outside the lock
-        keys = KeyIndex(doc.tokens, min(self.cfg.min_n, 2)) if len(doc.tokens) >= self.cfg.keyed_min_tokens else None
+        keys = KeyIndex(doc.tokens, key_len(self.cfg.min_n)) if len(doc.tokens) >= self.cfg.keyed_min_tokens else None
         with self._lock:
             self._buffers[uri] = _Buffer(doc, self._tick(), keys)
             self._enforce_bound()
 
-    def edit_buffer(self, uri: str, start: int, end: int, new_text: str) -> None:
-        """Replace characters ``[start, end)`` of buffer ``uri`` (str indices) by ``new_text``."""
+    def edit_buffer(self, uri: str, start: int, end: int, new_text: str, result: str | None = None) -> None:
+        """Replace characters ``[start, end)`` of buffer ``uri`` (str indices) by ``new_text``.
+
+        ``result``, when the caller already has it, is the buffer's whole text
+        after the edit: kept as is (one string shared with the caller) instead
+        of spliced anew."""
         with self._lock:
             b = self._buffers.get(uri)
             if b is None:
                 raise ValueError(f"buffer {uri!r} is not open")
-            splice = b.doc.edit(start, end, new_text, self._tok)
+            splice = b.doc.edit(start, end, new_text, self._tok, result)
             if b.keys is not None:
                 b.keys.splice(b.doc.tokens, *splice)
             b.stamp = self._tick()
@@ -244,13 +227,13 @@ class NgramIndex:
             self._install(key, tokens)
             self._enforce_bound()
             kept = key in self._files
-        self._maybe_merge()
+        self._after_write()
         return kept
 
     def remove_file(self, path: str | os.PathLike) -> None:
         with self._lock:
             self._remove(os.path.abspath(os.fspath(path)))
-        self._maybe_merge()
+        self._after_write()
 
     def index_workspace(
         self,
@@ -311,7 +294,7 @@ class NgramIndex:
                     self._enforce_bound()
                     # Geometric: merge when the dynamic set outgrows the static segment.
                     threshold = max(self.cfg.merge_tokens, self._static_tokens())
-                self._maybe_merge(threshold)
+                self._after_write(threshold)
             done = min(i + self.cfg.batch_files, total)
             if progress is not None:
                 progress(done, total)
@@ -323,7 +306,7 @@ class NgramIndex:
                     k for k, f in before.items()
                     if k not in found and self._files.get(k) is f  # not re-indexed during the scan
                     and not any(k.startswith(r) for r in nested))
-        self._maybe_merge()
+        self._after_write()
         with self._lock:
             for reason, n in counts.items():
                 if reason not in ("indexed", "tokens", "removed"):
@@ -346,7 +329,7 @@ class NgramIndex:
         gone = [k for k in under if keep is None or not keep(k)]
         with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
             n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
-        self._maybe_merge()
+        self._after_write()
         return n
 
     def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:
@@ -367,7 +350,7 @@ class NgramIndex:
         self._files[key] = _File(stamp=t, used=t, n_tokens=len(tokens), tokens=tokens)
         self._ws_tokens += len(tokens)
         self._dyn_tokens += len(tokens)
-        self._cache.pop("dynamic", None)
+        self._dyn_version += 1
 
     def _remove_all(self, keys: Iterable[str]) -> int:
         """Remove each of ``keys`` that is indexed (lock held); returns how many were."""
@@ -387,7 +370,8 @@ class NgramIndex:
             self._static_dead += f.n_tokens
         else:
             self._dyn_tokens -= f.n_tokens
-            self._cache.pop("dynamic", None)
+            self._dyn_version += 1
+            self._dyn_appends_only = False
 
     def _indexed_tokens(self) -> int:
         return self._ws_tokens + self._history_tokens + sum(len(b.doc.tokens) for b in self._buffers.values())
@@ -405,6 +389,12 @@ class NgramIndex:
             over -= f.n_tokens
 
     # ---- merging ----------------------------------------------------------
+    def _after_write(self, threshold: int | None = None) -> None:
+        """Called by every writer of workspace files, outside the lock: merge when due, then
+        build the dynamic set's lookup structure."""
+        self._maybe_merge(threshold)
+        self._warm_dynamic()
+
     def _maybe_merge(self, threshold: int | None = None) -> None:
         threshold = self.cfg.merge_tokens if threshold is None else threshold
         with self._lock:
@@ -444,7 +434,9 @@ class NgramIndex:
             self._static_live = live
             self._static_stamps = np.array([f.stamp for _, f, _ in snap], np.int64)
             self._static_dead = int(seg.lengths[~live].sum()) if len(snap) else 0
-            self._cache.pop("dynamic", None)
+            self._dyn_version += 1
+            self._dyn_appends_only = False
+            self._dyn_base = None  # the absorbed files' set: nothing left to extend
             self._merges += 1
             self._merging = False
 
@@ -457,9 +449,10 @@ class NgramIndex:
                 b.keys = None  # rebuilt from the new tokens at the next lookup
             self._cache.clear()
         self.merge()
+        self._warm_dynamic()
 
     # ---- lookup -----------------------------------------------------------
-    def _scan_set(self, name: str, key, make) -> _ScanSet:
+    def _scan_set(self, name: str, key, make) -> ScanSet:
         hit = self._cache.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -467,10 +460,58 @@ class NgramIndex:
         self._cache[name] = (key, s)
         return s
 
-    def _dynamic_set(self) -> _ScanSet:
-        dyn = [(key, f) for key, f in self._files.items() if f.slot < 0]
-        return _ScanSet([f.tokens for _, f in dyn], [f.stamp for _, f in dyn], [key for key, _ in dyn],
-                        self.cfg.min_n, self.cfg.keyed_min_tokens)
+    def _dynamic_snapshot(self) -> list[tuple[str, _File, np.ndarray]]:
+        """(key, file, tokens) of each file in the dynamic set, oldest first (lock held)."""
+        return [(key, f, f.tokens) for key, f in self._files.items() if f.slot < 0]
+
+    def _make_dynamic(self, base: ScanSet | None, snap: list[tuple[str, _File, np.ndarray]]) -> ScanSet:
+        """The dynamic set's ScanSet: ``base`` extended when only files were added since it, else
+        built anew. Reads only the snapshot's arrays, so it may run outside the lock."""
+        files = [f for _, f, _ in snap]
+        if base is not None and base.extends(files):
+            new = snap[len(base.members):]
+            return base.extended([t for _, _, t in new], [f.stamp for _, f, _ in new], [k for k, _, _ in new],
+                                 [f for _, f, _ in new], self.cfg.keyed_min_tokens)
+        return ScanSet([t for _, _, t in snap], [f.stamp for f in files], [k for k, _, _ in snap],
+                       self.cfg.min_n, self.cfg.keyed_min_tokens, members=files)
+
+    def _dynamic_set(self) -> ScanSet:
+        """The dynamic set's ScanSet for a lookup (lock held).
+
+        The writer builds it after each change (``_warm_dynamic``). Until it is
+        done, the last one built is used when files were only added since: it
+        misses the newest files, never holds a removed one. After a removal the
+        lookup builds it, under the lock.
+        """
+        hit = self._cache.get("dynamic")
+        if hit is not None and (hit[0] == self._dyn_version or self._dyn_appends_only):
+            return hit[1]
+        built = self._make_dynamic(self._dyn_base, self._dynamic_snapshot())
+        self._set_dynamic(self._dyn_version, built)
+        return built
+
+    def _set_dynamic(self, version: int, built: ScanSet) -> None:
+        self._cache["dynamic"] = (version, built)
+        self._dyn_base = built
+        self._dyn_appends_only = True
+
+    def _warm_dynamic(self) -> None:
+        """Build the dynamic set's ScanSet now, outside the lock, so that no lookup has to.
+
+        While a workspace is scanned the dynamic set grows up to the size of the
+        static segment; built inside the first lookup after each batch, it stalled
+        that lookup by 161 ms at the median, 725 ms at worst (docs/benchmarks.md, Index).
+        """
+        with self._lock:
+            version = self._dyn_version
+            hit = self._cache.get("dynamic")
+            if not self._dyn_tokens or (hit is not None and hit[0] == version):
+                return
+            base, snap = self._dyn_base, self._dynamic_snapshot()
+        built = self._make_dynamic(base, snap)
+        with self._lock:
+            if self._dyn_version == version:  # else a later change made it stale: its writer builds
+                self._set_dynamic(version, built)
 
     def propose(self, context, k: int, w: int = 1, current_uri: str | None = None) -> Draft:
         """Draft up to ``k`` tokens continuing ``context`` (token ids), as up to ``w``
@@ -488,14 +529,15 @@ class NgramIndex:
 
     def _propose(self, ctx: np.ndarray, k: int, w: int, current_uri: str | None) -> Draft:
         min_n = self.cfg.min_n
-        # Each group: (match_len, source, first[c], stamp[c], pos[c], tokens_of(j, k), file keys or None)
+        # Each group: (match_len, source, first[c], stamp[c], pos[c], tokens_of(j, k), files)
+        # files: (key per document, document[c]) for workspace files, whose use counts for eviction; else None
         groups = []
 
-        def add_scan(s: _ScanSet, m, p, d, source: Source, files: bool) -> None:
+        def add_scan(s: ScanSet, m, p, d, source: Source, files: bool) -> None:
             if m >= min_n and len(p):
                 groups.append((m, source, s.cat[p], s.stamps[d], p - s.starts[d],
                                lambda j, kk, s=s, p=p: ngram.continuation(s.cat, int(p[j]), kk),
-                               [s.keys[i] for i in d.tolist()] if files else None))
+                               (s.keys, d) if files else None))
 
         sk = (min_n, self.cfg.keyed_min_tokens)
         cur = self._buffers.get(current_uri) if current_uri is not None else None
@@ -508,15 +550,15 @@ class NgramIndex:
         others = [(u, b) for u, b in self._buffers.items() if u != current_uri]
         if others:
             okey = tuple((u, b.stamp) for u, b in others)
-            s = self._scan_set("others", okey, lambda: _ScanSet([b.doc.tokens for _, b in others],
+            s = self._scan_set("others", okey, lambda: ScanSet([b.doc.tokens for _, b in others],
                                                                [b.stamp for _, b in others], [u for u, _ in others], *sk))
             add_scan(s, *s.match(ctx, min_n), Source.OPEN_BUFFER, False)
         if self._history:
-            s = self._scan_set("history", None, lambda: _ScanSet([t for t, _ in self._history],
+            s = self._scan_set("history", None, lambda: ScanSet([t for t, _ in self._history],
                                                                [st for _, st in self._history], [None] * len(self._history), *sk))
             add_scan(s, *s.match(ctx, min_n), Source.HISTORY, False)
         if self._dyn_tokens:
-            s = self._scan_set("dynamic", None, self._dynamic_set)
+            s = self._dynamic_set()
             add_scan(s, *s.match(ctx, min_n), Source.WORKSPACE, True)
         best = max((g[0] for g in groups), default=0)
         seg = self._static
@@ -531,7 +573,7 @@ class NgramIndex:
                     p, d = p[keep], d[keep]
                     groups.append((m, Source.WORKSPACE, seg.first_tokens(p), self._static_stamps[d],
                                    p - seg.starts[d], lambda j, kk, p=p: seg.continuation(int(p[j]), kk),
-                                   [self._static_keys[i] for i in d.tolist()]))
+                                   (self._static_keys, d)))
                     break
                 m -= 1  # every occurrence of this length is in a removed file
         best = max((g[0] for g in groups), default=0)
@@ -569,7 +611,8 @@ class NgramIndex:
 
     def _mark_used(self, g: tuple, j: int) -> None:
         if g[6] is not None:  # a workspace file drafted from: it was used
-            f = self._files.get(g[6][j])
+            keys, doc = g[6]
+            f = self._files.get(keys[int(doc[j])])
             if f is not None:
                 f.used = self._tick()
 
@@ -580,6 +623,17 @@ class NgramIndex:
                 b.doc.check()
                 if b.keys is not None:
                     b.keys.check(b.doc.tokens)
+            hit = self._cache.get("dynamic")
+            if hit is not None and hit[0] == self._dyn_version:  # built by extension or anew == from scratch
+                got, snap = hit[1], self._dynamic_snapshot()
+                want = ScanSet([t for _, _, t in snap], [f.stamp for _, f, _ in snap], [k for k, _, _ in snap],
+                               self.cfg.min_n, self.cfg.keyed_min_tokens)
+                assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
+                assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
+                assert (got.index is None) == (want.index is None)
+                if got.index is not None:
+                    assert np.array_equal(got.index.keys, want.index.keys)
+                    assert np.array_equal(got.index.pos, want.index.pos)
 
     # ---- stats ------------------------------------------------------------
     def stats(self) -> dict:

@@ -57,10 +57,11 @@ class FakeIndex:
             self.buffers[uri] = text
             self.log.append(("open", uri))
 
-    def edit_buffer(self, uri: str, start: int, end: int, new_text: str) -> None:
+    def edit_buffer(self, uri: str, start: int, end: int, new_text: str, result: str | None = None) -> None:
         with self.lock:
             old = self.buffers[uri]
             self.buffers[uri] = old[:start] + new_text + old[end:]
+            assert result is None or result == self.buffers[uri], "the daemon passed a wrong result text"
             self.log.append(("edit", uri, start, end))
 
     def close_buffer(self, uri: str) -> None:

@@ -41,6 +41,8 @@ def test_changes_apply_in_order_and_all_or_nothing():
     edits = store.change("u", 2, parse_changes([{"text": "X", "start": 0, "end": 1},
                                                 {"text": "YZ", "start": 3, "end": 3}]))
     assert store.get("u").text == "XbcYZ" and len(edits) == 2
+    # the last edit carries the resulting text itself, for the index to share
+    assert edits[0].result is None and edits[1].result is store.get("u").text
     with pytest.raises(RpcError):  # the second change is out of range: nothing applies
         store.change("u", 3, parse_changes([{"text": "Q", "start": 0, "end": 0},
                                             {"text": "!", "start": 99, "end": 99}]))

@@ -122,3 +122,12 @@ def test_rank_best_equals_rank_occurrences_with_w1(spec):
                                     np.concatenate([np.full(len(g[1]), g[0]) for g in groups]),
                                     np.concatenate([g[2] for g in groups]), np.concatenate([g[3] for g in groups]), 1)
     assert sum(len(g[1]) for g in groups[:gi]) + j == rows[0] and count == counts[0]
+
+
+def test_rank_best_with_stamps_past_31_bits():
+    # The recency clock ticks per keystroke and per draft; a long-lived daemon may pass 2**31.
+    stamps = np.array([2**31 - 1, 2**31, 2**31], np.int64)
+    group = (0, arr(7, 8, 7), stamps, np.array([5, 3, 1], np.int64))
+    gi, j, count = rank_best([group])
+    rows, counts = rank_occurrences(group[1], np.zeros(3, np.int64), stamps, group[3], 1)
+    assert (gi, j, count) == (0, 1, 1) and rows.tolist() == [1] and counts.tolist() == [1]

@@ -137,9 +137,12 @@ def _same(d1, d2) -> bool:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(ops, max_size=25))
-def test_incremental_index_proposes_what_a_rebuilt_one_does(seq):
-    cfg = IndexConfig(min_n=2, max_match=6, merge_tokens=4, max_history_tokens=30, max_candidates=10_000)
+@given(st.lists(ops, max_size=25), st.sampled_from([4, 10**6]))
+def test_incremental_index_proposes_what_a_rebuilt_one_does(seq, merge_tokens):
+    # merge_tokens 4: nearly every write is merged into the static segment; 10**6: files
+    # stay in the dynamic set, whose ScanSet each write extends (or rebuilds after a removal)
+    cfg = IndexConfig(min_n=2, max_match=6, merge_tokens=merge_tokens, max_history_tokens=30,
+                      max_candidates=10_000)
     with tempfile.TemporaryDirectory() as root:
         # keyed_min_tokens=0: every buffer and scanned set goes through a KeyIndex,
         # spliced on each edit; the reference below scans instead.
@@ -330,3 +333,16 @@ def test_lookups_work_while_a_workspace_is_indexed(tmp_path):
     assert seen[-1]["indexed"] == 40 and seen[-1]["stopped"] is False
     assert (40, 40) in seen and (10, 40) in seen
     assert idx.propose(ids("fn39("), k=3)
+
+
+def test_edit_with_the_callers_result_keeps_that_string():
+    idx = chars()
+    idx.open_buffer("u", "hello world")
+    after = "hello there"
+    idx.edit_buffer("u", 6, 11, "there", after)
+    assert idx.buffer_text("u") is after  # one string for the daemon and the index
+    idx._check_invariants()
+    for wrong in ("hello thereX", "hello thorn"):  # wrong length; new text not at start
+        with pytest.raises(ValueError, match="result"):
+            idx.edit_buffer("u", 6, 11, "there", wrong)
+    assert idx.buffer_text("u") is after

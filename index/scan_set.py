@@ -1,0 +1,91 @@
+"""ScanSet: several token arrays matched as one.
+
+The other open buffers, the history and the dynamic set of workspace files are
+each many small documents. A ``ScanSet`` concatenates them, SEP before, between
+and after (``cat = [SEP, d0, SEP, d1, SEP]``), so one lookup covers them all: a
+``keyed.KeyIndex`` once the set has ``keyed_min`` tokens, ``ngram.scan_longest``
+below that. ``starts[i]`` is where document i begins in ``cat``.
+
+Sets are immutable once built: a lookup may use one while another thread builds
+its successor. ``extended`` builds the successor of a set that only gained
+documents at its end (a workspace scan adds a batch of files at a time) in O(n)
+instead of re-sorting every key.
+
+Worked example: documents [5, 6] and [7] give cat [SEP, 5, 6, SEP, 7, SEP] and
+starts [1, 4]; a match at position 4 lies in document 1, at offset 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import ngram
+from .keyed import KeyIndex, key_len
+
+_SEP = np.full(1, ngram.SEP, np.int32)
+
+
+def _layout(docs: Sequence[np.ndarray], first_start: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each doc followed by SEP, concatenated; start of each doc, the first at ``first_start``)."""
+    lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
+    starts = (first_start + np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64))[: len(docs)]
+    parts: list[np.ndarray] = []
+    for d in docs:
+        parts += [d, _SEP]
+    cat = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+    return cat, starts
+
+
+class ScanSet:
+    """Documents concatenated with SEP, matched as one (see module docstring)."""
+
+    __slots__ = ("cat", "starts", "stamps", "keys", "members", "index", "min_n")
+
+    def __init__(self, docs: Sequence[np.ndarray], stamps: Sequence[int], keys: Sequence[Any],
+                 min_n: int, keyed_min: int, members: Sequence[Any] = ()):
+        """docs: [n_i] int32 arrays; stamps: recency per doc; keys: a name per doc (or None);
+        members: the objects the docs came from, for ``extends`` (optional)."""
+        body, starts = _layout(docs, 1)
+        self.cat = np.concatenate([_SEP, body])  # [sum n_i + D + 1] int32
+        self.starts = starts  # [D] int64
+        self.stamps = np.asarray(stamps, np.int64)  # [D]
+        self.keys = list(keys)
+        self.members = list(members)
+        self.min_n = min_n
+        self.index = KeyIndex(self.cat, key_len(min_n)) if len(self.cat) >= keyed_min else None
+
+    def extends(self, members: Sequence[Any]) -> bool:
+        """True when ``members`` begins with exactly this set's members (same objects, same order)."""
+        mine = self.members
+        return len(mine) <= len(members) and all(a is b for a, b in zip(mine, members))
+
+    def extended(self, docs: Sequence[np.ndarray], stamps: Sequence[int], keys: Sequence[Any],
+                 members: Sequence[Any], keyed_min: int) -> "ScanSet":
+        """A new set: this one's documents, then ``docs``. Equal to building it from scratch."""
+        body, starts = _layout(docs, len(self.cat))
+        out = ScanSet.__new__(ScanSet)
+        out.cat = np.concatenate([self.cat, body])
+        out.starts = np.concatenate([self.starts, starts])
+        out.stamps = np.concatenate([self.stamps, np.asarray(stamps, np.int64)])
+        out.keys = self.keys + list(keys)
+        out.members = self.members + list(members)
+        out.min_n = self.min_n
+        if self.index is not None:
+            out.index = self.index.appended(out.cat, len(self.cat))
+        else:
+            out.index = KeyIndex(out.cat, key_len(self.min_n)) if len(out.cat) >= keyed_min else None
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return self.cat.nbytes + self.starts.nbytes + self.stamps.nbytes + (self.index.nbytes if self.index else 0)
+
+    def match(self, ctx: np.ndarray, min_n: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """(match_len, positions in cat, document index of each)."""
+        if self.index is not None:
+            m, p = self.index.match(self.cat, ctx, min_n)
+        else:
+            m, p = ngram.scan_longest(self.cat, ctx, min_n)
+        return m, p, np.searchsorted(self.starts, p, "right") - 1
