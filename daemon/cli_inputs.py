@@ -7,6 +7,7 @@ offset, and building the n-gram index those commands draft from.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,14 +33,21 @@ def read_source(path: Path, allow_empty: bool = False) -> str:
         raise InputError(f"{path} is not UTF-8 text: {exc}") from exc
 
 
+# Line breaks as the LSP counts them (lsp/positions.py), so that a position means the
+# same line and column on the command line as in the editor, CRLF files included.
+_LINE_BREAK = re.compile(r"\r\n|\n|\r")
+
+
 def offset_of(text: str, line: int, col: int) -> int:
     """Character offset of 0-based (line, col); col counts characters and may equal the line's length."""
-    lines = text.split("\n")
-    if not 0 <= line < len(lines):
-        raise InputError(f"line {line} is outside the file (lines 0..{len(lines) - 1})")
-    if not 0 <= col <= len(lines[line]):
-        raise InputError(f"column {col} is outside line {line} (columns 0..{len(lines[line])})")
-    return sum(len(s) + 1 for s in lines[:line]) + col
+    breaks = list(_LINE_BREAK.finditer(text))
+    if not 0 <= line <= len(breaks):
+        raise InputError(f"line {line} is outside the file (lines 0..{len(breaks)})")
+    start = breaks[line - 1].end() if line else 0
+    end = breaks[line].start() if line < len(breaks) else len(text)
+    if not 0 <= col <= end - start:
+        raise InputError(f"column {col} is outside line {line} (columns 0..{end - start})")
+    return start + col
 
 
 def make_index(runtime: Any, workspaces: list[str]) -> Any:
