@@ -169,14 +169,18 @@ class Service:
         version = _req_int(p, "version")
         changes = parse_changes(p.get("changes"))
         edits = self.docs.change(uri, version, changes)
-        last = None
+        futures = []
         for edit in edits:
             if edit.full:
-                last = self._index_submit("open_buffer", uri, edit.text)
+                futures.append(self._index_submit("open_buffer", uri, edit.text))
             else:
-                last = self._index_submit("edit_buffer", uri, edit.start, edit.end, edit.text, edit.result)
-        if last is not None:
-            await self._await_index(last)
+                futures.append(self._index_submit("edit_buffer", uri, edit.start, edit.end, edit.text, edit.result))
+        ok = True
+        for fut in futures:
+            if fut is not None:
+                ok = await self._await_index(fut) and ok
+        if not ok and uri in self.docs:  # the index's copy may have drifted: give it the whole text again
+            await self._index_call("open_buffer", uri, self.docs.get(uri).text)
         return None
 
     async def _m_close(self, conn: int, p: dict) -> Any:
@@ -343,12 +347,15 @@ class Service:
             return None
         return self._index_exec.submit(getattr(self.index, name), *args)
 
-    async def _await_index(self, fut: Any) -> None:
+    async def _await_index(self, fut: Any) -> bool:
+        """False (logged and counted) when the index update failed."""
         try:
             await asyncio.wrap_future(fut)
+            return True
         except Exception:  # the document is updated; the index is only an aid to drafting
             self.index_errors += 1
             log.exception("index update failed")
+            return False
 
     async def _index_call(self, name: str, *args: Any) -> None:
         fut = self._index_submit(name, *args)

@@ -73,8 +73,9 @@ class Document:
              result: str | None = None) -> tuple[int, int, int]:
         """Replace ``text[start:end]`` by ``new_text``; re-tokenize only what changed.
 
-        ``result``: the text after the edit, if the caller has it (it is checked
-        for length and for ``new_text`` at ``start``, not compared whole).
+        ``result``: the text after the edit, if the caller has it. It must equal the
+        edit applied to this copy (ValueError otherwise: the two have drifted apart);
+        this document then keeps the caller's string, so only one stays alive.
         Returns the token splice ``(lo, hi, n_new)``: old ``tokens[lo:hi]`` became
         ``n_new`` tokens (``KeyIndex.splice`` takes it)."""
         n = len(self.text)
@@ -82,12 +83,10 @@ class Document:
             raise ValueError(f"edit text must be str, got {type(new_text).__name__}")
         if not (isinstance(start, int) and isinstance(end, int)) or not 0 <= start <= end <= n:
             raise ValueError(f"edit range [{start}, {end}) is out of range for a buffer of {n} characters")
-        if result is None:
-            text = self.text[:start] + new_text + self.text[end:]
-        elif (not isinstance(result, str) or len(result) != n - (end - start) + len(new_text)
-              or result[start: start + len(new_text)] != new_text):
-            raise ValueError("the text given as the edit's result is not this edit applied to the buffer")
-        else:
+        text = self.text[:start] + new_text + self.text[end:]
+        if result is not None:
+            if result != text:
+                raise ValueError("the text given as the edit's result is not this edit applied to the buffer")
             text = result
         if not text:  # everything deleted: no chunk is left to splice around
             n_old = len(self.tokens)

@@ -6,10 +6,14 @@ and after (``cat = [SEP, d0, SEP, d1, SEP]``), so one lookup covers them all: a
 ``keyed.KeyIndex`` once the set has ``keyed_min`` tokens, ``ngram.scan_longest``
 below that. ``starts[i]`` is where document i begins in ``cat``.
 
-Sets are immutable once built: a lookup may use one while another thread builds
-its successor. ``extended`` builds the successor of a set that only gained
-documents at its end (a workspace scan adds a batch of files at a time) in O(n)
-instead of re-sorting every key.
+Sets are immutable once built, but for their tombstones: a lookup may use one
+while another thread builds its successor. ``extended`` builds the successor of
+a set that only gained documents at its end (a workspace scan adds a batch of
+files at a time) in O(n) instead of re-sorting every key. A document removed
+meanwhile is ``kill``-ed (under its owner's lock): lookups skip its occurrences
+until the successor is built. A match whose occurrences are all dead counts as
+no match, even if a shorter live one exists: a transient miss, never a draft
+from a removed document.
 
 Worked example: documents [5, 6] and [7] give cat [SEP, 5, 6, SEP, 7, SEP] and
 starts [1, 4]; a match at position 4 lies in document 1, at offset 0.
@@ -34,14 +38,15 @@ def _layout(docs: Sequence[np.ndarray], first_start: int) -> tuple[np.ndarray, n
     parts: list[np.ndarray] = []
     for d in docs:
         parts += [d, _SEP]
-    cat = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+    cat = np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
     return cat, starts
 
 
 class ScanSet:
     """Documents concatenated with SEP, matched as one (see module docstring)."""
 
-    __slots__ = ("cat", "starts", "stamps", "keys", "members", "index", "min_n")
+    __slots__ = ("cat", "starts", "stamps", "keys", "members", "index", "min_n", "keyed_min", "live", "dead",
+                 "_slot_of")
 
     def __init__(self, docs: Sequence[np.ndarray], stamps: Sequence[int], keys: Sequence[Any],
                  min_n: int, keyed_min: int, members: Sequence[Any] = ()):
@@ -53,8 +58,11 @@ class ScanSet:
         self.stamps = np.asarray(stamps, np.int64)  # [D]
         self.keys = list(keys)
         self.members = list(members)
-        self.min_n = min_n
+        self.min_n, self.keyed_min = min_n, keyed_min
         self.index = KeyIndex(self.cat, key_len(min_n)) if len(self.cat) >= keyed_min else None
+        self.live = np.ones(len(self.starts), bool)  # [D] False: removed since the set was built
+        self.dead = 0
+        self._slot_of: dict[Any, int] | None = None  # key -> document index, built at the first kill
 
     def extends(self, members: Sequence[Any]) -> bool:
         """True when ``members`` begins with exactly this set's members (same objects, same order)."""
@@ -62,8 +70,9 @@ class ScanSet:
         return len(mine) <= len(members) and all(a is b for a, b in zip(mine, members))
 
     def extended(self, docs: Sequence[np.ndarray], stamps: Sequence[int], keys: Sequence[Any],
-                 members: Sequence[Any], keyed_min: int) -> "ScanSet":
-        """A new set: this one's documents, then ``docs``. Equal to building it from scratch."""
+                 members: Sequence[Any]) -> "ScanSet":
+        """A new set: this one's documents, then ``docs``. Equal to building it from scratch
+        (tombstones included, though a set with dead members is not ``extends``-ed by its owner)."""
         body, starts = _layout(docs, len(self.cat))
         out = ScanSet.__new__(ScanSet)
         out.cat = np.concatenate([self.cat, body])
@@ -71,12 +80,24 @@ class ScanSet:
         out.stamps = np.concatenate([self.stamps, np.asarray(stamps, np.int64)])
         out.keys = self.keys + list(keys)
         out.members = self.members + list(members)
-        out.min_n = self.min_n
+        out.min_n, out.keyed_min = self.min_n, self.keyed_min
         if self.index is not None:
             out.index = self.index.appended(out.cat, len(self.cat))
         else:
-            out.index = KeyIndex(out.cat, key_len(self.min_n)) if len(out.cat) >= keyed_min else None
+            out.index = KeyIndex(out.cat, key_len(self.min_n)) if len(out.cat) >= self.keyed_min else None
+        out.live = np.concatenate([self.live, np.ones(len(docs), bool)])
+        out.dead = self.dead
+        out._slot_of = None
         return out
+
+    def kill(self, key: Any, member: Any) -> None:
+        """Document ``key`` (built from ``member``) was removed: its occurrences no longer match."""
+        if self._slot_of is None:
+            self._slot_of = {k: i for i, k in enumerate(self.keys)}
+        i = self._slot_of.get(key)
+        if i is not None and self.members[i] is member and self.live[i]:
+            self.live[i] = False
+            self.dead += 1
 
     @property
     def nbytes(self) -> int:
@@ -88,4 +109,10 @@ class ScanSet:
             m, p = self.index.match(self.cat, ctx, min_n)
         else:
             m, p = ngram.scan_longest(self.cat, ctx, min_n)
-        return m, p, np.searchsorted(self.starts, p, "right") - 1
+        d = np.searchsorted(self.starts, p, "right") - 1
+        if self.dead and len(d):
+            keep = self.live[d]
+            p, d = p[keep], d[keep]
+            if not len(p):
+                return 0, p, d
+        return m, p, d

@@ -20,7 +20,10 @@ Sources and where their tokens live:
 Invariant: the index proposes exactly what an index built from scratch from
 the same documents (same texts, same recency order) proposes, as long as no
 lookup meets more than ``max_candidates`` static occurrences (``rebuild()``
-and the property test check it).
+and the property test check it), once every writer call has returned. While
+one runs, lookups may miss what it is adding (a changed static file is
+tombstoned before the dynamic set holding its new text is built; files added
+during a merge wait for its end); they never draft from a removed file.
 
 Recency: every (re)indexed document gets a fresh stamp from one counter; a
 higher stamp ranks first among equal matches of one source. Eviction uses a
@@ -134,9 +137,10 @@ class NgramIndex:
         self._static_dead = 0  # tombstoned tokens in the static segment
         self._merging = False
         self._cache: dict[str, object] = {}  # "history", "dynamic", "others": (key, ScanSet)
-        self._dyn_version = 0  # bumped on every change to the dynamic set's files: the "dynamic" cache key
-        self._dyn_base: ScanSet | None = None  # the last dynamic set built: what the next one extends
-        self._dyn_appends_only = True  # files were only added to the dynamic set since the cached ScanSet
+        # Bumped on every change to the dynamic set's files. The cached "dynamic" ScanSet is
+        # current when built at this version; an older one is still usable: it misses the
+        # files added since, and its removed files are tombstoned (see _dynamic_set).
+        self._dyn_version = 0
         self._skipped: Counter = Counter()
         self._evicted = 0
         self._merges = 0
@@ -221,6 +225,7 @@ class NgramIndex:
                 self._skipped[e.reason] += 1
                 self.last_skip = str(e)
                 self._remove(key)
+            self._after_write()
             return False
         (tokens,) = self._tokenize_files([text])
         with self._lock:
@@ -371,7 +376,12 @@ class NgramIndex:
         else:
             self._dyn_tokens -= f.n_tokens
             self._dyn_version += 1
-            self._dyn_appends_only = False
+            hit = self._cache.get("dynamic")
+            if hit is not None:
+                if self._dyn_tokens == 0:
+                    del self._cache["dynamic"]  # nothing left to look up: free it now
+                else:
+                    hit[1].kill(key, f)
 
     def _indexed_tokens(self) -> int:
         return self._ws_tokens + self._history_tokens + sum(len(b.doc.tokens) for b in self._buffers.values())
@@ -391,9 +401,11 @@ class NgramIndex:
     # ---- merging ----------------------------------------------------------
     def _after_write(self, threshold: int | None = None) -> None:
         """Called by every writer of workspace files, outside the lock: merge when due, then
-        build the dynamic set's lookup structure."""
-        self._maybe_merge(threshold)
-        self._warm_dynamic()
+        build the dynamic set's lookup structure (even if the merge failed)."""
+        try:
+            self._maybe_merge(threshold)
+        finally:
+            self._warm_dynamic()
 
     def _maybe_merge(self, threshold: int | None = None) -> None:
         threshold = self.cfg.merge_tokens if threshold is None else threshold
@@ -435,8 +447,7 @@ class NgramIndex:
             self._static_stamps = np.array([f.stamp for _, f, _ in snap], np.int64)
             self._static_dead = int(seg.lengths[~live].sum()) if len(snap) else 0
             self._dyn_version += 1
-            self._dyn_appends_only = False
-            self._dyn_base = None  # the absorbed files' set: nothing left to extend
+            self._cache.pop("dynamic", None)  # its files are in the static segment now
             self._merges += 1
             self._merging = False
 
@@ -465,53 +476,55 @@ class NgramIndex:
         return [(key, f, f.tokens) for key, f in self._files.items() if f.slot < 0]
 
     def _make_dynamic(self, base: ScanSet | None, snap: list[tuple[str, _File, np.ndarray]]) -> ScanSet:
-        """The dynamic set's ScanSet: ``base`` extended when only files were added since it, else
-        built anew. Reads only the snapshot's arrays, so it may run outside the lock."""
+        """The dynamic set's ScanSet: ``base`` extended when files were only added since it,
+        else built anew. Reads the snapshot's arrays and stamps only (a stamp never changes),
+        so it may run outside the lock."""
         files = [f for _, f, _ in snap]
         if base is not None and base.extends(files):
             new = snap[len(base.members):]
             return base.extended([t for _, _, t in new], [f.stamp for _, f, _ in new], [k for k, _, _ in new],
-                                 [f for _, f, _ in new], self.cfg.keyed_min_tokens)
+                                 [f for _, f, _ in new])
         return ScanSet([t for _, _, t in snap], [f.stamp for f in files], [k for k, _, _ in snap],
                        self.cfg.min_n, self.cfg.keyed_min_tokens, members=files)
 
     def _dynamic_set(self) -> ScanSet:
         """The dynamic set's ScanSet for a lookup (lock held).
 
-        The writer builds it after each change (``_warm_dynamic``). Until it is
-        done, the last one built is used when files were only added since: it
-        misses the newest files, never holds a removed one. After a removal the
-        lookup builds it, under the lock.
+        The writer builds it after each change (``_warm_dynamic``). Until that is
+        done, lookups use the last one built: it misses the files added since and
+        its removed files are tombstoned, so a removed file never drafts. Only when
+        there is none (at the start, after a merge) does a lookup build it, under the lock.
         """
         hit = self._cache.get("dynamic")
-        if hit is not None and (hit[0] == self._dyn_version or self._dyn_appends_only):
+        if hit is not None:
             return hit[1]
-        built = self._make_dynamic(self._dyn_base, self._dynamic_snapshot())
-        self._set_dynamic(self._dyn_version, built)
+        built = self._make_dynamic(None, self._dynamic_snapshot())
+        self._cache["dynamic"] = (self._dyn_version, built)
         return built
-
-    def _set_dynamic(self, version: int, built: ScanSet) -> None:
-        self._cache["dynamic"] = (version, built)
-        self._dyn_base = built
-        self._dyn_appends_only = True
 
     def _warm_dynamic(self) -> None:
         """Build the dynamic set's ScanSet now, outside the lock, so that no lookup has to.
 
         While a workspace is scanned the dynamic set grows up to the size of the
         static segment; built inside the first lookup after each batch, it stalled
-        that lookup by 161 ms at the median, 725 ms at worst (docs/benchmarks.md, Index).
+        that lookup for up to 0.76 s (docs/benchmarks.md, "Lookups while a big
+        workspace is indexed").
         """
         with self._lock:
             version = self._dyn_version
             hit = self._cache.get("dynamic")
             if not self._dyn_tokens or (hit is not None and hit[0] == version):
                 return
-            base, snap = self._dyn_base, self._dynamic_snapshot()
-        built = self._make_dynamic(base, snap)
+            base, snap = (hit[1] if hit is not None else None), self._dynamic_snapshot()
+        try:
+            built = self._make_dynamic(base, snap)
+        except BaseException:
+            with self._lock:  # never leave lookups on an old set for good: the next one builds
+                self._cache.pop("dynamic", None)
+            raise
         with self._lock:
             if self._dyn_version == version:  # else a later change made it stale: its writer builds
-                self._set_dynamic(version, built)
+                self._cache["dynamic"] = (version, built)
 
     def propose(self, context, k: int, w: int = 1, current_uri: str | None = None) -> Draft:
         """Draft up to ``k`` tokens continuing ``context`` (token ids), as up to ``w``
@@ -620,12 +633,17 @@ class NgramIndex:
         """Assert every incremental structure equals its rebuilt form (for tests)."""
         with self._lock:
             for b in self._buffers.values():
-                b.doc.check()
+                b.doc.check(self._tok)
                 if b.keys is not None:
                     b.keys.check(b.doc.tokens)
             hit = self._cache.get("dynamic")
+            if hit is not None:  # current or not, its live documents are exactly those still dynamic
+                got = hit[1]
+                for key, member, alive in zip(got.keys, got.members, got.live.tolist()):
+                    assert alive == (self._files.get(key) is member and member.slot < 0), key
             if hit is not None and hit[0] == self._dyn_version:  # built by extension or anew == from scratch
                 got, snap = hit[1], self._dynamic_snapshot()
+                assert got.dead == 0
                 want = ScanSet([t for _, _, t in snap], [f.stamp for _, f, _ in snap], [k for k, _, _ in snap],
                                self.cfg.min_n, self.cfg.keyed_min_tokens)
                 assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)

@@ -273,3 +273,26 @@ def test_a_folder_no_editor_holds_goes_after_the_grace_period(inproc, tmp_path):
     with inproc.client() as c:  # the next connection after it: dropped
         assert c.call("status")["workspace"]["folders"] == []
 
+
+
+def test_a_failed_index_edit_resyncs_the_index_with_the_whole_text(inproc):
+    """The index is an aid: when mirroring an edit fails, the daemon hands it the document again."""
+    real_edit = inproc.index.edit_buffer
+    failures = []
+
+    def edit_once_broken(uri, start, end, new_text, result=None):
+        if not failures:
+            failures.append(uri)
+            raise RuntimeError("simulated index failure")
+        return real_edit(uri, start, end, new_text, result)
+
+    inproc.index.edit_buffer = edit_once_broken
+    with inproc.client() as c:
+        c.call("open", {"uri": "file:///a.py", "text": "abc", "version": 1})
+        c.call("change", {"uri": "file:///a.py", "version": 2,
+                          "changes": [{"start": 0, "end": 1, "text": "X"}, {"start": 3, "end": 3, "text": "!"}]})
+        assert failures == ["file:///a.py"]
+        assert inproc.index.buffers["file:///a.py"] == "Xbc!"  # re-opened with the document's text
+        assert inproc.index.log[-1] == ("open", "file:///a.py")
+        # the second edit failed too: it carried "Xbc!" as its result, the index's copy gave "abc!"
+        assert c.call("status")["requests"]["index_errors"] == 2

@@ -45,7 +45,7 @@ def test_extended_equals_built_from_scratch(head, tail, keyed_min, min_n):
     n = len(head)
     base = ScanSet(head, stamps[:n], keys[:n], min_n, keyed_min, members=members[:n])
     before = (base.cat.copy(), None if base.index is None else (base.index.keys.copy(), base.index.pos.copy()))
-    got = base.extended(tail, stamps[n:], keys[n:], members[n:], keyed_min)
+    got = base.extended(tail, stamps[n:], keys[n:], members[n:])
     want = ScanSet(head + tail, stamps, keys, min_n, keyed_min, members=members)
     assert_equal_sets(got, want)
     assert got.extends(members) and base.extends(members + [object()])
@@ -102,17 +102,80 @@ def test_lookups_after_writes_do_not_build_the_dynamic_set(tmp_path):
     idx._check_invariants()
 
 
-def test_a_lookup_during_a_build_uses_the_last_set_unless_a_file_was_removed():
+def test_killed_documents_do_not_match():
+    a, b = object(), object()
+    s = ScanSet([np.array([5, 6, 7], np.int32), np.array([5, 6, 8], np.int32)], [1, 2], ["a", "b"], 2, 0,
+                members=[a, b])
+    s.kill("b", object())  # another object under that key: not this set's document
+    assert s.match(np.array([5, 6], np.int32), 2)[1].tolist() == [3, 7]
+    s.kill("b", b)
+    m, p, d = s.match(np.array([5, 6], np.int32), 2)
+    assert (m, p.tolist(), d.tolist()) == (2, [3], [0])
+    # all occurrences of the longest match dead: no match (not a shorter one)
+    assert s.match(np.array([4, 5, 6, 8], np.int32), 2)[0] == 0
+
+
+def _index_with(*files: tuple[str, str]) -> NgramIndex:
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, merge_tokens=10**6))
-    with idx._lock:  # what a writer does before it builds the new set outside the lock
-        idx._install("/w/a.py", np.array(ids("alpha()"), np.int32))
+    with idx._lock:
+        for key, body in files:
+            idx._install(key, np.array(ids(body), np.int32))
     idx._warm_dynamic()
+    return idx
+
+
+def drafted(idx: NgramIndex, context: str) -> str:
+    d = idx.propose(ids(context), k=3)
+    return "".join(map(chr, d.best.tokens)) if d else ""
+
+
+def test_until_the_writer_builds_lookups_use_the_last_set_with_removals_tombstoned():
+    idx = _index_with(("/w/a.py", "alpha()"))
+    with idx._lock:  # what a writer does before it builds the new set outside the lock
+        idx._install("/w/b.py", np.array(ids("beta()"), np.int32))
+        idx._remove("/w/a.py")
+    assert drafted(idx, "al") == "" and drafted(idx, "be") == ""  # a.py is dead; b.py not in yet
+    idx._warm_dynamic()
+    assert drafted(idx, "al") == "" and drafted(idx, "be") == "ta("
+    idx._check_invariants()
+
+
+def test_a_set_built_while_a_file_was_removed_is_thrown_away():
+    idx = _index_with(("/w/a.py", "alpha()"))
     with idx._lock:
         idx._install("/w/b.py", np.array(ids("beta()"), np.int32))
-    # b.py's set is not built yet: the lookup goes on with a.py's, without building
-    assert idx.propose(ids("al"), k=3) and not idx.propose(ids("be"), k=3)
-    with idx._lock:
-        idx._remove("/w/a.py")
-    # a removal: the old set holds a.py, so the lookup builds the set itself
-    assert not idx.propose(ids("al"), k=3) and idx.propose(ids("be"), k=3)
+    make = idx._make_dynamic
+
+    def remove_meanwhile(base, snap):  # the watcher removes a.py while the writer builds
+        built = make(base, snap)
+        with idx._lock:
+            idx._remove("/w/a.py")
+        return built
+
+    idx._make_dynamic = remove_meanwhile
+    idx._warm_dynamic()  # its set holds a.py alive: not installed
+    idx._make_dynamic = make
+    assert drafted(idx, "al") == ""
+    idx._warm_dynamic()
+    assert drafted(idx, "al") == "" and drafted(idx, "be") == "ta("
+    idx._check_invariants()
+
+
+def test_a_file_installed_during_a_merge_is_counted_once(monkeypatch):
+    import index.store as store
+
+    idx = _index_with(("/w/a.py", "x = f(1)"))
+    real = store.StaticSegment
+
+    def install_meanwhile(docs, depth):  # a file event while the merge sorts, outside the lock
+        with idx._lock:
+            idx._install("/w/b.py", np.array(ids("y = f(2)"), np.int32))
+        return real(docs, depth)
+
+    monkeypatch.setattr(store, "StaticSegment", install_meanwhile)
+    idx.merge()
+    monkeypatch.setattr(store, "StaticSegment", real)
+    idx._warm_dynamic()
+    d = idx.propose(ids(" f("), k=2, w=2)
+    assert sorted(("".join(map(chr, b.tokens)), b.count) for b in d.branches) == [("1)", 1), ("2)", 1)]
     idx._check_invariants()

@@ -182,7 +182,7 @@ def test_incremental_index_proposes_what_a_rebuilt_one_does(seq, merge_tokens):
                 history.append(op[1])
             elif kind == "merge":
                 idx.merge()
-        idx._check_invariants()  # chunked tokens and spliced key indexes == rebuilt ones
+            idx._check_invariants()  # chunked tokens, spliced key indexes, the dynamic set == rebuilt ones
         # The reference never merges and never keys: it answers every lookup by
         # scanning, a different code path from the static segment and the key indexes.
         fresh = NgramIndex(word_tokenize, dataclasses.replace(cfg, merge_tokens=10**9, keyed_min_tokens=10**9))
