@@ -42,6 +42,14 @@ def run(args: Any) -> int:
     except BenchCaseError as exc:
         print(f"ngramd bench: {exc}", file=sys.stderr)
         return 2
+    if args.plot:  # before the run, not after half an hour of it
+        from daemon.bench_report import PlotUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except PlotUnavailable as exc:
+            print(f"ngramd bench: {exc}", file=sys.stderr)
+            return 2
     try:
         rows_file = open(args.rows, "a", encoding="utf-8") if args.rows else None
     except OSError as exc:
@@ -72,8 +80,9 @@ def run(args: Any) -> int:
         try:
             plot(report, args.plot)
             print(f"ngramd bench: plot written to {args.plot}", file=sys.stderr)
-        except PlotUnavailable as exc:
-            print(f"ngramd bench: {exc}", file=sys.stderr)
+        except (PlotUnavailable, OSError) as exc:
+            print(f"ngramd bench: cannot write the plot: {exc}", file=sys.stderr)
+            return 2
     summary = report["summary"]
     return 1 if summary["not_identical"] or summary["errors"] else 0
 

@@ -255,8 +255,8 @@ class PlotUnavailable(RuntimeError):
     pass
 
 
-def plot(report: dict[str, Any], path: str) -> None:
-    """Speedup per case vs both baselines, and the histogram of accepted tokens per pass."""
+def require_matplotlib() -> Any:
+    """matplotlib's pyplot (Agg backend); PlotUnavailable with the install command if it is missing."""
     try:
         import matplotlib
 
@@ -265,6 +265,12 @@ def plot(report: dict[str, Any], path: str) -> None:
     except ImportError as exc:
         raise PlotUnavailable("--plot needs matplotlib: pip install 'ngramd[plot]' "
                               "(or pip install matplotlib)") from exc
+    return plt
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    """Speedup per case vs both baselines, and the histogram of accepted tokens per pass."""
+    plt = require_matplotlib()
     rows = [r for r in report["cases"] if r.get("status") == "ok"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 0.5 * len(rows) + 5), 4.5))
     xs = range(len(rows))

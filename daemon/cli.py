@@ -1,4 +1,4 @@
-"""The ``ngramd`` console script: argument parsing only.
+"""The ``ngramd`` console script: argument parsing, and Ctrl-C without a traceback.
 
 Each subcommand lives in its own module and is imported lazily, so that
 ``ngramd lsp`` starts without importing torch.
@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+DESCRIPTION = ("ngramd: local code completion. A code model verifies drafts from an n-gram index "
+               "of your workspace and buffers; the output is exactly the model's own.")
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 # subcommand -> "module:function"; the function takes the parsed argparse.Namespace
 # and returns a process exit code.
@@ -27,43 +31,47 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="Hugging Face model id (local cache), model directory, GGUF file, "
                         "or 'tiny' (random weights, for tests). Default: the embedded SmolLM2-135M.")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where the model runs (auto: cuda when torch sees a GPU)")
 
 
 def _add_position_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-speculation", action="store_true", help="plain decoding (baseline)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy decoding")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, in (0, 1]")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (reproducible output)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ngramd", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ngramd", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the daemon (one per user)")
-    p.add_argument("--workspace", action="append", default=[], metavar="DIR")
+    p.add_argument("--workspace", action="append", default=[], metavar="DIR",
+                   help="index and watch the files under DIR (repeatable; editors add their folders too)")
     _add_model_args(p)
-    p.add_argument("--socket", default=None, help="unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock)")
-    p.add_argument("--max-indexed-tokens", type=int, default=None)
+    p.add_argument("--socket", default=None, help=SOCKET_HELP)
+    p.add_argument("--max-indexed-tokens", type=int, default=None,
+                   help="bound on indexed tokens; least recently used files go first (default 8,000,000)")
     p.add_argument("--max-message-bytes", type=int, default=None,
                    help="largest RPC message accepted (default 64 MiB)")
 
     for name, help_text in (("status", "print the running daemon's figures"), ("stop", "stop the daemon")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--socket", default=None)
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--socket", default=None, help=SOCKET_HELP)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("lsp", help="Language Server over stdio; starts a daemon if none answers")
-    p.add_argument("--socket", default=None)
+    p.add_argument("--socket", default=None, help=SOCKET_HELP)
     _add_model_args(p)
 
     p = sub.add_parser("complete", help="complete FILE at a position (in-process)")
     p.add_argument("file")
     p.add_argument("--line", type=int, required=True, help="0-based line")
     p.add_argument("--col", type=int, required=True, help="0-based column, in characters")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=64, help="at most this many tokens (default 64)")
     p.add_argument("--single-line", action="store_true", help="stop at the end of the line")
     p.add_argument("--workspace", action="append", default=[], metavar="DIR",
                    help="also draft from the files under DIR")
@@ -73,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("edit", help="rewrite a range of FILE following an instruction (in-process)")
     p.add_argument("file")
     p.add_argument("--start", required=True, metavar="L:C", help="0-based line:column")
-    p.add_argument("--end", required=True, metavar="L:C")
-    p.add_argument("--instruction", required=True)
-    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--end", required=True, metavar="L:C", help="0-based line:column, after --start")
+    p.add_argument("--instruction", required=True, help='what to change, e.g. "rename x to count"')
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="at most this many tokens (default: enough for the range and then some)")
     _add_model_args(p)
     _add_position_args(p)
 
@@ -83,12 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", default=None, help="JSONL bench cases")
     p.add_argument("--make-cases", default=None, metavar="WORKSPACE",
                    help="write cases from a real workspace to stdout (or --out)")
-    p.add_argument("--out", default=None)
-    p.add_argument("--n", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--plot", default=None, metavar="FILE.png")
+    p.add_argument("--out", default=None, metavar="FILE.jsonl", help="--make-cases: write the cases here")
+    p.add_argument("--n", type=int, default=20, help="--make-cases: how many cases")
+    p.add_argument("--seed", type=int, default=0, help="--make-cases: random seed")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="time each decoder this many times per case, interleaved; the median counts")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw speedups and accepted tokens per pass (needs matplotlib: pip install 'ngramd[plot]')")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers prompt-lookup baseline")
     p.add_argument("--rows", default=None, metavar="FILE.jsonl",
                    help="also append each case's row to FILE as soon as it is measured "
@@ -97,11 +108,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SOCKET_HELP = ("unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock, "
+               "or ngramd.sock in the user cache dir without XDG_RUNTIME_DIR)")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ngramd")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module_name, func_name = COMMANDS[args.command].split(":")
-    func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(args) or 0)
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        return int(func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C, e.g. during a model load: no traceback
+        print(f"ngramd {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -50,6 +50,16 @@ def offset_of(text: str, line: int, col: int) -> int:
     return start + col
 
 
+def check_generation_args(max_tokens: int | None, temperature: float, top_p: float) -> None:
+    """The checks the engine would make, before the model is loaded (seconds) rather than after."""
+    if max_tokens is not None and max_tokens < 1:
+        raise InputError("--max-tokens must be at least 1")
+    if not temperature >= 0:
+        raise InputError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise InputError(f"--top-p must be in (0, 1], got {top_p}")
+
+
 def make_index(runtime: Any, workspaces: list[str]) -> Any:
     """An n-gram index over ``workspaces`` (the Completer adds the document itself)."""
     from index.store import NgramIndex

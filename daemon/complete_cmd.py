@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.cli_inputs import InputError, make_index, offset_of, read_source
+from daemon.cli_inputs import InputError, check_generation_args, make_index, offset_of, read_source
 from daemon.requests import CompletionRequest, SamplingParams
 
 
@@ -24,8 +24,7 @@ def run(args: Any) -> int:
         path = Path(args.file)
         text = read_source(path)
         offset = offset_of(text, args.line, args.col)
-        if args.max_tokens < 1:
-            raise InputError("--max-tokens must be at least 1")
+        check_generation_args(args.max_tokens, args.temperature, args.top_p)
         for ws in args.workspace:
             if not Path(ws).is_dir():
                 raise InputError(f"--workspace {ws}: not a directory")

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from daemon.cli_inputs import InputError, make_index, offset_of, read_source
+from daemon.cli_inputs import InputError, check_generation_args, make_index, offset_of, read_source
 
 _POS = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
 
@@ -53,7 +53,7 @@ def resolve_range(text: str, start: str, end: str) -> tuple[int, int]:
 
 
 def _error(message: str) -> int:
-    print(f"ngramd edit: {message}", file=sys.stderr)
+    print(f"ngramd edit: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -62,12 +62,11 @@ def run(args: Any) -> int:
     try:
         text = read_source(path, allow_empty=True)
         start, end = resolve_range(text, args.start, args.end)
+        check_generation_args(args.max_tokens, args.temperature, args.top_p)
     except InputError as exc:
         return _error(str(exc))
     if not args.instruction.strip():
         return _error("--instruction is empty")
-    if args.max_tokens is not None and args.max_tokens < 1:
-        return _error("--max-tokens must be >= 1")
 
     from daemon.model import ModelLoadError, load_runtime
     from daemon.requests import EditRequest, SamplingParams

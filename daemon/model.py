@@ -204,8 +204,8 @@ def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
         elif spec is not None and _looks_like_hub_id(spec):
             rt = _load_pretrained(spec, dev, dtype, name=spec, local_only=True)
         else:
-            raise ModelLoadError(f"unknown model {spec!r}: not a .gguf file, a model directory, "
-                                 "or a Hugging Face id")
+            raise ModelLoadError(f"unknown model {spec!r}: not a .gguf file, a model directory, or a "
+                                 "Hugging Face id (org/name) in the local cache; ngramd never downloads")
     log.info("model %s ready on %s/%s in %.1f s", rt.name, rt.device, str(rt.dtype).replace("torch.", ""),
              time.perf_counter() - t0)
     return rt
@@ -227,6 +227,8 @@ def _load_pretrained(where: str, dev: torch.device, dtype: torch.dtype, name: st
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _progress(f"loading {name}")
+    if os.path.isdir(where) and not os.path.isfile(os.path.join(where, "config.json")):
+        raise ModelLoadError(f"{where} holds no config.json: not a model directory")
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, local_files_only=local_only)
@@ -251,8 +253,11 @@ def _load_gguf(path: Path, dev: torch.device, dtype: torch.dtype) -> ModelRuntim
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _progress(f"de-quantizing {path.name} (once; cached in {cached})")
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many kinds for a bad file; none is the user's bug
+        raise ModelLoadError(f"cannot read the GGUF file {path}: {type(exc).__name__}: {exc}") from exc
     try:
         _save_cache(model, tokenizer, cached)
     except OSError as exc:  # read-only home etc.: still usable, just slower next time

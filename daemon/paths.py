@@ -9,7 +9,8 @@ made 0600. A ``--socket`` path elsewhere keeps its parent directory as it is
 Claiming: ``<socket>.lock`` is held with ``flock`` for the daemon's life, so a
 second ``serve`` is refused even while the first is still loading its model
 (before the socket exists). A socket file with no lock holder and no listener
-is stale and removed.
+is stale and removed; anything else at the socket's path (a regular file, a
+directory, a link) is never touched: the claim fails with ``NotASocket``.
 """
 
 from __future__ import annotations
@@ -18,11 +19,26 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 
 import platformdirs
 
 SOCKET_NAME = "ngramd.sock"
+# sockaddr_un.sun_path holds 108 bytes on Linux (104 on macOS), the final NUL included
+MAX_SOCKET_PATH_BYTES = 103
+
+
+class NotASocket(OSError):
+    """Something other than a socket is at the socket's path (or the path is unusable)."""
+
+
+def is_socket(path: Path) -> bool:
+    """True when ``path`` itself (not a link's target) is a unix socket."""
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def default_socket_path() -> Path:
@@ -96,13 +112,38 @@ class SocketLock:
         self._fd = None
 
 
+def lock_holder(sock: Path) -> int | None:
+    """The pid of the daemon holding ``sock``'s lock (running, or still loading its model), else None."""
+    lock = SocketLock(sock)
+    if not lock.path.exists():
+        return None
+    fd = os.open(lock.path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return _read_pid(fd) or 0
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def claim_socket(sock: Path) -> SocketLock:
-    """Take the lock and clear a stale socket file; raises AlreadyRunning if live."""
+    """Take the lock and clear a stale socket file; raises AlreadyRunning if live,
+    NotASocket if the path is too long or holds anything but a socket."""
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH_BYTES:
+        raise NotASocket(f"the path is {len(os.fsencode(sock))} bytes long; unix sockets allow "
+                         f"{MAX_SOCKET_PATH_BYTES}: choose a shorter --socket")
+    if (sock.exists() or sock.is_symlink()) and not is_socket(sock):
+        raise NotASocket(f"{sock} exists and is not a socket; ngramd will not remove it")
     prepare_socket_dir(sock)
     lock = SocketLock(sock)
     lock.acquire()
     try:
         if sock.exists() or sock.is_symlink():
+            if not is_socket(sock):  # appeared since the check above
+                raise NotASocket(f"{sock} exists and is not a socket; ngramd will not remove it")
             if socket_is_live(sock):
                 raise AlreadyRunning(f"an ngramd daemon already serves {sock}")
             sock.unlink()  # stale: its daemon died without cleaning up

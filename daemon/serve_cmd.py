@@ -34,6 +34,11 @@ def run_serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sock = resolve_socket_path(args.socket)
     workspaces = [Path(w).expanduser().resolve() for w in (args.workspace or [])]
+    try:
+        _index_config(args)  # a bad limit is reported now, not after the model's load
+    except ValueError as exc:
+        print(f"ngramd: {exc}", file=sys.stderr)
+        return 1
     for w in workspaces:
         if not w.is_dir():
             print(f"ngramd: workspace {w} is not a directory", file=sys.stderr)
@@ -82,15 +87,23 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from daemon.completer import Completer
     from daemon.engine import EngineConfig
     from daemon.model import load_runtime
-    from index.store import IndexConfig, NgramIndex
+    from index.store import NgramIndex
 
     rt = load_runtime(args.model, args.device)
-    cfg = IndexConfig()
-    if getattr(args, "max_indexed_tokens", None):
-        cfg = IndexConfig(max_indexed_tokens=args.max_indexed_tokens)
-    index = NgramIndex(rt.tokenize_batch, cfg)
+    index = NgramIndex(rt.tokenize_batch, _index_config(args))
     # the service mirrors every open/change into the index itself (incrementally)
     return Completer(rt, index, EngineConfig(sync_buffers=False)), index, rt
+
+
+def _index_config(args: argparse.Namespace) -> Any:
+    from index.store import IndexConfig
+
+    limit = getattr(args, "max_indexed_tokens", None)
+    if limit is None:
+        return IndexConfig()
+    if limit < 1:
+        raise ValueError(f"--max-indexed-tokens must be at least 1, got {limit}")
+    return IndexConfig(max_indexed_tokens=limit)
 
 
 # -- status / stop --------------------------------------------------------------------------
@@ -103,8 +116,7 @@ def run_status(args: argparse.Namespace) -> int:
         with Client(sock, timeout=10.0) as c:
             status = c.call("status")
     except (DaemonUnavailable, TimeoutError) as exc:
-        print(f"ngramd: no daemon answers on {sock} ({exc})", file=sys.stderr)
-        return 1
+        return _unavailable(sock, exc, args.json)
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
@@ -121,8 +133,7 @@ def run_stop(args: argparse.Namespace) -> int:
             pid = c.call("status")["daemon"]["pid"]
             c.call("shutdown")
     except (DaemonUnavailable, TimeoutError) as exc:
-        print(f"ngramd: no daemon answers on {sock} ({exc})", file=sys.stderr)
-        return 1
+        return _unavailable(sock, exc, args.json)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (sock.exists() or _alive(pid)):
         time.sleep(0.05)
@@ -132,6 +143,25 @@ def run_stop(args: argparse.Namespace) -> int:
     msg = {"stopped": True, "pid": pid}
     print(json.dumps(msg) if args.json else f"ngramd: stopped daemon {pid}")
     return 0
+
+
+def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
+    """No answer on ``sock``: say why in one line (or one JSON object), exit 1."""
+    from daemon.paths import lock_holder
+
+    holder = lock_holder(sock)
+    if holder is not None:
+        who = f" (pid {holder})" if holder else ""
+        message = f"the daemon{who} on {sock} is starting (loading its model); try again in a moment"
+    elif isinstance(exc, TimeoutError):
+        message = f"the daemon on {sock} did not answer within 10 s"
+    else:
+        message = f"no daemon is running on {sock}"
+    if as_json:
+        print(json.dumps({"error": message, "socket": str(sock), "starting": holder is not None}))
+    else:
+        print(f"ngramd: {message}", file=sys.stderr)
+    return 1
 
 
 def _alive(pid: int) -> bool:

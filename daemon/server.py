@@ -29,6 +29,7 @@ import signal
 from pathlib import Path
 from typing import Any, Callable
 
+from daemon.paths import is_socket
 from daemon.rpc import (
     DEFAULT_MAX_MESSAGE_BYTES, INTERNAL_ERROR, Notification, Request, Response,
     RpcError, decode, pack_notification, pack_response, FrameReader,
@@ -103,10 +104,11 @@ class Server:
         for conn in list(self.connections.values()):
             conn.closed = True
             conn.writer.close()
-        try:
-            self.socket_path.unlink()
-        except OSError:
-            pass
+        if is_socket(self.socket_path):  # never a file someone put there meanwhile
+            try:
+                self.socket_path.unlink()
+            except OSError:
+                pass
         # the worker and watcher threads stop in service.close(), off the loop
         await asyncio.get_running_loop().run_in_executor(None, self.service.close)
 

@@ -102,3 +102,16 @@ def test_edits_that_change_few_lines_have_their_own_target():
     assert summarize(ROWS)["targets"]["edit_few_lines_vs_plain"]["met"] is None  # no edit cases
     table = markdown_table(build_report(rows, {}))
     assert "| few | edit |" in table and "| completion | ordinary |" in table
+
+
+def test_bench_plot_without_matplotlib_fails_before_running(monkeypatch, capsys):
+    from daemon import bench_cmd
+    from daemon.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the bench ran although its plot cannot be drawn")
+    monkeypatch.setattr(bench_cmd, "bench", must_not_run)
+    assert main(["bench", "--cases", "bench/cases/smoke.jsonl", "--plot", "/tmp/never.png"]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err

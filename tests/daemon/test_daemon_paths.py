@@ -1,5 +1,6 @@
 """Socket path, directory permissions, the lock, stale socket cleanup."""
 
+import json
 import os
 import socket
 import stat
@@ -68,3 +69,45 @@ def test_live_socket_is_refused_even_without_lock(tmp_path):
         assert sock.exists()  # a live socket is never removed
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("make", ["file", "dir", "link"])
+def test_claim_never_removes_what_is_not_a_socket(tmp_path, make):
+    """The daemon never writes to user files: a file at the socket's path is left alone."""
+    from daemon.paths import NotASocket
+
+    sock = tmp_path / "precious.txt"
+    target = tmp_path / "target.txt"
+    target.write_text("precious data")
+    if make == "file":
+        sock.write_text("precious data")
+    elif make == "dir":
+        sock.mkdir()
+    else:
+        sock.symlink_to(target)
+    with pytest.raises(NotASocket, match="is not a socket"):
+        claim_socket(sock)
+    assert (sock.read_text() == "precious data") if make != "dir" else sock.is_dir()
+    assert target.read_text() == "precious data"
+
+
+def test_claim_refuses_a_socket_path_too_long_for_unix_sockets(tmp_path):
+    from daemon.paths import NotASocket
+
+    with pytest.raises(NotASocket, match="shorter --socket"):
+        claim_socket(tmp_path / ("d" * 120) / "s.sock")
+
+
+def test_status_without_a_daemon_says_so_in_one_line(tmp_path, capsys):
+    from daemon.cli import main
+
+    sock = tmp_path / "s.sock"
+    assert main(["status", "--socket", str(sock)]) == 1
+    assert capsys.readouterr().err.strip() == f"ngramd: no daemon is running on {sock}"
+    lock = claim_socket(sock)  # a daemon loading its model holds the lock; no socket yet
+    try:
+        assert main(["stop", "--socket", str(sock), "--json"]) == 1
+        out = json.loads(capsys.readouterr().out)
+        assert out["starting"] is True and f"(pid {os.getpid()})" in out["error"]
+    finally:
+        lock.release()

@@ -1,0 +1,77 @@
+"""Bad command-line input: one clear line and a non-zero exit, before any model is loaded."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon import cli, model
+from daemon.model import ModelLoadError
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Loading a model here would be a bug: the input is rejected first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the input was checked")
+    monkeypatch.setattr(model, "load_runtime", refuse)
+
+
+@pytest.fixture
+def source(tmp_path):
+    f = tmp_path / "a.py"
+    f.write_text("def f(x):\n    return x\n")
+    return str(f)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--temperature", "-2"], "--temperature must be >= 0"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+])
+@pytest.mark.parametrize("command", ["complete", "edit"])
+def test_sampling_flags_are_checked_before_the_model_loads(no_model_load, source, capsys, command, flags, message):
+    where = ["--line", "1", "--col", "0"] if command == "complete" else ["--start", "0:0", "--end", "1:0",
+                                                                        "--instruction", "x"]
+    assert cli.main([command, source, *where, *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"ngramd {command}: error: {message}" in err and "Traceback" not in err
+
+
+def test_bad_index_limit_is_refused_before_the_model_loads(no_model_load, tmp_path, capsys):
+    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--max-indexed-tokens", "-5"]) == 1
+    assert "--max-indexed-tokens must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_a_corrupt_gguf_is_a_load_error_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGRAMD_CACHE_DIR", str(tmp_path / "cache"))
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(ModelLoadError, match="cannot read the GGUF file"):
+        model.load_runtime(str(bad), device="cpu")
+
+
+def test_a_folder_without_a_model_says_so(tmp_path):
+    with pytest.raises(ModelLoadError, match="holds no config.json"):
+        model.load_runtime(str(tmp_path), device="cpu")
+
+
+def test_an_unknown_name_says_nothing_is_downloaded():
+    with pytest.raises(ModelLoadError, match="never downloads"):
+        model.load_runtime("gpt2", device="cpu")
+
+
+def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, source, capsys):
+    from daemon import complete_cmd
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(complete_cmd, "run", interrupted)
+    assert cli.main(["complete", source, "--line", "0", "--col", "0"]) == cli.EXIT_INTERRUPTED
+    assert capsys.readouterr().err.strip() == "ngramd complete: interrupted"
+
+
+def test_version():
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
