@@ -88,13 +88,20 @@ def run(args: Any) -> int:
     if args.json:
         stats = result.stats
         print(json.dumps({
-            "text": result.text, "start": start, "end": end,
+            "text": result.text, "token_ids": list(result.token_ids), "start": start, "end": end,
             "forward_passes": stats.forward_passes, "drafted": stats.drafted,
             "accepted": stats.accepted, "ms": round(stats.ms, 2),
             "stop_reason": result.stop_reason, "prompt": result.prompt, "stats": stats.to_dict(),
+            "model": runtime.name, "device": str(runtime.device), "file": str(path),
+            "speculate": req.speculate,
         }))
-    else:
-        sys.stdout.write(result.text)
-        if result.text and not result.text.endswith("\n"):
-            sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(result.text)
+    if result.text and not result.text.endswith("\n"):
+        sys.stdout.write("\n")
+    s = result.stats
+    print(f"--- {s.generated} tokens in {s.ms:.0f} ms ({s.forward_passes} passes, "
+          f"{s.tokens_per_pass:.2f} tokens/pass; drafted {s.drafted}, accepted {s.accepted}; "
+          f"first token {s.first_token_ms:.0f} ms; prefill {s.prefill_tokens}; stop: {result.stop_reason}; "
+          f"{'speculative' if req.speculate else 'plain'}; {runtime.name} on {runtime.device})", file=sys.stderr)
     return 0

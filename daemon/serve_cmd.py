@@ -195,7 +195,9 @@ def format_status(s: dict[str, Any]) -> str:
     ]
     ws = s.get("workspace") or {}
     for f in ws.get("folders", []):
-        lines.append(f"folder  {f['path']}  {f['state']}  progress {f.get('progress')}  "
+        progress = f.get("progress") or {}
+        done = f"  {progress['done']}/{progress['total']} files" if "total" in progress else ""
+        lines.append(f"folder  {f['path']}  {f['state']}{done}  "
                      f"{json.dumps(f.get('counts', {}), default=str)}")
     if ws:
         lines.append(f"events  {json.dumps(ws.get('events', {}))}  pending {ws.get('pending', 0)}")
@@ -204,8 +206,11 @@ def format_status(s: dict[str, Any]) -> str:
         f"\n        {x['uri']}  v{x['version']}  {x['chars']} chars" for x in docs["list"][:20]))
     lines.append(f"clients {len(d['clients'])}")
     counts = {k: v for k, v in req.items() if k not in ("by_method", "running", "queued")}
+    running = req["running"]
+    running_text = (f"{running.get('kind', '?')} {running.get('uri', '')}".strip()
+                    if isinstance(running, dict) else "none")
     lines.append(f"requests {json.dumps(req['by_method'])}  {json.dumps(counts)}  "
-                 f"queued {len(req['queued'])}  running {req['running']}")
+                 f"queued {len(req['queued'])}  running {running_text}")
     lines.append(f"generation  passes {gen['forward_passes']}  generated {gen['generated']}  "
                  f"drafted {gen['drafted']}  accepted {gen['accepted']}  "
                  f"acceptance {gen['acceptance']}  tokens/pass {gen['tokens_per_pass']}")

@@ -93,7 +93,7 @@ class RpcConnection:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError as exc:
             fut.cancel()  # a late answer is dropped by _dispatch
-            raise DaemonUnavailable(f"daemon did not answer {method} within {timeout} s") from exc
+            raise DaemonUnavailable(f"daemon did not answer {method} within {timeout:.1f} s") from exc
         except asyncio.CancelledError:
             fut.cancel()
             raise
