@@ -31,6 +31,8 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
                              FileSystemEvent, FileSystemEventHandler)
 from watchdog.observers import Observer
 
+from daemon.priority import lower_this_thread
+
 log = logging.getLogger("ngramd.watcher")
 
 
@@ -179,6 +181,7 @@ class WorkspaceWatcher:
             return any(r in path.parents and not ig.ignored(path) for r, ig in others)
 
         def forget() -> None:
+            lower_this_thread()
             try:
                 self.counts["forgotten"] += self.index.forget_root(root, covered)
             except Exception:
@@ -190,6 +193,7 @@ class WorkspaceWatcher:
     def _index_folder(self, root: Path, state: dict[str, Any], stop: threading.Event) -> None:
         def progress(done: int, total: int) -> None:
             state["progress"] = {"done": done, "total": total}
+        lower_this_thread()
         t0 = time.monotonic()
         try:
             counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
@@ -219,6 +223,7 @@ class WorkspaceWatcher:
             self._cond.notify()
 
     def _flush_loop(self) -> None:
+        lower_this_thread()
         while not self._stop.is_set():
             with self._cond:
                 while not self._pending and not self._stop.is_set():
