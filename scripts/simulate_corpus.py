@@ -27,27 +27,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from simulate_drafts import adaptive_policy, load_cost, simulate  # noqa: E402
+from simulate_drafts import adaptive_policy, load_cost, simulate, trace_proposer  # noqa: E402
 
 TOKEN_CACHE = Path("/tmp/ngramd_bench_tokens.pkl")  # written by scripts/bench_index.py
-
-
-def trace(proposer, prompt_ids, output, k=32):
-    """Per step: (match_len, source, count, agreeing draft prefix, draft length), as simulate_drafts."""
-    steps, ctx = [], list(prompt_ids)
-    for i in range(len(output)):
-        d = proposer.propose(np.asarray(ctx, dtype=np.int32), k, 1)
-        if d:
-            b, agree = d.best, 0
-            for a, t in zip(b.tokens.tolist(), output[i:]):
-                if a != t:
-                    break
-                agree += 1
-            steps.append((b.match_len, int(b.source), b.count, agree, len(b.tokens)))
-        else:
-            steps.append((0, -1, 0, 0, 0))
-        ctx.append(output[i])
-    return steps
 
 
 def main() -> int:
@@ -94,7 +76,8 @@ def main() -> int:
                     p = IndexProposer(idx, case.path.as_uri())
                     if output_drafts:
                         p = ContextLookup(p, len(prompt.ids))
-                    traces[(with_corpus, output_drafts)][case.id] = (case.kind, len(out), trace(p, prompt.ids, out))
+                    steps = trace_proposer(p, prompt.ids, out, 32)
+                    traces[(with_corpus, output_drafts)][case.id] = (case.kind, len(out), steps)
         print(f"corpus={with_corpus}: {idx.stats()['workspace_tokens']:,} workspace tokens", flush=True)
 
     cost = load_cost(args.cost)

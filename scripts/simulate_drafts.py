@@ -36,10 +36,17 @@ def load_cost(spec: str):
 
 def trace_case(index, uri, prompt_ids, output, k):
     """Per step: (match_len, source, count, draft agreeing prefix length, draft length)."""
+    from daemon.proposer import IndexProposer
+
+    return trace_proposer(IndexProposer(index, uri), prompt_ids, output, k)
+
+
+def trace_proposer(proposer, prompt_ids, output, k):
+    """``trace_case`` for any proposer (``propose(context, k, w)``)."""
     steps = []
     ctx = list(prompt_ids)
     for i in range(len(output)):
-        draft = index.propose(np.asarray(ctx, dtype=np.int32), k, 1, current_uri=uri)
+        draft = proposer.propose(np.asarray(ctx, dtype=np.int32), k, 1)
         if draft:
             b = draft.best
             truth = output[i:]

@@ -95,7 +95,7 @@ def test_lookups_after_writes_do_not_build_the_dynamic_set(tmp_path):
         f.write_text(f"def f{i}(): return {i}\n")
         assert idx.index_file(f)
         d = idx.propose(ids(f"def f{i}("), k=4)
-        assert d and "".join(map(chr, d.best.tokens)) == f"): r"
+        assert d and "".join(map(chr, d.best.tokens)) == "): r"
     idx.remove_file(tmp_path / "f1.py")  # not an append: built anew, still by the writer
     assert not idx.propose(ids("f1("), k=4)
     assert built_by_lookup == []
