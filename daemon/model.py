@@ -219,7 +219,12 @@ def _looks_like_hub_id(spec: str) -> bool:
 def _finish(model: Any, tokenizer: Any, dev: torch.device, dtype: torch.dtype, name: str) -> ModelRuntime:
     model = model.to(device=dev, dtype=dtype)
     model.eval()
-    return ModelRuntime(model=model, tokenizer=tokenizer, device=dev, dtype=dtype, name=name)
+    runtime = ModelRuntime(model=model, tokenizer=tokenizer, device=dev, dtype=dtype, name=name)
+    # The tokenizer's thread pool (Rust, rayon) starts at its first batch, at the priority of
+    # the thread that asks. Ask now, so that a background indexing thread, which runs at the
+    # lowest priority (daemon/priority.py), does not start it for every later caller.
+    runtime.tokenize_batch(["", " "])
+    return runtime
 
 
 def _load_pretrained(where: str, dev: torch.device, dtype: torch.dtype, name: str,

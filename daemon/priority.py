@@ -10,7 +10,9 @@ scheduling priority: it still gets every idle cycle, and almost none while the
 model runs.
 
 Linux gives each thread its own nice value (``setpriority`` on the thread id);
-threads it starts inherit it. Elsewhere this is a no-op.
+threads it starts inherit it. Elsewhere this is a no-op. So do thread pools it
+starts, for everyone who uses them later: the tokenizer's starts at its first
+batch, which ``daemon.model`` therefore asks for at load.
 """
 
 from __future__ import annotations

@@ -31,3 +31,24 @@ def test_only_the_calling_thread_and_its_children_are_lowered():
     t.join()
     assert seen == {"lowered": True, "self": LOWEST, "child": LOWEST}
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+
+
+PROBE = """
+import os, threading
+from daemon.model import load_runtime
+from daemon.priority import lower_this_thread
+rt = load_runtime("tiny", device="cpu")
+t = threading.Thread(target=lambda: (lower_this_thread(), rt.tokenize_batch(["a b"] * 8)))
+t.start(); t.join()
+print(sorted({os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_a_lowered_indexing_thread_does_not_lower_the_tokenizer_pool_for_everyone():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[0]"  # every thread left is at normal priority
