@@ -18,9 +18,7 @@ from daemon.requests import CompletionRequest, SamplingParams
 
 
 def run(args: Any) -> int:
-    from daemon.model import ModelLoadError
-
-    try:
+    try:  # the input first: a mistake is reported at once, not after torch's import
         path = Path(args.file)
         text = read_source(path)
         offset = offset_of(text, args.line, args.col)
@@ -28,11 +26,15 @@ def run(args: Any) -> int:
         for ws in args.workspace:
             if not Path(ws).is_dir():
                 raise InputError(f"--workspace {ws}: not a directory")
-        from daemon.completer import Completer
-        from daemon.model import load_runtime
+    except InputError as exc:
+        print(f"ngramd complete: error: {exc}", file=sys.stderr)
+        return 2
+    from daemon.completer import Completer
+    from daemon.model import ModelLoadError, load_runtime
 
+    try:
         runtime = load_runtime(args.model, args.device)
-    except (InputError, ModelLoadError) as exc:
+    except ModelLoadError as exc:
         print(f"ngramd complete: error: {exc}", file=sys.stderr)
         return 2
     index = make_index(runtime, list(args.workspace))
