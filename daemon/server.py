@@ -37,6 +37,8 @@ from daemon.rpc import (
 
 log = logging.getLogger("ngramd.server")
 READ_CHUNK = 64 * 1024
+# at shutdown, requests in flight get this long to send their "cancelled" answers
+SHUTDOWN_GRACE_S = 2.0
 _conn_ids = itertools.count(1)
 
 
@@ -101,6 +103,15 @@ class Server:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        # Requests in flight are answered (cancelled, "shutdown") rather than cut off: queued
+        # ones at once, a running one at its next forward pass.
+        cancel_all = getattr(self.service, "cancel_all", None)
+        if callable(cancel_all):
+            cancel_all("shutdown")
+        pending = [t for conn in self.connections.values() for t in conn.tasks
+                   if t is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
         for conn in list(self.connections.values()):
             conn.closed = True
             conn.writer.close()

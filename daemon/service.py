@@ -124,6 +124,10 @@ class Service:
         for uri in self.docs.release_all(conn):
             self._after_close(uri)
 
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every queued and running request (each gets its REQUEST_CANCELLED answer)."""
+        return self.worker.cancel(lambda job: True, reason)
+
     def close(self) -> None:
         self.worker.stop()
         if self.watcher is not None:

@@ -296,3 +296,18 @@ def test_a_failed_index_edit_resyncs_the_index_with_the_whole_text(inproc):
         assert inproc.index.log[-1] == ("open", "file:///a.py")
         # the second edit failed too: it carried "Xbc!" as its result, the index's copy gave "abc!"
         assert c.call("status")["requests"]["index_errors"] == 2
+
+
+def test_shutdown_answers_requests_in_flight_before_closing(inproc):
+    """A client waiting on a request hears "cancelled (shutdown)", not a closed socket."""
+    c = inproc.client()
+    c.call("open", {"uri": "b", "text": "BLOCK", "version": 1})
+    running = c.send("complete", {"uri": "b", "offset": 0})
+    wait_until(lambda: inproc.completer.started.is_set())
+    queued = c.send("complete", {"uri": "q", "text": "xyz", "offset": 0})
+    with inproc.client() as other:
+        other.call("shutdown")
+    answers = {msgid: c.wait_response(msgid).error for msgid in (running, queued)}
+    assert all(e is not None and e["code"] == REQUEST_CANCELLED and "shutdown" in e["message"]
+               for e in answers.values()), answers
+    c.close()
