@@ -189,6 +189,9 @@ def cache_root() -> Path:
 
 def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
     """Load a model and tokenizer; see the module docstring for ``spec``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a sub-second bar per load: noise in the daemon's log; _progress says what loads
     dev, dtype = resolve_device(device)
     t0 = time.perf_counter()
     if spec == "tiny":
