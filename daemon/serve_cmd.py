@@ -147,18 +147,21 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     """No answer on ``sock``: say why in one line (or one JSON object), exit 1."""
-    from daemon.paths import lock_holder
+    from daemon.paths import is_socket, lock_holder
 
     holder = lock_holder(sock)
-    if holder is not None:
+    starting = holder is not None and not is_socket(sock)  # the socket appears once the model is loaded
+    if starting:
         who = f" (pid {holder})" if holder else ""
         message = f"the daemon{who} on {sock} is starting (loading its model); try again in a moment"
     elif isinstance(exc, TimeoutError):
         message = f"the daemon on {sock} did not answer within 10 s"
+    elif holder is not None:
+        message = f"the daemon on {sock} did not answer: {exc}"
     else:
         message = f"no daemon is running on {sock}"
     if as_json:
-        print(json.dumps({"error": message, "socket": str(sock), "starting": holder is not None}))
+        print(json.dumps({"error": message, "socket": str(sock), "starting": starting}))
     else:
         print(f"ngramd: {message}", file=sys.stderr)
     return 1
