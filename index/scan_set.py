@@ -31,11 +31,12 @@ from .keyed import KeyIndex, key_len
 _SEP = np.full(1, ngram.SEP, np.int32)
 
 
-def _layout(docs: Sequence[np.ndarray], first_start: int) -> tuple[np.ndarray, np.ndarray]:
-    """(each doc followed by SEP, concatenated; start of each doc, the first at ``first_start``)."""
+def _layout(docs: Sequence[np.ndarray], first_start: int, lead: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(each doc followed by SEP, concatenated, after one SEP if ``lead``; start of each doc,
+    the first at ``first_start``). One concatenation: the only copy of the tokens."""
     lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
     starts = (first_start + np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64))[: len(docs)]
-    parts: list[np.ndarray] = []
+    parts: list[np.ndarray] = [_SEP] if lead else []
     for d in docs:
         parts += [d, _SEP]
     cat = np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, np.int32)
@@ -52,8 +53,7 @@ class ScanSet:
                  min_n: int, keyed_min: int, members: Sequence[Any] = ()):
         """docs: [n_i] int32 arrays; stamps: recency per doc; keys: a name per doc (or None);
         members: the objects the docs came from, for ``extends`` (optional)."""
-        body, starts = _layout(docs, 1)
-        self.cat = np.concatenate([_SEP, body])  # [sum n_i + D + 1] int32
+        self.cat, starts = _layout(docs, 1, lead=True)  # cat: [sum n_i + D + 1] int32
         self.starts = starts  # [D] int64
         self.stamps = np.asarray(stamps, np.int64)  # [D]
         self.keys = list(keys)

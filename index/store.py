@@ -644,8 +644,7 @@ class NgramIndex:
             if hit is not None and hit[0] == self._dyn_version:  # built by extension or anew == from scratch
                 got, snap = hit[1], self._dynamic_snapshot()
                 assert got.dead == 0
-                want = ScanSet([t for _, _, t in snap], [f.stamp for _, f, _ in snap], [k for k, _, _ in snap],
-                               self.cfg.min_n, self.cfg.keyed_min_tokens)
+                want = self._make_dynamic(None, snap)  # from scratch
                 assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
                 assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
                 assert (got.index is None) == (want.index is None)

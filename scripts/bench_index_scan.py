@@ -47,9 +47,7 @@ def as_lookup_built(idx: NgramIndex) -> None:
         hit = idx._cache.get("dynamic")
         if hit is not None and hit[0] == idx._dyn_version:
             return hit[1]
-        snap = idx._dynamic_snapshot()
-        s = ScanSet([t for _, _, t in snap], [f.stamp for _, f, _ in snap], [k for k, _, _ in snap],
-                    idx.cfg.min_n, idx.cfg.keyed_min_tokens)
+        s = idx._make_dynamic(None, idx._dynamic_snapshot())  # from scratch, no extension
         idx._cache["dynamic"] = (idx._dyn_version, s)
         return s
 
