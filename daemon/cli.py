@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from daemon import package_version
+
 DESCRIPTION = ("ngramd: local code completion. A code model verifies drafts from an n-gram index "
                "of your workspace and buffers; the output is exactly the model's own.")
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
@@ -45,7 +47,7 @@ def _add_position_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ngramd", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the daemon (one per user)")
@@ -110,15 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 SOCKET_HELP = ("unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock, "
                "or ngramd.sock in the user cache dir without XDG_RUNTIME_DIR)")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ngramd")
-    except PackageNotFoundError:
-        return "(not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
+from daemon import package_version
 from daemon.documents import DocumentStore, parse_changes
 from daemon.requests import CompletionRequest, EditRequest, GenerationStats, SamplingParams
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
@@ -43,14 +44,6 @@ COMMAND_LINE = -1  # the owner of `ngramd serve --workspace` folders (connection
 # a folder whose editors all disconnected stays watched this long (an editor restart finds it
 # indexed), then goes at the next connection: every watched directory holds an inotify watch
 ORPHAN_GRACE_S = 600.0
-
-
-def server_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("ngramd")
-    except Exception:
-        return "0.0.0"
 
 
 class Service:
@@ -144,7 +137,7 @@ class Service:
         self.clients[conn] = client[:200]
         for root in roots:
             self.add_workspace(root, conn)
-        return {"server": SERVER_NAME, "version": server_version(), "model": self.info["model"],
+        return {"server": SERVER_NAME, "version": package_version(), "model": self.info["model"],
                 "device": self.info["device"], "pid": os.getpid()}
 
     async def _m_workspaceFolders(self, conn: int, p: dict) -> Any:
@@ -292,7 +285,7 @@ class Service:
                 index_stats = {"error": f"{type(exc).__name__}: {exc}"}
         docs = self.docs.summary()
         return {
-            "daemon": {"server": SERVER_NAME, "version": server_version(), "pid": os.getpid(),
+            "daemon": {"server": SERVER_NAME, "version": package_version(), "pid": os.getpid(),
                        "uptime_s": round(time.time() - self.started, 1), "ready": True,
                        "socket": self.info["socket"],
                        "max_message_bytes": self.info["max_message_bytes"],
