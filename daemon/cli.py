@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from daemon import package_version
@@ -114,8 +115,27 @@ SOCKET_HELP = ("unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock, 
                "or ngramd.sock in the user cache dir without XDG_RUNTIME_DIR)")
 
 
+_POSITION_OPTIONS = ("--start", "--end")
+_POSITION_VALUE = re.compile(r"-?\d+:-?\d+")
+
+
+def _attach_position_values(argv: list[str]) -> list[str]:
+    """``--start -1:0`` -> ``--start=-1:0``: argparse would take ``-1:0`` for an option and
+    report a missing value; attached, the value reaches the check that explains it."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in _POSITION_OPTIONS and i + 1 < len(argv) and _POSITION_VALUE.fullmatch(argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_position_values(sys.argv[1:] if argv is None else argv))
     module_name, func_name = COMMANDS[args.command].split(":")
     try:
         func = getattr(importlib.import_module(module_name), func_name)

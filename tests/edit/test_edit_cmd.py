@@ -37,6 +37,7 @@ def test_resolve_range_rejects_start_after_end():
 @pytest.mark.parametrize("start,end,message", [
     ("2:0", "1:0", "after"), ("0:0", "9:0", "outside the file"), ("0:x", "1:0", "LINE:COL"),
     ("0:0", "0:7", "column 7"),
+    ("-1:0", "1:0", "LINE:COL"), ("0:0", "0:-2", "LINE:COL"),  # negative: not taken for an option
 ])
 def test_cli_bad_ranges_exit_2_with_a_clear_message(tmp_path, capsys, start, end, message):
     f = tmp_path / "t.py"
