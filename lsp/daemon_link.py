@@ -14,8 +14,9 @@ States::
   now (so sync messages keep their order); otherwise it drops the message, because
   ``on_connect`` re-sends the whole state (every open buffer) on the next connection.
 - Spawning is single-flight: while a daemon this link started is alive and loading,
-  no second one is started; after a daemon exits without ever answering, spawning
-  backs off for ``SPAWN_BACKOFF_S``.
+  no second one is started; after a daemon exits without ever answering, or cannot
+  be started at all (e.g. its socket's folder cannot be created), spawning backs off
+  for ``SPAWN_BACKOFF_S`` and calls fail with that reason meanwhile.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class DaemonLink:
         self._connecting: asyncio.Task[RpcConnection] | None = None
         self._procs: list[subprocess.Popen] = []
         self._no_spawn_until = 0.0
+        self._no_spawn_reason = ""
         self._closing = False
         self.connects = 0  # connections made ready (a reconnect counts)
         self.spawned = 0  # daemons this link started
@@ -159,10 +161,12 @@ class DaemonLink:
         proc = self._live_proc()
         if proc is None:
             if time.monotonic() < self._no_spawn_until:
-                raise DaemonUnavailable(f"no daemon on {self.socket_path}, and the last one started "
-                                        f"exited early (see {self.socket_path}.log)")
+                raise DaemonUnavailable(f"no daemon on {self.socket_path}; {self._no_spawn_reason}")
             log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
-            proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
+            try:
+                proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
+            except OSError as exc:  # e.g. the socket's folder cannot be created, the log not opened
+                raise self._back_off(f"cannot start a daemon on {self.socket_path}: {exc}") from exc
             self._procs.append(proc)
             self.spawned += 1
         return await self._wait_for(proc)
@@ -181,13 +185,18 @@ class DaemonLink:
                 try:
                     return await RpcConnection.open(self.socket_path, on_close=self._lost)
                 except DaemonUnavailable:
-                    self._no_spawn_until = time.monotonic() + SPAWN_BACKOFF_S
-                    raise DaemonUnavailable(f"`ngramd serve` exited with code {code} before "
-                                            f"answering; see {self.socket_path}.log") from None
+                    raise self._back_off(f"`ngramd serve` exited with code {code} before "
+                                         f"answering; see {self.socket_path}.log") from None
             if time.monotonic() > deadline:
                 raise DaemonUnavailable(f"the daemon started on {self.socket_path} did not answer "
                                         f"within {self.start_timeout:.0f} s")
             await asyncio.sleep(POLL_S)
+
+    def _back_off(self, reason: str) -> DaemonUnavailable:
+        """No spawn for SPAWN_BACKOFF_S after a failed start; the error to raise now."""
+        self._no_spawn_until = time.monotonic() + SPAWN_BACKOFF_S
+        self._no_spawn_reason = f"the last start failed: {reason}"
+        return DaemonUnavailable(reason)
 
     def _live_proc(self) -> subprocess.Popen | None:
         self._reap()

@@ -2,8 +2,12 @@
 
 Every request handler is ``async``: the event loop never waits on the daemon.
 Commands:
-- ``ngramd.rewriteSelection(uri, range, instruction?)``: the daemon's ``edit`` of the
-  range, applied with ``workspace/applyEdit``; returns the ``WorkspaceEdit``.
+- ``ngramd.rewriteSelection(uri, range, instruction?, version?)``: the daemon's ``edit``
+  of the range, applied with ``workspace/applyEdit``; returns the ``WorkspaceEdit``.
+  ``version``: the document version the range belongs to; another version is refused
+  (ContentModified) rather than applied to the wrong text. The rewrite code action
+  carries no instruction (null), so that a client can ask the user for one; the server
+  then uses ``DEFAULT_INSTRUCTION``.
 - ``ngramd.status()``: settings, connection state, counters and the daemon's status.
 - ``ngramd.toggle(enabled?)``: flip (or set) ``enabled``; returns the new value.
 """
@@ -27,6 +31,7 @@ STATUS = "ngramd.status"
 TOGGLE = "ngramd.toggle"
 REWRITE_TITLE = "Rewrite selection with ngramd"
 DEFAULT_INSTRUCTION = "Rewrite this code."
+REWRITE_KIND = types.CodeActionKind.RefactorRewrite.value
 
 
 def register(server: NgramdServer) -> None:
@@ -122,14 +127,14 @@ def register(server: NgramdServer) -> None:
         if rng.start == rng.end or not ls.settings.enabled:
             return []
         ls.require_document(params.text_document.uri)
-        if params.context.only and not any(
-                types.CodeActionKind.RefactorRewrite.value.startswith(str(getattr(k, "value", k)))
-                for k in params.context.only):
+        doc = ls.require_document(params.text_document.uri)
+        if params.context.only and not any(_kind_covers(str(getattr(k, "value", k)), REWRITE_KIND)
+                                           for k in params.context.only):
             return []
-        args = [params.text_document.uri, _unstructure(ls, rng), DEFAULT_INSTRUCTION]
+        args = [doc.uri, _unstructure(ls, rng), None, doc.version]
         action = types.CodeAction(title=REWRITE_TITLE, kind=types.CodeActionKind.RefactorRewrite,
-                                  data={"uri": params.text_document.uri, "range": args[1],
-                                        "instruction": DEFAULT_INSTRUCTION})
+                                  data={"uri": doc.uri, "range": args[1], "instruction": None,
+                                        "version": doc.version})
         if not _can_resolve_edit(ls):
             action.command = types.Command(title=REWRITE_TITLE, command=REWRITE, arguments=args)
         return [action]
@@ -137,15 +142,14 @@ def register(server: NgramdServer) -> None:
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: NgramdServer, action: types.CodeAction) -> types.CodeAction:
         data = action.data if isinstance(action.data, dict) else {}
-        uri, rng, instruction = _rewrite_args(ls, [data.get("uri"), data.get("range"),
-                                                   data.get("instruction")])
-        action.edit = await _rewrite(ls, uri, rng, instruction)
+        uri, rng, instruction, version = _rewrite_args(ls, [data.get("uri"), data.get("range"),
+                                                            data.get("instruction"), data.get("version")])
+        action.edit = await _rewrite(ls, uri, rng, instruction, version)
         return action
 
     @server.command(REWRITE)
     async def rewrite_selection(ls: NgramdServer, *args: Any) -> Any:
-        uri, rng, instruction = _rewrite_args(ls, list(args))
-        edit = await _rewrite(ls, uri, rng, instruction)
+        edit = await _rewrite(ls, *_rewrite_args(ls, list(args)))
         applied = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
             edit=edit, label=REWRITE_TITLE))
         if not getattr(applied, "applied", False):
@@ -180,31 +184,43 @@ def _can_pull_configuration(ls: NgramdServer) -> bool:
     return bool(ws and ws.configuration)
 
 
-def _rewrite_args(ls: NgramdServer, args: list[Any]) -> tuple[str, types.Range, str]:
-    """Validate ``[uri, range, instruction?]`` with errors that say what is wrong."""
-    if not 2 <= len(args) <= 3:
-        raise JsonRpcInvalidParams(f"{REWRITE} takes [uri, range, instruction?], got {len(args)} arguments")
+def _kind_covers(wanted: str, kind: str) -> bool:
+    """Whether a code action ``kind`` is asked for by ``only`` entry ``wanted``: the same
+    kind or a parent of it, on dot boundaries (``refactor`` covers ``refactor.rewrite``,
+    ``refactor.re`` does not)."""
+    return kind == wanted or kind.startswith(wanted + ".")
+
+
+def _rewrite_args(ls: NgramdServer, args: list[Any]) -> tuple[str, types.Range, str, int | None]:
+    """Validate ``[uri, range, instruction?, version?]`` with errors that say what is wrong."""
+    if not 2 <= len(args) <= 4:
+        raise JsonRpcInvalidParams(f"{REWRITE} takes [uri, range, instruction?, version?], "
+                                   f"got {len(args)} arguments")
     uri, raw_range = args[0], args[1]
-    instruction = args[2] if len(args) == 3 and args[2] is not None else DEFAULT_INSTRUCTION
+    instruction = args[2] if len(args) >= 3 and args[2] is not None else DEFAULT_INSTRUCTION
+    version = args[3] if len(args) == 4 else None
     if not isinstance(uri, str) or not uri:
         raise JsonRpcInvalidParams(f"{REWRITE}: uri must be a string, got {uri!r}")
     if not isinstance(instruction, str):
         raise JsonRpcInvalidParams(f"{REWRITE}: instruction must be a string, got {instruction!r}")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise JsonRpcInvalidParams(f"{REWRITE}: version must be an integer or null, got {version!r}")
     try:
         rng = ls.protocol._converter.structure(raw_range, types.Range)
     except Exception as exc:
         raise JsonRpcInvalidParams(f"{REWRITE}: range must be an LSP Range, got {raw_range!r}") from exc
-    return uri, rng, instruction
+    return uri, rng, instruction, version
 
 
-async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str) -> types.WorkspaceEdit:
+async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str,
+                   version: int | None = None) -> types.WorkspaceEdit:
     ls.require_document(uri)
     try:
-        doc, text = await ls.edit(uri, rng, instruction)
+        rewrite = await ls.edit(uri, rng, instruction, version)
     except DaemonError as exc:
         raise JsonRpcException(code=exc.code, message=f"ngramd edit failed: {exc.message}") from exc
     except DaemonUnavailable as exc:
         raise JsonRpcInternalError(f"ngramd edit failed: {exc}") from exc
     ws_caps = ls.client_capabilities.workspace
     versioned = bool(ws_caps and ws_caps.workspace_edit and ws_caps.workspace_edit.document_changes)
-    return items.workspace_edit(uri, doc.version, rng, text, versioned)
+    return items.workspace_edit(uri, rewrite.version, rewrite.range, rewrite.text, versioned)

@@ -1,6 +1,7 @@
-"""pygls protocol tweaks: malformed requests answered, incremental changes as offsets.
+"""pygls protocol tweaks: malformed requests answered, incremental changes as offsets,
+commands cancellable.
 
-Two things pygls 2.1 does not do the way ngramd needs:
+Three things pygls 2.1 does not do the way ngramd needs:
 
 1. A request whose params do not validate is logged and dropped by pygls, so the
    editor would wait for an answer forever. Here it gets an ``InvalidParams`` error
@@ -10,18 +11,23 @@ Two things pygls 2.1 does not do the way ngramd needs:
    Here each edit is converted with the server's ``range_of`` (``lsp.positions``, the
    one position helper) on the text before it, applied to pygls' document (which stays the only copy of
    the text), and the offsets are handed to the server for the daemon.
+3. pygls runs a ``workspace/executeCommand`` handler as a task of its own, which the
+   editor's ``$/cancelRequest`` never reaches: a rewrite the editor gave up on would
+   go on running in the daemon. Here the command runs as the request's own task.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from typing import Any
 
 import cattrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.language_server import _prepare_command_arguments
 
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,19 @@ class NgramdProtocol(LanguageServerProtocol):
                     code=types.ErrorCodes.InvalidParams, message=text))
             return
         super().handle_message(message)
+
+    @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
+    async def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Any:
+        """pygls' own, run in this request's task so that ``$/cancelRequest`` cancels the command."""
+        handler = self.fm.commands.get(params.command)
+        if handler is None:
+            raise JsonRpcInvalidParams.of(ValueError(f"Command name {params.command!r} is not defined"))
+        try:
+            args, kwargs = _prepare_command_arguments(handler, params, self._converter)
+        except Exception as exc:
+            raise JsonRpcInvalidParams.of(exc)
+        result = handler(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:

@@ -1,12 +1,15 @@
 """The ngramd language server: state and daemon plumbing (handlers: lsp/handlers.py).
 
 Vocabulary:
-- *keystroke generation*: a per-document counter bumped by every ``didChange``; a
-  completion that started under an older generation is *stale* and answers nothing.
+- *keystroke generation*: a per-document number, drawn anew from one server-wide
+  counter by every ``didOpen`` and ``didChange`` (never reused, so a document closed
+  and reopened meanwhile cannot look unchanged); a completion that started under an
+  older generation is *stale* and answers nothing.
 - *in-flight request*: the daemon ``requestId`` of the completion running for a
-  document; a keystroke cancels it in the daemon (``cancel``), and so does the
+  document; a keystroke cancels it in the daemon (``cancel``), and so do the
   editor's ``$/cancelRequest`` (pygls cancels the handler's task, which sends
-  ``cancel`` on its way out).
+  ``cancel`` on its way out) and a timeout. A rewrite abandoned the same two ways is
+  cancelled in the daemon too: the daemon runs one request at a time.
 
 pygls owns the document text (``workspace.text_documents``); this class keeps only
 counters and ids, never a second copy of any text.
@@ -25,7 +28,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
@@ -42,6 +45,16 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
+
+
+@dataclass
+class Rewrite:
+    """The daemon's replacement text for ``range`` of ``uri`` at document ``version``."""
+
+    uri: str
+    version: int | None
+    range: types.Range  # ordered and clamped to the text: exactly what the daemon replaced
+    text: str
 
 
 @dataclass
@@ -63,6 +76,7 @@ class NgramdServer(LanguageServer):
         self.link = DaemonLink(self._socket_path(settings), model=settings.model,
                                device=settings.device, on_connect=self._on_connect, spawn=spawn)
         self._ids = itertools.count(1)
+        self._generations = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._inflight: dict[str, str] = {}
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
@@ -109,12 +123,12 @@ class NgramdServer(LanguageServer):
     # -- document sync -> daemon ---------------------------------------------------------
 
     def document_opened(self, doc: TextDocument) -> None:
-        self._generation[doc.uri] = self._generation.get(doc.uri, 0) + 1
+        self._generation[doc.uri] = next(self._generations)
         self._sync(doc.uri, "open", self._open_params(doc))
 
     def document_changed(self, uri: str, version: int | None, changes: list[dict[str, Any]]) -> None:
         """Called by the protocol with offsets into the text before each edit."""
-        self._generation[uri] = self._generation.get(uri, 0) + 1
+        self._generation[uri] = next(self._generations)
         self.cancel_inflight(uri)
         self._sync(uri, "change", {"uri": uri, "version": version or 0, "changes": changes})
 
@@ -212,9 +226,11 @@ class NgramdServer(LanguageServer):
             if self._inflight.get(uri) == request_id:
                 self.cancel_inflight(uri)
             raise
-        except DaemonUnavailable as exc:
+        except DaemonUnavailable as exc:  # includes no answer within timeoutMs: stop the daemon's work
             self.counters["failed"] += 1
             log.warning("completion failed: %s", exc)
+            if self._inflight.get(uri) == request_id:
+                self.cancel_inflight(uri)
             return None
         except DaemonError as exc:
             if exc.code == rpc.REQUEST_CANCELLED:
@@ -250,23 +266,43 @@ class NgramdServer(LanguageServer):
             self.resync(uri)
             return await self.link.call("complete", params, max(0.01, deadline - time.monotonic()))
 
-    async def edit(self, uri: str, rng: types.Range, instruction: str) -> tuple[TextDocument, str]:
-        """The daemon's rewrite of ``rng``; raises DaemonError / DaemonUnavailable."""
+    async def edit(self, uri: str, rng: types.Range, instruction: str, version: int | None = None) -> Rewrite:
+        """The daemon's rewrite of ``rng``.
+
+        ``version``: the document version ``rng`` was taken from (a code action's), if
+        known. Raises JsonRpcContentModified when the document is at another version,
+        before or after the daemon's work: the range would then replace the wrong text.
+        Raises DaemonError / DaemonUnavailable; an abandoned rewrite (cancelled by the
+        editor, or past its timeout) is cancelled in the daemon.
+        """
         doc = self.require_document(uri)
+        at = doc.version
+        if version is not None and version != at:
+            raise JsonRpcContentModified(
+                f"{uri} changed since the rewrite was offered (version {version}, now {at}); ask again")
         start, end = self.range_of(doc, rng)
+        replaced = types.Range(start=self.position_of(doc, start), end=self.position_of(doc, end))
+        request_id = f"{os.getpid()}-{next(self._ids)}"
         params = {"uri": uri, "start": start, "end": end, "instruction": instruction,
-                  "version": doc.version or 0, "requestId": f"{os.getpid()}-{next(self._ids)}"}
+                  "version": at or 0, "requestId": request_id}
         timeout = max(self.settings.timeout_ms / 1000, 30.0)
         try:
-            result = await self.link.call("edit", params, timeout)
-        except DaemonError as exc:
-            if exc.code != rpc.CONTENT_MODIFIED:
-                raise
-            self.resync(uri)
-            result = await self.link.call("edit", params, timeout)
+            try:
+                result = await self.link.call("edit", params, timeout)
+            except DaemonError as exc:
+                if exc.code != rpc.CONTENT_MODIFIED:
+                    raise
+                self.resync(uri)
+                result = await self.link.call("edit", params, timeout)
+        except (asyncio.CancelledError, DaemonUnavailable):
+            self.link.send("cancel", {"uri": uri, "requestId": request_id})
+            raise
         if not isinstance(result, dict) or not isinstance(result.get("text"), str):
             raise DaemonError(rpc.INTERNAL_ERROR, f"unexpected edit result: {str(result)[:200]}", "edit")
-        return doc, result["text"]
+        if self.open_document(uri) is not doc or doc.version != at:
+            raise JsonRpcContentModified(
+                f"{uri} changed while ngramd rewrote it (version {at}, now {doc.version}); ask again")
+        return Rewrite(uri, at, replaced, result["text"])
 
     # -- status -----------------------------------------------------------------------
 

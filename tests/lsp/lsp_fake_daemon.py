@@ -24,12 +24,14 @@ class FakeDaemon:
     def __init__(self, path: str, proposal: str = "fake_completion()\n    return 1") -> None:
         self.path = path
         self.proposal = proposal
-        self.delay = 0.0
+        self.delay = 0.0  # seconds a complete takes (cancellable)
+        self.edit_delay = 0.0  # seconds an edit takes (cancellable)
         self.edit_error: tuple[int, str] | None = None
         self.docs: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, Any]] = []
         self.cancelled: list[Any] = []
-        self._jobs: dict[str, tuple[Any, asyncio.Event]] = {}  # uri -> (requestId, cancel)
+        # running request per (uri, method): (requestId, cancel event); a newer one supersedes it
+        self._jobs: dict[tuple[str, str], tuple[Any, asyncio.Event]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -107,11 +109,12 @@ class FakeDaemon:
         if method == "edit":
             if self.edit_error is not None:
                 raise rpc.RpcError(*self.edit_error)
-            text = self.docs[p["uri"]]["text"]
+            text = self.docs[p["uri"]]["text"]  # as the daemon: the text when the request arrives
+            await self._run((p["uri"], method), p.get("requestId"), self.edit_delay)
             return _result(text[p["start"]:p["end"]].upper())
         if method == "cancel":
             n = 0
-            for uri, (rid, event) in list(self._jobs.items()):
+            for (uri, _), (rid, event) in list(self._jobs.items()):
                 if p.get("uri") in (None, uri) and p.get("requestId") in (None, rid):
                     event.set()
                     self.cancelled.append(rid)
@@ -131,23 +134,27 @@ class FakeDaemon:
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {uri}")
             if "version" in p and p["version"] != doc["version"]:
                 raise rpc.RpcError(rpc.CONTENT_MODIFIED, "stale version")
-        old = self._jobs.get(uri)
-        if old is not None:  # supersede
+        await self._run((uri, "complete"), p.get("requestId"), self.delay)
+        return _result(self.proposal)
+
+    async def _run(self, key: tuple[str, str], request_id: Any, seconds: float) -> None:
+        """Take ``seconds`` unless cancelled (REQUEST_CANCELLED); supersedes the same key's job."""
+        old = self._jobs.get(key)
+        if old is not None:
             old[1].set()
         event = asyncio.Event()
-        self._jobs[uri] = (p.get("requestId"), event)
+        self._jobs[key] = (request_id, event)
         try:
-            if self.delay:
+            if seconds:
                 try:
-                    await asyncio.wait_for(event.wait(), self.delay)
+                    await asyncio.wait_for(event.wait(), seconds)
                 except asyncio.TimeoutError:
                     pass
             if event.is_set():
                 raise rpc.RpcError(rpc.REQUEST_CANCELLED, "cancelled")
         finally:
-            if self._jobs.get(uri, (None, None))[1] is event:
-                del self._jobs[uri]
-        return _result(self.proposal)
+            if self._jobs.get(key, (None, None))[1] is event:
+                del self._jobs[key]
 
 
 def _result(text: str) -> dict[str, Any]:

@@ -115,6 +115,19 @@ async def test_link_spawn_failure_is_reported(sock, monkeypatch):
     link = DaemonLink(sock, spawn=True, start_timeout=10)
     with pytest.raises(DaemonUnavailable, match="exited with code 3"):
         await link.call("status", None, 10)
-    with pytest.raises(DaemonUnavailable, match="exited early"):
+    with pytest.raises(DaemonUnavailable, match="the last start failed: .*exited with code 3"):
         await link.call("status", None, 10)
     assert len(spawned) == 1
+
+
+async def test_link_spawn_oserror_is_unavailable_and_backs_off(tmp_path):
+    """A socket whose folder cannot be created: DaemonUnavailable saying why (the LSP's
+    requests answer empty and status reports it), then a back-off, not an OSError per call."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    link = DaemonLink(str(blocker / "sub" / "d.sock"), spawn=True, start_timeout=10)
+    with pytest.raises(DaemonUnavailable, match="cannot start a daemon on .*sub"):
+        await link.call("status", None, 10)
+    with pytest.raises(DaemonUnavailable, match="the last start failed: cannot start a daemon"):
+        await link.call("status", None, 10)
+    assert link.spawned == 0 and "cannot start a daemon" in link.last_error

@@ -419,3 +419,108 @@ async def test_daemon_copy_out_of_sync_is_repaired(fake, sock, lsp_client):
     assert result.items[0].insert_text == fake.proposal
     assert [c["version"] for c in fake.methods("complete")] == [2, 2]  # refused, then retried
     assert fake.docs[URI] == {"text": "a = 2\n", "version": 2}
+
+
+def _rewrite_params(line: int, end_character: int, *extra) -> types.ExecuteCommandParams:
+    return types.ExecuteCommandParams(command="ngramd.rewriteSelection", arguments=[
+        URI, {"start": {"line": line, "character": 0}, "end": {"line": line, "character": end_character}}, *extra])
+
+
+async def test_rewrite_of_a_document_changed_meanwhile_is_refused(fake, sock, lsp_client):
+    """The daemon rewrites the text of version 1; typing meanwhile makes it version 2.
+    Applying that answer at version 2 would replace the wrong text (data loss): refused."""
+    client = await lsp_client(sock)
+    applied = _record_apply_edit(client)
+    text = "keep_me = 1\nrewrite_me = 2\n"
+    open_doc(client, URI, text, version=1)
+    await until(lambda: fake.docs.get(URI), what="open")
+    fake.edit_delay = 1.0
+    task = asyncio.ensure_future(client.workspace_execute_command_async(_rewrite_params(1, 14)))
+    await until(lambda: fake.methods("edit"), what="edit sent")
+    change(client, URI, 2, (rng(0, 0, 0, 0), "# header\n"))
+    with pytest.raises(JsonRpcException) as err:
+        await asyncio.wait_for(task, 10)
+    assert err.value.code == types.LSPErrorCodes.ContentModified and "changed while" in err.value.message
+    assert applied == []
+
+
+async def test_code_action_carries_its_version_and_no_instruction(fake, sock, lsp_client):
+    """The action's arguments name the version its range belongs to (a later version is
+    refused) and no instruction (a client may ask the user; the server has a default)."""
+    from lsp_helpers import client_capabilities
+
+    client = await lsp_client(sock, capabilities=client_capabilities(resolve_edit=True))
+    _record_apply_edit(client)
+    open_doc(client, URI, "x = 1\ny = 2\n", version=3)
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=rng(0, 0, 0, 5),
+        context=types.CodeActionContext(diagnostics=[])))
+    assert actions[0].data["version"] == 3 and actions[0].data["instruction"] is None
+    change(client, URI, 4, (rng(0, 0, 0, 0), "z = 0\n"))
+    await until(lambda: fake.docs.get(URI, {}).get("version") == 4, what="change")
+    with pytest.raises(JsonRpcException) as err:
+        await client.code_action_resolve_async(actions[0])
+    assert err.value.code == types.LSPErrorCodes.ContentModified and "version 3, now 4" in err.value.message
+    assert fake.methods("edit") == []
+    # the same with the command's arguments; the current version runs, with the default instruction
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(_rewrite_params(0, 5, None, 3))
+    assert err.value.code == types.LSPErrorCodes.ContentModified
+    await client.workspace_execute_command_async(_rewrite_params(0, 5, None, 4))
+    assert fake.methods("edit")[-1]["instruction"] == "Rewrite this code."
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(_rewrite_params(0, 5, None, "4"))
+    assert err.value.code == types.ErrorCodes.InvalidParams and "version" in err.value.message
+
+
+async def test_code_action_only_filter_matches_whole_kinds(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    open_doc(client, URI, "x = 1\n")
+
+    async def offered(only: list[str]) -> bool:
+        return bool(await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI), range=rng(0, 0, 0, 5),
+            context=types.CodeActionContext(diagnostics=[], only=only))))
+
+    assert await offered(["refactor"]) and await offered(["refactor.rewrite"])
+    assert not await offered(["refactor.re"]) and not await offered(["quickfix"])
+
+
+async def test_abandoned_rewrite_is_cancelled_in_the_daemon(fake, sock, lsp_client):
+    """The daemon runs one request at a time: a rewrite the editor gave up on must stop there."""
+    client = await lsp_client(sock)
+    _record_apply_edit(client)
+    open_doc(client, URI, "abc\n")
+    await until(lambda: fake.docs.get(URI), what="open")
+    fake.edit_delay = 30
+    fut = asyncio.wrap_future(client.protocol.send_request(
+        types.WORKSPACE_EXECUTE_COMMAND, _rewrite_params(0, 3), msg_id="rewrite-1"))
+    await until(lambda: fake.methods("edit"), what="edit sent")
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="rewrite-1"))
+    with pytest.raises(JsonRpcException):
+        await asyncio.wait_for(fut, 10)
+    rid = fake.methods("edit")[-1]["requestId"]
+    await until(lambda: rid in fake.cancelled, what="daemon-side cancel of the rewrite")
+
+
+async def test_completion_past_its_timeout_is_cancelled_in_the_daemon(fake, sock, lsp_client):
+    client = await lsp_client(sock, options={"timeoutMs": 300})
+    fake.delay = 20
+    open_doc(client, URI, "a = \n")
+    assert await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 0, 4)), 10) is None
+    rid = fake.methods("complete")[-1]["requestId"]
+    await until(lambda: rid in fake.cancelled, what="daemon-side cancel after the timeout")
+
+
+async def test_close_and_reopen_during_the_debounce_makes_the_request_stale(fake, sock, lsp_client):
+    """Reopened at the same version with other text (a file reloaded): the request that
+    waited in the debounce must not ask the daemon with the old cursor offset."""
+    client = await lsp_client(sock, options={"debounceMs": 300})
+    open_doc(client, URI, "x = 1234567890\n", version=1)
+    await until(lambda: fake.docs.get(URI), what="open")
+    fut = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(URI, 0, 14)))
+    await asyncio.sleep(0.05)
+    client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=URI)))
+    open_doc(client, URI, "y\n", version=1)
+    assert await asyncio.wait_for(fut, 10) is None
+    assert fake.methods("complete") == []

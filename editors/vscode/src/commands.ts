@@ -22,9 +22,10 @@ export const CLIENT_COMMANDS = Object.freeze({
 
 /**
  * Arguments for this extension's rewrite command, replacing those of the server's rewrite
- * code action when that action carries no instruction (args `[uri, range]` or none): the
- * user is then asked for one. Returns undefined when the server's arguments already hold
- * an instruction (a third, string argument): that action runs as the server sent it.
+ * code action when that action carries no instruction (`[uri, range, null, version]` as the
+ * server sends it, `[uri, range]`, or none): the user is then asked for one. Returns
+ * undefined when the server's arguments already hold an instruction (a third, string
+ * argument): that action runs as the server sent it.
  */
 export function rewriteCodeActionArgs<R>(serverArgs: unknown[] | undefined, uri: string, range: R): [string, R] | undefined {
   const args = serverArgs ?? [];
@@ -39,3 +40,21 @@ export function rewriteCodeActionArgs<R>(serverArgs: unknown[] | undefined, uri:
   }
   return [uri, range];
 }
+
+/**
+ * Whether a code action about to be resolved is the server's rewrite without an
+ * instruction (its resolve `data` is `{uri, range, instruction: null, version}`): the user
+ * is asked for one first, written into `data.instruction`. Where the client resolves
+ * edits lazily (vscode-languageclient does), this is the light bulb's only path.
+ */
+export function rewriteResolveNeedsInstruction(kind: string | undefined, data: unknown): data is Record<string, unknown> {
+  if (kind !== REWRITE_KIND || typeof data !== "object" || data === null) {
+    return false;
+  }
+  const d = data as Record<string, unknown>;
+  return typeof d["uri"] === "string" && d["range"] !== undefined &&
+    (d["instruction"] === null || d["instruction"] === undefined);
+}
+
+/** The code action kind of the server's rewrite. */
+export const REWRITE_KIND = "refactor.rewrite";

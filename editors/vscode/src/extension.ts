@@ -24,7 +24,7 @@ import {
 } from "vscode-languageclient/node";
 
 import { initializationOptions, needsRestart, NgramdSettings, readSettings, resolveServerPath, serverArgs } from "./config";
-import { CLIENT_COMMANDS, rewriteCodeActionArgs, SERVER_COMMANDS } from "./commands";
+import { CLIENT_COMMANDS, rewriteCodeActionArgs, rewriteResolveNeedsInstruction, SERVER_COMMANDS } from "./commands";
 import { errorView, shouldApplyReturnedEdit, statusView, StatusView, validateInstruction } from "./status";
 
 const STATUS_POLL_MS = 5000;
@@ -101,8 +101,22 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
       // Disabled: answer locally, so that no request reaches the server.
       provideInlineCompletionItems: (document, position, ctx, token, next) =>
         settings.enable ? next(document, position, ctx, token) : undefined,
-      // The server's rewrite code action carries no instruction: route it through
-      // this extension's prompt.
+      // The server's rewrite code action carries no instruction. Resolved lazily (the
+      // light bulb with vscode-languageclient's resolve support): ask for one first; a
+      // dismissed prompt leaves the action without an edit, so nothing changes.
+      resolveCodeAction: async (item, token, next) => {
+        const data = (item as { data?: unknown }).data;
+        if (rewriteResolveNeedsInstruction(item.kind?.value, data)) {
+          const instruction = await askInstruction();
+          if (instruction === undefined) {
+            return item;
+          }
+          data["instruction"] = instruction;
+        }
+        return next(item, token);
+      },
+      // As a command (clients without resolve support): route it through this
+      // extension's own rewrite command, which asks.
       provideCodeActions: async (document, range, ctx, token, next) => {
         const actions = await next(document, range, ctx, token);
         for (const action of actions ?? []) {
@@ -193,6 +207,15 @@ async function toggleCommand(): Promise<void> {
   await cfg.update("enable", !settings.enable, vscode.ConfigurationTarget.Global);
 }
 
+/** The user's instruction for a rewrite; undefined when the input box is dismissed. */
+function askInstruction(): Thenable<string | undefined> {
+  return vscode.window.showInputBox({
+    prompt: "Rewrite the selection: what should change?",
+    placeHolder: "e.g. rename x to count",
+    validateInput: validateInstruction,
+  });
+}
+
 async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise<void> {
   const editor = vscode.window.activeTextEditor;
   let uri = uriArg;
@@ -205,11 +228,7 @@ async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise
     uri = editor.document.uri.toString();
     range = editor.selection;
   }
-  const instruction = await vscode.window.showInputBox({
-    prompt: "Rewrite the selection: what should change?",
-    placeHolder: "e.g. rename x to count",
-    validateInput: validateInstruction,
-  });
+  const instruction = await askInstruction();
   if (instruction === undefined) {
     return;
   }

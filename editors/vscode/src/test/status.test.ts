@@ -14,7 +14,7 @@ import {
   statusView,
   validateInstruction,
 } from "../status";
-import { CLIENT_COMMANDS, rewriteCodeActionArgs, SERVER_COMMANDS } from "../commands";
+import { CLIENT_COMMANDS, rewriteCodeActionArgs, rewriteResolveNeedsInstruction, SERVER_COMMANDS } from "../commands";
 
 test("acceptance rate: explicit rate, nested rate, or accepted / drafted", () => {
   assert.equal(acceptanceRate({ acceptance_rate: 0.25 }), 0.25);
@@ -98,6 +98,17 @@ test("rewrite code action: prompt unless the server's action already has an inst
   assert.equal(rewriteCodeActionArgs(["file:///a", {}, "add types"], "file:///a", "R"), undefined);
   assert.equal(rewriteCodeActionArgs([{ uri: "u", instruction: "x" }], "file:///a", "R"), undefined);
   assert.deepEqual(rewriteCodeActionArgs([{ uri: "u" }], "file:///a", "R"), ["file:///a", "R"]);
+  // what lsp/handlers.py sends: no instruction, the document version last
+  assert.deepEqual(rewriteCodeActionArgs(["file:///a", { r: 1 }, null, 3], "file:///a", "R"), ["file:///a", "R"]);
+});
+
+test("a lazily resolved rewrite action asks for an instruction when it has none", () => {
+  const data = { uri: "file:///a", range: { start: {}, end: {} }, instruction: null, version: 3 };
+  assert.equal(rewriteResolveNeedsInstruction("refactor.rewrite", data), true);
+  assert.equal(rewriteResolveNeedsInstruction("refactor.rewrite", { ...data, instruction: "add types" }), false);
+  assert.equal(rewriteResolveNeedsInstruction("quickfix", data), false, "another server's action");
+  assert.equal(rewriteResolveNeedsInstruction("refactor.rewrite", undefined), false);
+  assert.equal(rewriteResolveNeedsInstruction("refactor.rewrite", { instruction: null }), false, "not ours: no uri/range");
 });
 
 // The shape `ngramd lsp` returns (lsp/server.py status), daemon part from docs/rpc.md.
