@@ -19,6 +19,9 @@ import msgpack
 
 REQUEST, RESPONSE, NOTIFICATION = 0, 1, 2
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Elements in one msgpack array or map: each costs tens of bytes as a Python object
+# but can take one byte on the wire, so the byte limit alone bounds memory loosely.
+MAX_CONTAINER_ITEMS = 1 << 20
 
 # Error codes (JSON-RPC's numbers, so that the LSP can pass them through).
 PARSE_ERROR = -32700
@@ -120,17 +123,25 @@ def _wire_error(error: Any) -> dict[str, Any] | None:
 class FrameReader:
     """Feed bytes in, get decoded objects out. Bounds each message's size.
 
-    Invariant: at most ``max_message_bytes`` of an incomplete message are buffered;
-    past that ``feed`` raises FrameTooLarge and the connection should be closed.
+    Invariant: no message longer than ``max_message_bytes`` is returned, however it
+    is split into chunks; past that many bytes of one message ``feed`` raises
+    FrameTooLarge and the connection should be closed.
     """
 
     def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self._limit = max_message_bytes
+        # The Unpacker drops bytes it has parsed, so its buffer bound alone lets a big
+        # message through in chunks: we also count the bytes of the message in progress.
+        container_limit = min(max_message_bytes, MAX_CONTAINER_ITEMS)
         self._unpacker = msgpack.Unpacker(
             raw=False,
             max_buffer_size=max_message_bytes,
+            max_array_len=container_limit,
+            max_map_len=container_limit,
             strict_map_key=False,
         )
+        self._fed = 0  # bytes fed so far
+        self._message_start = 0  # stream offset where the message in progress began
 
     def feed(self, data: bytes) -> list[Any]:
         """Return every complete object now available (raw, not yet ``decode``d).
@@ -142,10 +153,17 @@ class FrameReader:
             self._unpacker.feed(data)
         except msgpack.BufferFull as exc:
             raise FrameTooLarge(self._limit) from exc
+        self._fed += len(data)
         out: list[Any] = []
         try:
             for obj in self._unpacker:
+                end = self._unpacker.tell()
+                if end - self._message_start > self._limit:
+                    raise FrameTooLarge(self._limit)
+                self._message_start = end
                 out.append(obj)
+            if self._fed - self._message_start > self._limit:  # the message in progress
+                raise FrameTooLarge(self._limit)
         except msgpack.BufferFull as exc:
             raise FrameTooLarge(self._limit) from exc
         except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:

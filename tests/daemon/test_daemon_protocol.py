@@ -13,7 +13,7 @@ from daemon_helpers import wait_until
 from daemon.client import Client, DaemonUnavailable
 from daemon.rpc import (
     CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-    REQUEST_CANCELLED, RpcError, decode, pack_notification, pack_request,
+    REQUEST_CANCELLED, FrameReader, FrameTooLarge, RpcError, decode, pack_notification, pack_request,
 )
 
 
@@ -132,6 +132,39 @@ def test_oversized_message_is_refused(inproc):
         c.sock.sendall(pack_request(1, "open", {"uri": "u", "text": "x" * (limit + 10_000), "version": 1})[:limit + 5_000])
         note = c.wait_notification("error")
         assert note.params["code"] == INVALID_REQUEST and "larger than" in note.params["message"]
+    with inproc.client() as c:
+        assert c.call("status")["daemon"]["ready"]
+
+
+def test_frame_limit_holds_for_a_message_split_into_chunks():
+    """The Unpacker drops parsed bytes, so only counting the message's own bytes bounds it."""
+    limit = 1 << 16
+    big = pack_request(1, "open", {"uri": "u", "text": "x", "version": 1, "junk": ["y" * 1000] * 200})
+    small = pack_request(2, "status", {})
+    frames = FrameReader(limit)
+    assert frames.feed(small[:3]) == [] and len(frames.feed(small[3:])) == 1  # chunks under the limit: fine
+    with pytest.raises(FrameTooLarge):
+        for i in range(0, len(big), 4096):
+            frames.feed(big[i:i + 4096])
+    # a message just over the limit whose last chunk completes it is refused as well
+    just_over = pack_request(3, "open", {"uri": "u", "text": "x", "version": 1, "junk": ["y" * 1024] * 64})
+    assert limit < len(just_over) < limit + 1024
+    frames = FrameReader(limit)
+    with pytest.raises(FrameTooLarge):
+        frames.feed(just_over[:limit - 10])
+        frames.feed(just_over[limit - 10:])
+
+
+def test_oversized_message_in_chunks_closes_the_connection(inproc):
+    limit = inproc.server.max_message_bytes
+    big = pack_request(1, "open", {"uri": "u", "text": "x", "version": 1,
+                                   "junk": ["y" * 50_000] * (4 * limit // 50_000)})
+    with inproc.client() as c:
+        with pytest.raises(OSError):  # the daemon hangs up while we are still sending
+            for i in range(0, len(big), 32 * 1024):
+                c.sock.sendall(big[i:i + 32 * 1024])
+        note = c.wait_notification("error")
+        assert note.params["fatal"] and "larger than" in note.params["message"]
     with inproc.client() as c:
         assert c.call("status")["daemon"]["ready"]
 
