@@ -2,7 +2,10 @@
 
 Each connection reads bytes into a ``FrameReader`` (bounded message size) and
 starts one task per request, in arrival order, so that a ``cancel`` or
-``status`` is answered while a ``complete`` waits for the model.
+``status`` is answered while a ``complete`` waits for the model. At most
+``MAX_IN_FLIGHT`` tasks per connection: past that the connection is not read
+until one finishes (its answer sent), so a client that pipelines requests and
+never reads the answers holds bounded memory.
 
 Errors, and where they go:
 - a request that fails (unknown method, bad params, stale version, cancelled)
@@ -39,6 +42,9 @@ log = logging.getLogger("ngramd.server")
 READ_CHUNK = 64 * 1024
 # at shutdown, requests in flight get this long to send their "cancelled" answers
 SHUTDOWN_GRACE_S = 2.0
+# requests of one connection being handled or waiting to send their answer; past this the
+# connection is not read until some finish (a client that never reads cannot pile up tasks)
+MAX_IN_FLIGHT = 64
 _conn_ids = itertools.count(1)
 
 
@@ -51,7 +57,8 @@ class Connection:
         self.closed = False
 
     async def send(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or self.writer.is_closing():
+            self.closed = True  # the peer left; its replies have nowhere to go
             return
         async with self._lock:
             try:
@@ -72,6 +79,7 @@ class Server:
         self.service = service
         self.socket_path = socket_path
         self.max_message_bytes = max_message_bytes
+        self.max_in_flight = MAX_IN_FLIGHT
         self.connections: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
 
@@ -142,6 +150,7 @@ class Server:
                     await conn.send_error_notification(exc, fatal=True)
                     break
                 for obj in objs:
+                    await self._wait_for_room(conn)
                     await self._on_message(conn, obj)
         except (ConnectionError, OSError):
             pass
@@ -157,6 +166,11 @@ class Server:
                 writer.close()
             except Exception:
                 pass
+
+    async def _wait_for_room(self, conn: Connection) -> None:
+        """Back-pressure: hold off reading while ``max_in_flight`` requests are pending."""
+        while len(conn.tasks) >= self.max_in_flight:
+            await asyncio.wait(set(conn.tasks), return_when=asyncio.FIRST_COMPLETED)
 
     async def _on_message(self, conn: Connection, obj: Any) -> None:
         try:

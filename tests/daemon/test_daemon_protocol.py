@@ -169,6 +169,28 @@ def test_oversized_message_in_chunks_closes_the_connection(inproc):
         assert c.call("status")["daemon"]["ready"]
 
 
+def test_a_connection_has_at_most_max_in_flight_requests_pending(inproc):
+    """Pipelined requests past the bound stay unread in the socket until earlier ones finish."""
+    limit = inproc.server.max_in_flight
+    most_pending = []
+    dispatch = inproc.service.dispatch
+
+    async def recording_dispatch(conn, method, params):
+        most_pending.append(max(len(c.tasks) for c in inproc.server.connections.values()))
+        return await dispatch(conn, method, params)
+
+    inproc.service.dispatch = recording_dispatch
+    with inproc.client() as c, inproc.client() as other:
+        blocked = c.send("complete", {"uri": "b", "text": "BLOCK", "offset": 0})
+        queued = [c.send("complete", {"uri": f"q{i}", "text": "abc", "offset": 0})
+                  for i in range(limit + 10)]
+        wait_until(lambda: len(other.call("status")["requests"]["queued"]) >= limit - 1)
+        other.call("cancel", {"uri": "b"})
+        assert c.wait_response(blocked).error["code"] == REQUEST_CANCELLED
+        assert all(c.wait(msgid)["text"] == "cba" for msgid in queued)  # the rest were read later
+    assert max(most_pending) <= limit
+
+
 def test_supersede_and_cancel(inproc):
     with inproc.client() as c, inproc.client() as other:
         c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
