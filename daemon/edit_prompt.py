@@ -41,10 +41,17 @@ the newline and the first line's indentation form one token (``"\\n   "``) just 
 they did in training text; the prompt's and the draft's token ids concatenate to
 the ids of the concatenated text (tested).
 
+Tokens: only the template's own special-token strings become special tokens;
+the user's text (file, selection, instruction) is encoded as plain text
+(daemon/model.py ``encode_plain``), so a ``"<|im_end|>"`` literal in the code
+is text to the model and in the draft, never an end of sequence.
+
 Cleaning (``clean_answer``): drop the leading newline, cut at the first closing
 fence line, and give back the original's trailing newline if it had one. The
-fence is three backticks, or more when the original itself contains a run of
-three or more (as Markdown does), so that the original cannot close it.
+end-of-sequence token is never part of the answer's text, so a ``<|im_end|>``
+in it is the code's own and kept. The fence is three backticks, or more when
+the original itself contains a run of three or more (as Markdown does), so
+that the original cannot close it.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from daemon.model import encode_template
 
 SELECTION = "<selection/>"
 SYSTEM = ("You are a careful code editor. The user selects code in a file and gives an "
@@ -62,6 +71,7 @@ SYSTEM = ("You are a careful code editor. The user selects code in a file and gi
 CONTEXT_LINES_BEFORE = 40
 CONTEXT_LINES_AFTER = 15
 CONTEXT_CHARS = 3000  # per side, after the line limit
+_USER_PLACEHOLDER = "\x00ngramd-user-message\x00"  # stands for the user message while rendering the template
 
 _LANGS = {
     "py": "python", "pyi": "python", "js": "javascript", "mjs": "javascript", "ts": "typescript",
@@ -133,7 +143,6 @@ def clean_answer(answer: str, original: str, fence: str) -> str:
 
     Example: clean_answer("\\n    y = 1\\n```", "    x = 1\\n", "```") == "    y = 1\\n".
     """
-    answer = answer.split("<|im_end|>", 1)[0]
     if answer.startswith("\n"):
         answer = answer[1:]
     if answer.startswith(fence):  # empty replacement
@@ -168,9 +177,12 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
                 f"{fence}{lang}\n{context}\n{fence}\n\n"
                 f"Selection:\n{fence}{lang}\n{original.rstrip(chr(10))}\n{fence}\n\n"
                 f"Instruction: {instruction.strip()}")
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-        head = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        prompt = head + fence + lang
+        before, after = _chat_template_around_user(tokenizer)
+        after += fence + lang
+        prompt = before + user + after
+        # the template's own special tokens are specials; the user's text (code, name,
+        # instruction) is plain, so a "<|im_end|>" in the code stays text
+        prompt_ids = encode_template(tokenizer, before) + list(runtime.encode(user)) + encode_template(tokenizer, after)
     else:
         style = "plain"
         prompt = (f"File: {name} (excerpt, the selection replaced by {SELECTION})\n"
@@ -178,10 +190,23 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
                   f"Selection:\n{fence}{lang}\n{original.rstrip(chr(10))}\n{fence}\n"
                   f"Instruction: {instruction.strip()}\n"
                   f"Rewritten selection:\n{fence}{lang}")
+        prompt_ids = list(runtime.encode(prompt))
     eos = getattr(runtime, "eos_token_id", None)
     draft_ids = list(runtime.encode(draft_text(original, fence)))
     if eos is not None:
         draft_ids.append(int(eos))
-    return EditPrompt(style=style, prompt=prompt, prompt_ids=list(runtime.encode(prompt)),
+    return EditPrompt(style=style, prompt=prompt, prompt_ids=prompt_ids,
                       draft_ids=draft_ids, original=original, fence=fence,
                       stop=("\n" + fence,))
+
+
+def _chat_template_around_user(tokenizer: Any) -> tuple[str, str]:
+    """The rendered chat template before and after the user message's content (the
+    generation prompt included), found by rendering a placeholder in its place."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": _USER_PLACEHOLDER}]
+    head = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    parts = head.split(_USER_PLACEHOLDER)
+    if len(parts) != 2:
+        raise ValueError("the model's chat template does not show the user message verbatim; "
+                         "edits need a template that does")
+    return parts[0], parts[1]

@@ -19,6 +19,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -69,14 +70,14 @@ class ModelRuntime:
         return self.tokenizer.eos_token_id
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens (no BOS)."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """Token ids of user text (no BOS); a special token's string in it is plain text (see ``encode_plain``)."""
+        return encode_plain(self.tokenizer, [text])[0]
 
     def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
-        """Batch ``encode`` (the index's tokenizer callback)."""
+        """Batch ``encode`` (the index's tokenizer callback): the index's tokens line up with the prompt's."""
         if not texts:
             return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        return encode_plain(self.tokenizer, list(texts))
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -123,6 +124,41 @@ class ModelRuntime:
             kwargs["attention_mask"] = attention_mask
         out = self.model(input_ids=input_ids, **kwargs)
         return out.logits[0].float()
+
+
+def encode_plain(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, every character as text: ``"<|im_end|>"`` in code is 7 ordinary
+    tokens, never the end-of-sequence token (which would cut a draft or hide the literal from
+    the model). Real special tokens come only from ``encode_template``.
+
+    ``split_special_tokens`` is a flag on the shared Rust tokenizer that each call sets; every
+    encoding in the daemon passes True, so calls on different threads never race on it.
+    """
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+
+
+def encode_template(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of text the daemon wrote itself (a rendered chat template): special-token strings
+    in it are the special tokens, the text between them is encoded as ``encode_plain`` does
+    (as the tokenizer does: added tokens split the text before pre-tokenization)."""
+    specials = {tok.content: int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special}
+    if not specials:
+        return encode_plain(tokenizer, [text])[0]
+    pattern = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
+    pieces: list[str] = []  # plain text between the specials
+    found: list[int] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        pieces.append(text[pos:m.start()])
+        found.append(specials[m.group()])
+        pos = m.end()
+    pieces.append(text[pos:])
+    encoded = encode_plain(tokenizer, pieces)
+    ids = list(encoded[0])
+    for special, piece in zip(found, encoded[1:]):
+        ids.append(special)
+        ids.extend(piece)
+    return ids
 
 
 def _build_byte_table(tokenizer: Any, n: int) -> list[bytes]:

@@ -10,13 +10,13 @@ import pytest
 @pytest.fixture(scope="session")
 def tok_runtime():
     """The embedded model's tokenizer behind the runtime's tokenizer API (no model weights)."""
-    from daemon.model import load_tokenizer_only
+    from daemon.model import encode_plain, load_tokenizer_only
 
     tok = load_tokenizer_only()
     return SimpleNamespace(
         tokenizer=tok,
         eos_token_id=tok.eos_token_id,
-        encode=lambda text: list(tok(text, add_special_tokens=False)["input_ids"]),
+        encode=lambda text: encode_plain(tok, [text])[0],
         decode=lambda ids: tok.decode(list(ids), skip_special_tokens=False,
                                       clean_up_tokenization_spaces=False),
     )

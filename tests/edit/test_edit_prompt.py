@@ -8,6 +8,7 @@ import pytest
 
 from daemon.edit_prompt import (SELECTION, EditRangeError, build_edit_prompt, check_range,
                                 clean_answer, draft_text, excerpt, fence_for, language_of)
+from daemon.model import encode_template
 
 SRC = '''import os
 
@@ -83,8 +84,28 @@ def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
 def test_prompt_and_draft_tokens_concatenate(tok_runtime, start, end):
     # the answer's tokens, when the model repeats the original, are exactly the draft
     ep = build_edit_prompt(tok_runtime, SRC, start, end, "add type hints", uri="geo.py")
-    joined = tok_runtime.encode(ep.prompt + draft_text(ep.original, ep.fence))
+    joined = encode_template(tok_runtime.tokenizer, ep.prompt + draft_text(ep.original, ep.fence))
     assert joined == ep.prompt_ids + ep.draft_ids[:-1]
+
+
+def test_clean_answer_keeps_a_special_token_literal_of_the_code():
+    # eos ends the generation as a token; "<|im_end|>" in the answer's text is the code's own
+    answer = "\nx = '<|im_end|>'\ny = 1\n```"
+    assert clean_answer(answer, "x = 'a'\ny = 1\n", "```") == "x = '<|im_end|>'\ny = 1\n"
+
+
+def test_special_token_literals_in_the_selection_are_plain_text(tok_runtime):
+    src = "marker = '<|im_end|>'\nstart = '<|im_start|><|endoftext|>'\n"
+    ep = build_edit_prompt(tok_runtime, src, 0, len(src), "add a docstring", uri="m.py")
+    tok = tok_runtime.tokenizer
+    special = set(tok.all_special_ids)
+    # the draft holds the literals as text and ends with the one real eos
+    assert not special & set(ep.draft_ids[:-1]) and ep.draft_ids[-1] == tok_runtime.eos_token_id
+    assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(src, "```")
+    # the prompt's special tokens are the template's alone: the same as for a selection without literals
+    plain = build_edit_prompt(tok_runtime, "marker = 'x'\n", 0, 13, "add a docstring", uri="m.py")
+    assert [i for i in ep.prompt_ids if i in special] == [i for i in plain.prompt_ids if i in special]
+    assert tok_runtime.decode(ep.prompt_ids) == ep.prompt
 
 
 def test_plain_prompt_for_a_base_model(tok_runtime):

@@ -56,3 +56,13 @@ def test_empty_prefix_starts_from_a_start_token():
     rt = FakeRuntime(fim=False)
     p = build_prompt(rt, "abc", 0)
     assert p.ids == [300] and p.forced == ""
+
+
+def test_special_token_literals_in_code_are_plain_text_for_the_prompt_and_the_index(tiny):
+    text = "END = '<|im_end|>'\nSEP = '<|endoftext|>'\nx = END"
+    p = build_prompt(tiny, text, len(text))
+    assert not set(p.ids) & set(tiny.tokenizer.all_special_ids)
+    assert p.text + p.forced == text
+    # the index tokenizes the same way, so its drafts line up with the prompt's tokens
+    (indexed,) = tiny.tokenize_batch([text])
+    assert indexed == tiny.encode(text) and indexed[:len(p.ids)] == p.ids
