@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.requests import check_temperature, check_top_p
+
 
 class InputError(ValueError):
     """Bad command-line input; the message says what and where."""
@@ -54,10 +56,12 @@ def check_generation_args(max_tokens: int | None, temperature: float, top_p: flo
     """The checks the engine would make, before the model is loaded (seconds) rather than after."""
     if max_tokens is not None and max_tokens < 1:
         raise InputError("--max-tokens must be at least 1")
-    if not temperature >= 0:
-        raise InputError(f"--temperature must be >= 0 (0 is greedy), got {temperature}")
-    if not 0 < top_p <= 1:
-        raise InputError(f"--top-p must be in (0, 1], got {top_p}")
+    for flag, check, value in (("--temperature", check_temperature, temperature),
+                               ("--top-p", check_top_p, top_p)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise InputError(f"{flag} {exc}") from exc
 
 
 def make_index(runtime: Any, workspaces: list[str]) -> Any:

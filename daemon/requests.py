@@ -10,6 +10,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# A positive temperature below MIN_TEMPERATURE is refused rather than quietly made greedy:
+# logits / T overflows float32 to inf for T below ~1e-37 (NaN probabilities), and
+# anything this small samples like greedy anyway, so 0 says what the caller means.
+MIN_TEMPERATURE = 1e-4
+MAX_TEMPERATURE = 100.0
+
+
+def check_temperature(value: float) -> float:
+    """``value`` when it is 0 (greedy) or finite in [MIN_TEMPERATURE, MAX_TEMPERATURE]; else ValueError.
+
+    The message leaves out the parameter's name, which the caller adds
+    (``--temperature`` on the command line, ``'temperature'`` in the RPC).
+    """
+    if not (value == 0 or MIN_TEMPERATURE <= value <= MAX_TEMPERATURE):  # NaN fails both
+        raise ValueError(f"must be >= 0 (0 is greedy; otherwise between {MIN_TEMPERATURE:g} "
+                         f"and {MAX_TEMPERATURE:g}), got {value}")
+    return value
+
+
+def check_top_p(value: float) -> float:
+    """``value`` when it is in (0, 1] (NaN is not); else ValueError, worded like ``check_temperature``."""
+    if not 0 < value <= 1:
+        raise ValueError(f"must be in (0, 1], got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 means greedy

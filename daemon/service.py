@@ -30,7 +30,9 @@ from urllib.parse import unquote, urlparse
 
 from daemon import package_version
 from daemon.documents import DocumentStore, parse_changes
-from daemon.requests import CompletionRequest, EditRequest, GenerationStats, SamplingParams
+from daemon.requests import (
+    CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_temperature, check_top_p,
+)
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
 from daemon.worker import Job, Worker
@@ -436,14 +438,21 @@ def _check_range(key: str, value: Any, lo: Any, hi: Any) -> Any:
 
 
 def _sampling(p: dict) -> SamplingParams:
-    temperature = float(_check_range("temperature", _opt(p, "temperature", float, 0.0), 0.0, 100.0))
-    top_p = float(_check_range("topP", _opt(p, "topP", float, 1.0), 0.0, 1.0))
-    if top_p <= 0.0:
-        raise RpcError(INVALID_PARAMS, "'topP' must be in (0, 1]")
+    temperature = _checked_float(p, "temperature", 0.0, check_temperature)
+    top_p = _checked_float(p, "topP", 1.0, check_top_p)
     seed = p.get("seed")
     if seed is not None:
         seed = _check_range("seed", _req(p, "seed", int), 0, 2**63 - 1)
     return SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
+
+
+def _checked_float(p: dict, key: str, default: float, check: Callable[[float], float]) -> float:
+    """An optional number that ``check`` (shared with the CLI) accepts; INVALID_PARAMS otherwise."""
+    value = float(_opt(p, key, float, default))
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"'{key}' {exc}") from exc
 
 
 def _uri(p: dict) -> str:

@@ -76,6 +76,10 @@ def test_stale_version_and_out_of_range(inproc):
     ("complete", {"uri": "u", "offset": 0, "text": "abc", "maxTokens": 0}),
     ("complete", {"uri": "u", "offset": 0, "text": "abc", "maxTokens": 10**9}),
     ("complete", {"uri": "u", "offset": 0, "text": "abc", "temperature": -1}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "temperature": float("nan")}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "temperature": float("inf")}),
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "temperature": 1e-40}),  # overflows logits / T
+    ("complete", {"uri": "u", "offset": 0, "text": "abc", "topP": float("nan")}),
     ("complete", {"uri": "u", "offset": 0, "text": "abc", "topP": 0}),
     ("complete", {"uri": "u", "offset": 0, "text": "abc", "multiline": "yes"}),
     ("complete", {"uri": "u", "offset": 0, "text": "abc", "stop": [1]}),

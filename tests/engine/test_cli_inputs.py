@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.cli_inputs import InputError, offset_of
+from daemon.cli_inputs import InputError, check_generation_args, offset_of
 from lsp.positions import UTF32, offset_at
 
 
@@ -21,3 +21,17 @@ def test_crlf_line_ends_before_the_carriage_return():
         offset_of("a\r\nb", 0, 2)  # would land between \r and \n
     with pytest.raises(InputError, match="line 2 is outside the file \\(lines 0..1\\)"):
         offset_of("a\r\nb", 2, 0)
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), 1e-40, -1.0, 101.0])
+def test_unusable_temperatures_are_refused_with_the_rule(temperature):
+    """The RPC's rule (daemon.requests.check_temperature): 0 for greedy, else finite in [1e-4, 100]."""
+    with pytest.raises(InputError, match=r"--temperature must be >= 0 \(0 is greedy; otherwise between 0.0001 and 100\)"):
+        check_generation_args(16, temperature, 1.0)
+
+
+def test_usable_sampling_flags_pass():
+    for temperature in (0.0, 1e-4, 0.7, 100.0):
+        check_generation_args(16, temperature, 1.0)
+    with pytest.raises(InputError, match=r"--top-p must be in \(0, 1\], got nan"):
+        check_generation_args(16, 0.7, float("nan"))
