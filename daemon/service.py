@@ -42,6 +42,7 @@ log = logging.getLogger("ngramd.service")
 SERVER_NAME = "ngramd"
 MAX_TOKENS_LIMIT = 4096
 MAX_URI_CHARS = 4096
+UNKNOWN_METHOD = "<unknown>"  # the key of requests.by_method that counts unknown methods
 COMMAND_LINE = -1  # the owner of `ngramd serve --workspace` folders (connections count from 1)
 # a folder whose editors all disconnected stays watched this long (an editor restart finds it
 # indexed), then goes at the next connection: every watched directory holds an inotify watch
@@ -86,8 +87,9 @@ class Service:
     # -- entry points for the server ----------------------------------------------------
 
     async def dispatch(self, conn: int, method: str, params: Any) -> Any:
-        self.requests[method] += 1
         handler = self._handlers.get(method)
+        # made-up names share one counter: each one kept would grow every status reply
+        self.requests[method if handler is not None else UNKNOWN_METHOD] += 1
         if handler is None:
             raise RpcError(METHOD_NOT_FOUND, f"unknown method {method[:100]!r}; "
                                              f"methods: {', '.join(self.methods)}")

@@ -113,6 +113,10 @@ def test_unknown_method_and_invalid_messages(inproc):
         note = c.wait_notification("error")
         assert note.params["code"] == INVALID_PARAMS and note.params["method"] == "open"
         assert c.call("status")["requests"]["errors"]
+        # unknown names are counted under one key, not kept one by one
+        c.notify("x" * 1000, {})
+        by_method = c.call("status")["requests"]["by_method"]
+        assert by_method["<unknown>"] == 2 and "nope" not in by_method and "x" * 1000 not in by_method
 
 
 def test_malformed_msgpack_closes_only_that_connection(inproc):
