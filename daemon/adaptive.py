@@ -114,7 +114,8 @@ class CostModel:
 
         from daemon.model import cache_root
 
-        key = f"v4|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        # v5: packed weights (daemon/fast_linear.py) made passes of 3+ tokens cheaper
+        key = f"v5|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}

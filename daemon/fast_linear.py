@@ -2,11 +2,16 @@
 
 On CPU, ``F.linear(x, W)`` (``x @ W.T``) for a handful of rows hits slow MKL
 paths: the 49152 x 576 lm_head of SmolLM2 costs 11 ms for 1 row and 25-37 ms for
-2-3 rows (1 thread; docs/benchmarks.md). The same product written as
-``(W @ x.T).T`` costs 6 ms for 1-2 rows; a single row is computed as two
-identical rows, since the matrix-vector path is as slow as ``F.linear``. Which rows counts use
-the rewritten form is a table measured on the whole forward pass
-(``scripts/profile_forward.py``), not guessed: ``WX_ROWS``.
+2-3 rows (1 thread; docs/benchmarks.md). Two faster forms, chosen by row count:
+
+- ``(W @ x.T).T`` costs 6 ms for 1-2 rows; a single row is computed as two
+  identical rows, since the matrix-vector path is as slow as ``F.linear``. Which
+  row counts take it is a table measured on the whole forward pass
+  (``scripts/profile_forward.py``), not guessed: ``WX_ROWS``.
+- From a few rows on (verification passes, prefill chunks), oneDNN with the weight
+  re-laid out once at load for its kernels ("packed", ``torch.ops.mkldnn``): a
+  second copy of every weight, so only for models whose linear weights fit
+  ``PACK_MAX_BYTES`` (fp32 on CPU; docs/benchmarks.md, "Forward pass cost").
 
 The result equals ``F.linear`` up to float rounding (a different summation order);
 every forward pass of the runtime goes through the same function, so plain and
@@ -15,19 +20,35 @@ speculative decoding see the same arithmetic for the same row count.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+log = logging.getLogger(__name__)
+
 # Row counts for which (W @ x.T).T beats F.linear on this CPU (MKL, fp32), per kind of layer.
 WX_ROWS = {"head": frozenset(range(1, 9)), "layer": frozenset(range(1, 5))}
+# With packed weights: row counts that still take (W @ x.T).T (it wins at 1-2 rows); all others are packed.
+PACKED_WX_ROWS = {"head": frozenset({1, 2}), "layer": frozenset({1, 2})}
+PACK_BATCH_HINT = 8  # oneDNN picks its weight layout for this many rows; any row count works
+PACK_MAX_BYTES = 1 << 30  # the packed copy doubles the linear weights' memory: only up to this size
 
 
-def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: frozenset[int]
-                ) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` for x [..., in], weight [out, in]; ``rows``: row counts taking the W @ x.T path."""
+def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: frozenset[int],
+                packed: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for x [..., in], weight [out, in].
+
+    ``rows``: row counts taking the W @ x.T path; others take ``packed`` (``weight``
+    re-laid out by ``pack``) when given, else ``F.linear``.
+    """
     n = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if n not in rows or x.device.type != "cpu":
+    if x.device.type != "cpu":
+        return F.linear(x, weight, bias)
+    if n not in rows:
+        if packed is not None and n:
+            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
         return F.linear(x, weight, bias)
     flat = x.reshape(n, x.shape[-1])  # [n, in]
     if n == 1:  # a matrix-vector product is as slow as F.linear; two equal rows take the fast path
@@ -38,24 +59,50 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out.contiguous().reshape(*x.shape[:-1], weight.shape[0])
 
 
+def can_pack(weights: list[torch.Tensor]) -> bool:
+    """Whether these weights get a packed copy: fp32 on CPU, oneDNN present, within PACK_MAX_BYTES."""
+    if not weights or not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return False
+    if any(w.device.type != "cpu" or w.dtype != torch.float32 for w in weights):
+        return False
+    return sum(w.numel() * w.element_size() for w in weights) <= PACK_MAX_BYTES
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [out, in] re-laid out for oneDNN's linear (an opaque tensor, a copy)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACK_BATCH_HINT)
+
+
 class FastLinear(nn.Linear):
     """An ``nn.Linear`` (same parameters, shared, not copied) whose forward is ``linear_rows``."""
 
     kind: str = "layer"
+    packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
+        if self.packed is not None:
+            return linear_rows(x, self.weight, self.bias, PACKED_WX_ROWS[self.kind], self.packed)
         return linear_rows(x, self.weight, self.bias, WX_ROWS[self.kind])
 
 
-def install(model: nn.Module, head: nn.Module | None) -> int:
+def install(model: nn.Module, head: nn.Module | None, packed: bool = True) -> int:
     """Turn the model's ``nn.Linear`` modules into ``FastLinear`` in place (class swap, weights untouched).
 
-    ``head`` is the lm_head (kind "head"); all others are kind "layer". Returns how many were converted.
+    ``head`` is the lm_head (kind "head"); all others are kind "layer". ``packed``:
+    also give each a packed copy of its weight where ``can_pack`` allows (if packing
+    fails, none is packed). Returns how many were converted.
     """
-    count = 0
-    for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = FastLinear
-            module.kind = "head" if module is head else "layer"
-            count += 1
-    return count
+    linears = [m for m in model.modules() if type(m) is nn.Linear]
+    for module in linears:
+        module.__class__ = FastLinear
+        module.kind = "head" if module is head else "layer"
+    if packed and can_pack([m.weight for m in linears]):
+        try:
+            with torch.no_grad():
+                copies = [pack(m.weight) for m in linears]
+        except RuntimeError as exc:  # an unusual build: the unpacked paths are exact too
+            log.warning("oneDNN weight packing failed (%s); using the unpacked linears", exc)
+        else:
+            for module, copy in zip(linears, copies):
+                module.packed = copy
+    return len(linears)

@@ -7,9 +7,11 @@ Variants (one model, switched between passes):
 - ``before``: transformers' DynamicCache (appends by torch.cat) and F.linear everywhere;
 - ``cache``: the in-place KV cache (daemon/kv_cache.py), F.linear everywhere;
 - ``linear``: ``cache`` plus daemon/fast_linear.py's row table;
-- ``after``: ``linear`` plus daemon/fast_attention.py (copy-free GQA): what the daemon runs.
-Extra variants to decide the table: ``head_all`` / ``layers_all`` (W @ x.T for every n <= 32 in the
-lm_head / in the decoder layers).
+- ``after``: ``linear`` plus daemon/fast_attention.py (copy-free GQA), with unpacked weights;
+- ``packed``: ``after`` with oneDNN's pre-packed weights from 3 rows on (``PACKED_WX_ROWS``):
+  what the daemon runs for models within ``fast_linear.PACK_MAX_BYTES``.
+Extra variants to decide the tables: ``head_all`` / ``layers_all`` (W @ x.T for every n <= 32 in the
+lm_head / in the decoder layers), ``packed_wx4`` (packed, W @ x.T up to 4 rows in the layers).
 
 Each round runs every (n, variant) once, round-robin, so a busy CPU biases no variant;
 the figure is the minimum over rounds (other processes only ever add time).
@@ -35,14 +37,18 @@ from daemon.model import load_runtime  # noqa: E402
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 TABLE = dict(fast_linear.WX_ROWS)
 UP_TO_32 = frozenset(range(1, 33))
-VARIANTS = {  # name: (cache class, head rows, layer rows, attention)
-    "before": ("dynamic", frozenset(), frozenset(), "sdpa"),
-    "cache": ("inplace", frozenset(), frozenset(), "sdpa"),
-    "linear": ("inplace", TABLE["head"], TABLE["layer"], "sdpa"),
-    "after": ("inplace", TABLE["head"], TABLE["layer"], fast_attention.NAME),
-    "head_all": ("inplace", UP_TO_32, TABLE["layer"], fast_attention.NAME),
-    "layers_all": ("inplace", TABLE["head"], UP_TO_32, fast_attention.NAME),
+PACKED = dict(fast_linear.PACKED_WX_ROWS)
+VARIANTS = {  # name: (cache class, head rows, layer rows, attention, packed weights)
+    "before": ("dynamic", frozenset(), frozenset(), "sdpa", False),
+    "cache": ("inplace", frozenset(), frozenset(), "sdpa", False),
+    "linear": ("inplace", TABLE["head"], TABLE["layer"], "sdpa", False),
+    "after": ("inplace", TABLE["head"], TABLE["layer"], fast_attention.NAME, False),
+    "head_all": ("inplace", UP_TO_32, TABLE["layer"], fast_attention.NAME, False),
+    "layers_all": ("inplace", TABLE["head"], UP_TO_32, fast_attention.NAME, False),
+    "packed": ("inplace", PACKED["head"], PACKED["layer"], fast_attention.NAME, True),
+    "packed_wx4": ("inplace", PACKED["head"], frozenset(range(1, 5)), fast_attention.NAME, True),
 }
+PACKS: dict[object, object] = {}  # FastLinear -> its packed weight, taken off for unpacked variants
 
 
 def make_cache(kind: str):
@@ -52,8 +58,11 @@ def make_cache(kind: str):
 
 
 def run_pass(rt, cache, ids: torch.Tensor, ctx: int, n: int, variant: str) -> float:
-    _, head, layer, attention = VARIANTS[variant]
+    _, head, layer, attention, packed = VARIANTS[variant]
     fast_linear.WX_ROWS.update(head=head, layer=layer)
+    fast_linear.PACKED_WX_ROWS.update(head=head, layer=layer)
+    for module, weight in PACKS.items():
+        module.packed = weight if packed else None
     if rt.model.config._attn_implementation != attention:
         rt.model.set_attn_implementation(attention)
     t0 = time.perf_counter()
@@ -76,10 +85,13 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     rt = load_runtime(args.model, device="cpu")
     ctx = args.context
-    ids = torch.randint(100, 30000, (1, ctx + 64), generator=torch.Generator().manual_seed(0))
     variants = args.variants.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
+    ids = torch.randint(100, 30000, (1, ctx + max(sizes)), generator=torch.Generator().manual_seed(0))
     rt.forward(ids[:, :1], make_cache("inplace"))  # installs the fast paths
+    PACKS.update({m: m.packed for m in rt.model.modules() if getattr(m, "packed", None) is not None})
+    if any(VARIANTS[v][4] for v in variants) and not PACKS:
+        print("no packed weights here (fast_linear.can_pack is false): packed variants run unpacked")
     caches = {}
     for v in variants:
         caches[v] = make_cache(VARIANTS[v][0])

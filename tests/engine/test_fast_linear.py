@@ -26,6 +26,43 @@ def test_linear_rows_equals_f_linear(n, with_bias):
     assert torch.equal(linear_rows(x, w, b, frozenset()), F.linear(x, w, b))  # not in the table: F.linear itself
 
 
+needs_onednn = pytest.mark.skipif(not fast_linear.can_pack([torch.zeros(2, 2)]),
+                                  reason="this torch build has no oneDNN linear")
+
+
+@needs_onednn
+@pytest.mark.parametrize("n", [3, 5, 8, 17, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_packed_linear_equals_f_linear(n, with_bias):
+    g = torch.Generator().manual_seed(n)
+    w = torch.randn(300, 48, generator=g)
+    b = torch.randn(300, generator=g) if with_bias else None
+    x = torch.randn(1, n, 48, generator=g)
+    got = linear_rows(x, w, b, frozenset({1, 2}), fast_linear.pack(w))
+    assert got.shape == (1, n, 300) and got.is_contiguous()
+    torch.testing.assert_close(got, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_install_packs_only_what_fits(monkeypatch):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 40, bias=False))
+    x = torch.randn(1, 6, 16)  # 6 rows: the packed path
+    before = model(x)
+    assert fast_linear.install(model, model[2]) == 2
+    assert all(m.packed is not None for m in (model[0], model[2]))
+    torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
+
+    small = nn.Sequential(nn.Linear(16, 32))
+    monkeypatch.setattr(fast_linear, "PACK_MAX_BYTES", 16 * 32 * 4 - 1)  # one byte short
+    fast_linear.install(small, None)
+    assert small[0].packed is None
+    assert not fast_linear.can_pack([torch.zeros(2, 2, dtype=torch.bfloat16)])
+    unpacked = nn.Sequential(nn.Linear(16, 32))
+    fast_linear.install(unpacked, None, packed=False)
+    assert unpacked[0].packed is None
+
+
 def test_install_shares_weights_and_keeps_outputs():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 40, bias=False))
