@@ -151,7 +151,9 @@ def clean_answer(answer: str, original: str, fence: str) -> str:
     if closing >= 0:
         answer = answer[:closing]
         if original.endswith("\n"):
-            answer += "\n"
+            answer += "\n"  # after a CRLF answer's \r: the original's \r\n
+        elif answer.endswith("\r") and not original.endswith("\r"):  # a CRLF answer's last line break
+            answer = answer[:-1]
     return answer
 
 

@@ -7,7 +7,8 @@ Rules, checked after each token (the stop reason names the first that fires):
 - ``eos``: an end-of-sequence or other special token (not emitted);
 - ``max_tokens``: that many tokens were generated;
 - ``stop_string``: the text contains a stop string (cut before it);
-- ``end_of_line`` (single-line mode): the text reaches a newline (cut before it);
+- ``end_of_line`` (single-line mode): the text reaches a newline (cut before it,
+  and before the ``\r`` of a ``\r\n``);
 - ``block_end`` (multi-line mode; off with ``block_end=False``): a line starts
   with less indentation than the block's first line (the cursor's line, or the
   first non-blank line generated when the cursor's line is blank: the block
@@ -100,7 +101,10 @@ class StopChecker:
                 return
         if self.cfg.single_line:
             if "\n" in text:
-                self.text = text[: text.index("\n")]
+                end = text.index("\n")
+                if end > 0 and text[end - 1] == "\r":  # a CRLF file's line ends at its \r
+                    end -= 1
+                self.text = text[:end]
                 self.reason = "end_of_line"
             return
         if self.cfg.block_end:
@@ -127,7 +131,7 @@ class StopChecker:
             if ind < base or (blank_before and ind < prev_indent):
                 cut = offset - len(self.cfg.line_prefix)
                 kept = self.text[: max(cut, 0)]
-                self.text = kept.rstrip("\n \t") if kept.strip() else kept.rstrip(" \t")
+                self.text = kept.rstrip("\r\n \t") if kept.strip() else kept.rstrip(" \t")
                 self.reason = "block_end"
                 return
             prev_indent = ind

@@ -60,7 +60,13 @@ def test_clean_answer_cuts_at_the_closing_fence_and_keeps_the_trailing_newline()
     assert clean_answer("\na\n\n```", "a\n\n", "```") == "a\n\n"
 
 
-@pytest.mark.parametrize("original", ["    x = w * h\n    return x\n", "x = 1", "\tif a:\n\t\tb()\n\n", ""])
+def test_clean_answer_of_a_crlf_file_keeps_its_line_ends_and_adds_no_stray_cr():
+    assert clean_answer("\na = 1\r\nb = 2\r\n```", "a = 0\r\nb = 2\r\n", "```") == "a = 1\r\nb = 2\r\n"
+    assert clean_answer("\na = 1\r\nb = 2\r\n```", "a = 0\r\nb = 2", "```") == "a = 1\r\nb = 2"
+
+
+@pytest.mark.parametrize("original", ["    x = w * h\n    return x\n", "x = 1", "\tif a:\n\t\tb()\n\n", "",
+                                      "a = 1\r\nb = 2\r\n", "a = 1\r\nb = 2", "a = 1\r"])
 def test_clean_answer_of_the_draft_gives_back_the_original(original):
     fence = fence_for(original)
     assert clean_answer(draft_text(original, fence) + "\n", original, fence) == original

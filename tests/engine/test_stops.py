@@ -28,6 +28,20 @@ def test_single_line_stops_at_newline():
     assert (c.text, c.reason) == ("foo(a)", "end_of_line")
 
 
+def test_single_line_stops_before_a_crlf():
+    c, _ = _run(["foo()", "\r\n", "bar"], single_line=True)
+    assert (c.text, c.reason) == ("foo()", "end_of_line")
+    c, _ = _run(["foo()\r", "\n"], single_line=True)  # the \r and \n in different tokens
+    assert (c.text, c.reason) == ("foo()", "end_of_line")
+
+
+def test_block_end_in_a_crlf_file_leaves_no_stray_cr():
+    c, _ = _run(["ab", "\r\n", "\r\n", "x"], line_prefix="    ")
+    assert (c.text, c.reason) == ("ab", "block_end")
+    lf, _ = _run(["ab", "\n", "\n", "x"], line_prefix="    ")
+    assert lf.text == "ab"
+
+
 def test_multibyte_char_split_across_tokens_is_never_emitted_half():
     arrow = "→".encode()
     c = StopChecker(StopConfig(max_tokens=10), lambda t: [b"a", arrow[:1], arrow[1:], b"b"][t])
