@@ -2,7 +2,7 @@
 
 import pytest
 
-from daemon.documents import DocumentStore, apply_change, parse_changes
+from daemon.documents import DocumentStore, apply_change, apply_changes, parse_changes
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
 
 
@@ -47,6 +47,21 @@ def test_changes_apply_in_order_and_all_or_nothing():
         store.change("u", 3, parse_changes([{"text": "Q", "start": 0, "end": 0},
                                             {"text": "!", "start": 99, "end": 99}]))
     assert store.get("u").text == "XbcYZ" and store.get("u").version == 2
+
+
+@pytest.mark.parametrize("changes", [
+    [(7, 9, "A"), (4, 4, "B"), (4, 4, "C"), (0, 2, "")],  # back to front: spliced in one pass
+    [(0, 2, "AAAA"), (4, 4, "B"), (9, 11, "C")],  # front to back: one by one
+    [(5, 8, "A"), (6, 9, "B")],  # overlapping
+    [(3, 3, "x"), (None, None, "whole"), (2, 4, "y")],  # a full replacement in between
+])
+def test_apply_changes_equals_applying_them_one_by_one(changes):
+    text = "0123456789ab"
+    expected_text, expected_edits = text, []
+    for start, end, new in changes:
+        expected_text, edit = apply_change(expected_text, start, end, new)
+        expected_edits.append(edit)
+    assert apply_changes(text, changes) == (expected_text, expected_edits)
 
 
 def test_stale_version_is_content_modified():

@@ -361,6 +361,19 @@ def test_a_failed_index_edit_resyncs_the_index_with_the_whole_text(inproc):
         assert c.call("status")["requests"]["index_errors"] == 2
 
 
+def test_a_change_with_many_edits_reaches_the_index_as_one_update(inproc):
+    """"Replace All": hundreds of edits in one change re-sync the index once, not once per edit."""
+    text = "x = 1\n" * 1000
+    changes = [{"start": i, "end": i + 1, "text": "y"} for i in range(len(text) - 6, -1, -6)]  # 1000 edits
+    with inproc.client() as c:
+        c.call("open", {"uri": "file:///r.py", "text": text, "version": 1})
+        del inproc.index.log[:]
+        c.call("change", {"uri": "file:///r.py", "version": 2, "changes": changes})
+        assert inproc.index.log == [("open", "file:///r.py")]
+        assert inproc.index.buffers["file:///r.py"] == "y = 1\n" * 1000
+        assert c.call("complete", {"uri": "file:///r.py", "offset": 0})["text"] == "y = 1\ny "[::-1]
+
+
 def test_shutdown_answers_requests_in_flight_before_closing(inproc):
     """A client waiting on a request hears "cancelled (shutdown)", not a closed socket."""
     c = inproc.client()
