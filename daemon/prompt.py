@@ -93,6 +93,17 @@ def _last_chunk_start(tokenizer: Any, prefix: str) -> int:
     return tail_from + chunks[-1].start() if chunks else len(prefix)
 
 
+def _document_start_id(tok: Any) -> int:
+    """``<|endoftext|>`` where the vocabulary has it, else BOS (or EOS)."""
+    separator = "<|endoftext|>"
+    start_id = tok.convert_tokens_to_ids(separator)
+    # compare the token's string, not the unk id: the unk token may be the separator itself
+    # (SmolLM2: both are id 0), while a vocabulary without it maps the name to unk
+    if isinstance(start_id, int) and tok.convert_ids_to_tokens(start_id) == separator:
+        return start_id
+    return int(tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
+
+
 def build_prompt(runtime: Any, text: str, offset: int, config: PromptConfig = PromptConfig()) -> Prompt:
     """The prompt for completing ``text`` at char ``offset`` (validated by the caller)."""
     assert 0 <= offset <= len(text)
@@ -119,11 +130,8 @@ def build_prompt(runtime: Any, text: str, offset: int, config: PromptConfig = Pr
         p, s, m = fim
         suffix_ids = runtime.encode(text[offset: offset + config.suffix_tokens * 8])[: config.suffix_tokens]
         ids = [p] + ids + [s] + suffix_ids + [m]
-    if not ids:  # empty document: start from the document separator
-        start_id = tok.convert_tokens_to_ids("<|endoftext|>")
-        if not isinstance(start_id, int) or start_id == tok.unk_token_id:
-            start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        ids = [int(start_id)]
+    if not ids:  # empty document (or cursor at its start): start from the document separator
+        ids = [_document_start_id(tok)]
     return Prompt(ids=ids, text=runtime.decode(ids), forced=forced, line_prefix=line_prefix, fim=bool(fim))
 
 

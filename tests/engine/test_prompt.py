@@ -19,6 +19,9 @@ class FakeTokenizer:
     def convert_tokens_to_ids(self, name):
         return self.vocab.get(name, 300)
 
+    def convert_ids_to_tokens(self, token_id):
+        return self.inv.get(token_id, "<unk>")
+
 
 class FakeRuntime:
     def __init__(self, fim: bool):
@@ -66,3 +69,11 @@ def test_special_token_literals_in_code_are_plain_text_for_the_prompt_and_the_in
     # the index tokenizes the same way, so its drafts line up with the prompt's tokens
     (indexed,) = tiny.tokenize_batch([text])
     assert indexed == tiny.encode(text) and indexed[:len(p.ids)] == p.ids
+
+
+def test_empty_prefix_starts_from_the_document_separator_even_when_it_is_the_unk_token(tiny):
+    tok = tiny.tokenizer
+    assert tok.unk_token == "<|endoftext|>"  # SmolLM2: the separator is also the unk token
+    for text, offset in (("", 0), ("x = 1\n", 0)):
+        p = build_prompt(tiny, text, offset)
+        assert p.ids == [tok.convert_tokens_to_ids("<|endoftext|>")] and p.text == "<|endoftext|>"
