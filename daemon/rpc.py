@@ -98,11 +98,12 @@ def decode(obj: Any) -> Message:
     """Validate one unpacked object as a message; raises RpcError(INVALID_REQUEST)."""
     if not isinstance(obj, (list, tuple)) or not obj:
         raise RpcError(INVALID_REQUEST, "a message is a non-empty msgpack array")
-    kind = obj[0]
-    if kind == REQUEST and len(obj) == 4 and isinstance(obj[1], int) and isinstance(obj[2], str):
-        return Request(obj[1], obj[2], obj[3])
-    if kind == RESPONSE and len(obj) == 4 and isinstance(obj[1], int):
-        return Response(obj[1], _wire_error(obj[2]), obj[3])
+    kind = obj[0] if type(obj[0]) is int else None  # False == 0, but False is not REQUEST
+    msgid = obj[1] if len(obj) > 1 and type(obj[1]) is int else None  # nor is True a msgid
+    if kind == REQUEST and len(obj) == 4 and msgid is not None and isinstance(obj[2], str):
+        return Request(msgid, obj[2], obj[3])
+    if kind == RESPONSE and len(obj) == 4 and msgid is not None:
+        return Response(msgid, _wire_error(obj[2]), obj[3])
     if kind == NOTIFICATION and len(obj) == 3 and isinstance(obj[1], str):
         return Notification(obj[1], obj[2])
     raise RpcError(INVALID_REQUEST, f"not a msgpack-RPC message: {str(obj)[:80]}")

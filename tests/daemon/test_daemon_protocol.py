@@ -32,6 +32,12 @@ def test_decode_normalises_response_errors():
     assert err["code"] == INTERNAL_ERROR and isinstance(err["message"], str)
 
 
+def test_decode_refuses_bools_for_the_kind_and_the_msgid():
+    for obj in ([False, 99, "status", {}], [0, True, "status", {}], [True, 1, None, None], [1, False, None, None]):
+        assert code_of(decode, obj) == INVALID_REQUEST
+    assert decode([0, 99, "status", {}]).msgid == 99
+
+
 def test_open_change_complete_close(inproc):
     with inproc.client() as c:
         assert c.call("initialize", {"client": "t"})["server"] == "ngramd"
