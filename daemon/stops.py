@@ -1,14 +1,15 @@
 """Stop rules editors expect, applied token by token to the generated stream.
 
 The generated tokens are turned into text incrementally from their raw bytes,
-so a multi-byte character split across tokens is only emitted once complete.
+so a multi-byte character split across tokens is only emitted once complete
+(bytes that are not UTF-8 become U+FFFD).
 Rules, checked after each token (the stop reason names the first that fires):
 
 - ``eos``: an end-of-sequence or other special token (not emitted);
 - ``max_tokens``: that many tokens were generated;
 - ``stop_string``: the text contains a stop string (cut before it);
 - ``end_of_line`` (single-line mode): the text reaches a newline (cut before it,
-  and before the ``\r`` of a ``\r\n``);
+  and before the ``\\r`` of a ``\\r\\n``);
 - ``block_end`` (multi-line mode; off with ``block_end=False``): a line starts
   with less indentation than the block's first line (the cursor's line, or the
   first non-blank line generated when the cursor's line is blank: the block
@@ -21,6 +22,7 @@ that the prompt backed off, see prompt.py) are consumed but not part of the text
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -47,7 +49,8 @@ class StopChecker:
         self._token_bytes = token_bytes
         self._skip = skip
         self._raw = bytearray()
-        self._consumed = 0  # bytes of _raw already decoded into text
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._fed = 0  # bytes of _raw already given to the decoder
         self.text = ""
         self.num_tokens = 0
         self.reason = ""
@@ -75,22 +78,13 @@ class StopChecker:
         return len(tokens)
 
     def _decode(self) -> None:
-        if len(self._raw) <= len(self._skip):
+        start = max(self._fed, len(self._skip))
+        if len(self._raw) <= start:
             return  # still inside the forced characters before the cursor
-        start = max(self._consumed, len(self._skip))
-        chunk = bytes(self._raw[start:])
-        # the longest prefix that is complete UTF-8 (a character may span tokens)
-        for cut in range(len(chunk), max(len(chunk) - 4, -1), -1):
-            try:
-                piece = chunk[:cut].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            self.text += piece
-            self._consumed = start + cut
-            return
-        # more than 3 undecodable bytes: not UTF-8 at all; replace rather than stall
-        self.text += chunk.decode("utf-8", errors="replace")
-        self._consumed = start + len(chunk)
+        # a character split across tokens waits for its last byte; a byte that cannot be
+        # UTF-8 becomes U+FFFD at once (it must not hold back the text after it)
+        self.text += self._utf8.decode(bytes(self._raw[start:]))
+        self._fed = len(self._raw)
 
     def _check_text(self) -> None:
         text = self.text

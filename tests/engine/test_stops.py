@@ -52,6 +52,14 @@ def test_multibyte_char_split_across_tokens_is_never_emitted_half():
     assert texts == ["a", "a", "a→", "a→b"]
 
 
+def test_an_undecodable_byte_does_not_swallow_the_text_after_it():
+    c, _ = _run(["ab", b"\x80", "ab"], max_tokens=3)
+    assert (c.text, c.reason) == ("ab\ufffdab", "max_tokens")
+    arrow = "→".encode()
+    c, _ = _run(["a", arrow[:2], "b"], max_tokens=3)  # a character cut short, then text
+    assert c.text == "a\ufffdb"
+
+
 def test_eos_stops_without_text():
     c, used = _run(["x", "<eos>", "y"], eos=frozenset({1}))
     assert (c.text, c.reason, used) == ("x", "eos", 2)
