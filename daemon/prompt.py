@@ -14,7 +14,8 @@
   drafts (natural tokenization) never line up. With the back-off the prompt ends
   at ``"\\n   "`` and the model must produce ``" retu..."``, e.g. ``" return"``.
   The same prompt and constraint serve plain and speculative decoding, so the two
-  stay comparable and token-identical.
+  stay comparable and token-identical. A last chunk longer than ``MAX_HEAL_CHARS``
+  is not backed off.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import torch
 
 GRID_CHARS = 1024  # the prefix window moves in steps of this many characters
 CHARS_PER_TOKEN = 3  # a generous estimate for code, to size the text before tokenizing
+# Longest back-off (a few tokens' worth). A longer last chunk (a long identifier, base64, a
+# "#-----" rule) is not backed off: regenerating it would eat the max_tokens budget.
+MAX_HEAL_CHARS = 32
 
 _FIM_FAMILIES = (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
                  ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
@@ -76,6 +80,8 @@ def _window_start(text: str, offset: int, budget_tokens: int) -> int:
     if want <= 0:
         return 0
     start = -(-want // GRID_CHARS) * GRID_CHARS  # round up: the window shrinks, never overflows
+    if start >= offset:  # a budget under one grid step: the grid would leave no window at all
+        start = want
     nl = text.find("\n", start, offset)
     return nl + 1 if nl >= 0 else start
 
@@ -113,6 +119,8 @@ def build_prompt(runtime: Any, text: str, offset: int, config: PromptConfig = Pr
     start = _window_start(text, offset, prefix_budget)
     prefix = text[start:offset]
     cut = _last_chunk_start(tok, prefix) if (config.heal and prefix) else len(prefix)
+    if len(prefix) - cut > MAX_HEAL_CHARS:
+        cut = len(prefix)
     forced = prefix[cut:]
     body_end = start + cut
     ids = runtime.encode(text[start:body_end])

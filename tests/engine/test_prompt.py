@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.prompt import PromptConfig, build_prompt, fim_tokens
+from daemon.prompt import MAX_HEAL_CHARS, PromptConfig, build_prompt, fim_tokens
 
 
 class FakeTokenizer:
@@ -77,3 +77,21 @@ def test_empty_prefix_starts_from_the_document_separator_even_when_it_is_the_unk
     for text, offset in (("", 0), ("x = 1\n", 0)):
         p = build_prompt(tiny, text, offset)
         assert p.ids == [tok.convert_tokens_to_ids("<|endoftext|>")] and p.text == "<|endoftext|>"
+
+
+def test_token_healing_backs_off_a_short_chunk_only(tiny):
+    text = "def f(x):\n    retu"
+    p = build_prompt(tiny, text, len(text))
+    assert p.forced in ("retu", " retu") and p.text + p.forced == text
+    for tail in ("token = " + "QUJDREVG" * 20, "#" + "-" * 120, "x" * 3000):
+        p = build_prompt(tiny, tail, len(tail))
+        assert len(p.forced) <= MAX_HEAL_CHARS
+        assert p.forced == "" and p.text == tail[-len(p.text):]
+
+
+def test_a_small_budget_still_sees_the_text_before_the_cursor():
+    rt = FakeRuntime(fim=False)
+    text = "".join(f"x{i} = {i}\n" for i in range(200))
+    offset = text.index("\n", 1000) + 1
+    p = build_prompt(rt, text, offset, PromptConfig(max_prompt_tokens=100))
+    assert len(p.ids) == 100 and text[:offset].endswith(p.text + p.forced)
