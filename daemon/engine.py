@@ -31,7 +31,7 @@ from daemon.prompt import ForcedPrefix, PromptConfig
 from daemon.proposer import Proposer
 from daemon.requests import GenerationStats, SamplingParams
 from daemon.stops import StopChecker
-from daemon.tree import build_tree, tree_inputs
+from daemon.tree import DraftTree, build_tree, tree_inputs
 from index.draft import NO_DRAFT, Source
 
 
@@ -83,6 +83,36 @@ def prefill(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], stats: Generat
     return True
 
 
+def _walk_tree(runtime: Any, logits: torch.Tensor, tree: DraftTree, forced: ForcedPrefix | None, emitted: bytearray,
+               greedy: bool, sampling: SamplingParams, gen: torch.Generator) -> tuple[list[int], list[int]]:
+    """Walk down the draft tree from the pending token, accepting children while the acceptance
+    rule allows. ``logits``: [1+n, vocab], row i+1 after tree node i. Returns (path of accepted
+    nodes, emitted tokens: the accepted ones and the correction or bonus); extends ``emitted``."""
+    node = -1
+    path: list[int] = []
+    new_tokens: list[int] = []
+    while True:
+        row = logits[node + 1]  # [vocab]
+        if forced is not None:
+            rem = forced.remaining(bytes(emitted))
+            if rem:
+                row = forced.mask_logits(row, rem)
+        children = tree.children(node)
+        if greedy:
+            token = int(torch.argmax(row))
+            match = next((c for c in children if int(tree.tokens[c]) == token), None)
+        else:
+            p = target_probs(row, sampling.temperature, sampling.top_p)
+            idx, token = sample_siblings([int(tree.tokens[c]) for c in children], p, gen)
+            match = children[idx] if idx >= 0 else None
+        new_tokens.append(token)
+        emitted.extend(runtime.token_bytes(token))
+        if match is None:
+            return path, new_tokens
+        path.append(match)
+        node = match
+
+
 def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Proposer,
              policy: DraftPolicy | None, stopper: StopChecker, sampling: SamplingParams,
              forced: ForcedPrefix | None, stats: GenerationStats, cancel: threading.Event | None = None,
@@ -125,44 +155,23 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
             else:
                 mask, pos = tree_inputs(tree, past, runtime.dtype, runtime.device)
                 logits = runtime.forward(ids, kv.cache, position_ids=pos, attention_mask=mask)
+            pass_ms = (time.perf_counter() - t_pass) * 1000
+            kv.extended(inputs)
+            path, new_tokens = _walk_tree(runtime, logits, tree, forced, emitted, greedy, sampling, gen)
+            kv.select(past + 1, [past + 1 + i for i in path])
         except BaseException:
+            # until select the cache holds every draft row (a tree's siblings at shifted
+            # positions) under tokens that look reusable: a half-done pass is never reused
             kv.reset()
             raise
         if policy is not None and runtime.device.type == "cpu":
             # online calibration of the verify cost (on cuda the pass is asynchronous here)
-            policy.cost.observe(len(inputs), (time.perf_counter() - t_pass) * 1000)
-        kv.extended(inputs)
+            policy.cost.observe(len(inputs), pass_ms)
         stats.forward_passes += 1
         stats.drafted += tree.size
         for bi in node_branch:
             name = _source_name(draft.branches[bi].source)
             stats.drafted_by_source[name] = stats.drafted_by_source.get(name, 0) + 1
-
-        # walk down the tree: accept children while the acceptance rule allows
-        node = -1
-        path: list[int] = []
-        new_tokens: list[int] = []
-        while True:
-            row = logits[node + 1]  # [vocab]
-            if forced is not None:
-                rem = forced.remaining(bytes(emitted))
-                if rem:
-                    row = forced.mask_logits(row, rem)
-            children = tree.children(node)
-            if greedy:
-                token = int(torch.argmax(row))
-                match = next((c for c in children if int(tree.tokens[c]) == token), None)
-            else:
-                p = target_probs(row, sampling.temperature, sampling.top_p)
-                idx, token = sample_siblings([int(tree.tokens[c]) for c in children], p, gen)
-                match = children[idx] if idx >= 0 else None
-            new_tokens.append(token)
-            emitted += runtime.token_bytes(token)
-            if match is None:
-                break
-            path.append(match)
-            node = match
-        kv.select(past + 1, [past + 1 + i for i in path])
 
         accepted = len(path)
         stats.accepted += accepted

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+from daemon import engine
 from daemon.engine import generate, prefill
 from daemon.kv_cache import KVCache
 from daemon.proposer import NullProposer
@@ -127,6 +128,22 @@ def test_sampling_runs_and_is_seeded(tiny, reference, scripted):
     a, _, _ = _run(tiny, prompt, prop(), sampling=params)
     b, _, _ = _run(tiny, prompt, prop(), sampling=params)
     assert a.tokens == b.tokens and len(a.tokens) == MAX
+
+
+def test_an_error_after_the_forward_resets_the_cache(tiny, reference, scripted, monkeypatch):
+    # the pass has written every draft row (a tree: siblings at shifted positions) when
+    # acceptance fails: a cache that kept them would look reusable to the next request
+    prompt, ref = reference
+    proposer = scripted(lambda ctx: [_wrong(_truth(prompt, ref, ctx)[:3]), _truth(prompt, ref, ctx)[:4]])
+
+    def failing_probs(*args, **kwargs):
+        raise RuntimeError("acceptance failed")
+
+    monkeypatch.setattr(engine, "target_probs", failing_probs)
+    kv = KVCache()
+    with pytest.raises(RuntimeError, match="acceptance failed"):
+        _run(tiny, prompt, proposer, sampling=SamplingParams(temperature=0.8, seed=7), kv=kv)
+    assert len(kv) == 0 and list(kv.tokens) == []
 
 
 def test_cancellation_between_passes(tiny, reference, scripted):
