@@ -87,7 +87,9 @@ def sample_siblings(candidates: Sequence[int], p: torch.Tensor, generator: torch
             return i, x
         mass -= float(residual[x])
         residual[x] = 0.0
-    if mass <= 1e-12:  # every token of p's support was a rejected candidate (cannot happen with exact p)
+    # every token of p's support was a rejected candidate (cannot happen with exact p): the
+    # float bookkeeping in ``mass`` may still be ~1e-8 then, so look at the residual itself
+    if float(residual.sum()) <= 0.0:
         residual = p.clone()
     token = int(torch.multinomial(residual, 1, generator=generator))
     return -1, token

@@ -84,3 +84,13 @@ def test_chi2_detects_a_wrong_rule():
         else:
             samples.append(plain_sample(P, gen))
     assert _chi2(samples, P) < 1e-6
+
+
+def test_rejecting_every_token_of_the_support_falls_back_to_p(monkeypatch):
+    p = torch.softmax(torch.randn(5, generator=torch.Generator().manual_seed(0)), 0)  # [5]
+    left = float(p.sum()) - sum(float(x) for x in p)
+    assert left > 1e-12  # the premise: float bookkeeping leaves mass where the residual has none
+    # every draw is the largest float32 below 1, so all five candidates are rejected
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(1 - 2 ** -24))
+    idx, token = sample_siblings(range(5), p, torch.Generator().manual_seed(1))
+    assert idx == -1 and 0 <= token < 5
