@@ -108,6 +108,20 @@ def validate(req: EditRequest) -> None:
         raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
 
 
+def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
+    """``max_tokens`` cut to the positions the model has after the prompt; ValueError when the
+    prompt and an unchanged answer (the draft) do not fit at all."""
+    limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
+    if not isinstance(limit, int):
+        return max_tokens
+    need = len(ep.prompt_ids) + len(ep.draft_ids)
+    if need > limit:
+        raise ValueError(f"the selection is too long to rewrite: the prompt ({len(ep.prompt_ids)} tokens) and the "
+                         f"unchanged selection ({len(ep.draft_ids)} tokens) need {need} positions, the model has "
+                         f"{limit}; select less")
+    return min(max_tokens, limit - len(ep.prompt_ids))
+
+
 def edit_proposer(ep: EditPrompt, index: Any | None, uri: str,
                   config: EditProposerConfig | None = None) -> EditProposer:
     """The original as the draft; the fallback is the n-gram index and the output so far,
@@ -124,7 +138,7 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     t0 = time.perf_counter()
     runtime, index = completer.runtime, completer.index
     ep = build_edit_prompt(runtime, req.text, req.start, req.end, req.instruction, req.uri)
-    max_tokens = req.max_tokens or default_max_tokens(len(ep.draft_ids))
+    max_tokens = fit_positions(runtime, ep, req.max_tokens or default_max_tokens(len(ep.draft_ids)))
     pcfg = proposer_config or EditProposerConfig()
     if not req.speculate:
         proposer, policy = NullProposer(), None

@@ -70,6 +70,13 @@ def test_bad_ranges_raise_clear_errors(tiny_completer, tiny_runtime):
         _edit(tiny_completer, tiny_runtime, True, max_tokens=0)
 
 
+def test_a_selection_past_the_models_positions_is_a_clear_error(tiny_completer, tiny_runtime):
+    text = "value = 12345\n" * 1500  # ~6000 tokens, twice (prompt and draft), past the tiny model's 4096
+    req = EditRequest(uri="file:///w/big.py", text=text, start=0, end=len(text), instruction="x", max_tokens=1)
+    with pytest.raises(ValueError, match="too long to rewrite"):
+        run_edit(tiny_completer, req, threading.Event())
+
+
 def test_cancelled_before_start_returns_a_cancelled_result(tiny_completer, tiny_runtime):
     cancel = threading.Event()
     cancel.set()
