@@ -11,6 +11,13 @@ Vocabulary:
   any directory between the folder and the file (gitignore semantics, pathspec).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
+- *rescan*: ``index_workspace`` again over a folder, after one of its
+  ``.gitignore`` files changed (files it now ignores leave the index) or after the
+  folder itself was replaced. One scan per folder runs at a time; a request
+  during a scan runs once more after it.
+- *gone*: a folder deleted (or moved away) while watched; its inotify watch went
+  with it. Checked every ``GONE_POLL_S``; when a directory is there again it is
+  watched and rescanned.
 
 The indexing itself is the index's (``index_workspace``, ``index_file``,
 ``remove_file``); this module only decides *when* and *what*.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -34,6 +42,8 @@ from watchdog.observers import Observer
 from daemon.priority import lower_this_thread
 
 log = logging.getLogger("ngramd.watcher")
+GONE_POLL_S = 2.0  # how often a gone folder is looked for again
+DELETED = "deleted"  # a folder's inode once its directory was deleted: equal to no real one
 
 
 class Ignorer:
@@ -92,11 +102,15 @@ CHANGE_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMove
 
 
 class _Collector(FileSystemEventHandler):
-    def __init__(self, sink: Callable[[str], None]) -> None:
+    def __init__(self, sink: Callable[[str], None], root: Path, on_root_deleted: Callable[[], None]) -> None:
         self._sink = sink
+        self._root = str(root)
+        self._on_root_deleted = on_root_deleted
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         # only CHANGE_EVENTS arrive: watchdog's emitters apply ``event_filter`` on every platform
+        if isinstance(event, DirDeletedEvent) and os.fsdecode(event.src_path) == self._root:
+            self._on_root_deleted()  # before its path is queued: the flusher must see it
         self._sink(os.fsdecode(event.src_path))
         dest = getattr(event, "dest_path", "")
         if dest:
@@ -119,6 +133,7 @@ class WorkspaceWatcher:
         self.folders: dict[Path, dict[str, Any]] = {}  # root -> progress/status
         self._ignorers: dict[Path, Ignorer] = {}
         self._watches: dict[Path, Any] = {}
+        self._gone: set[Path] = set()  # folders whose directory is not there
         self._observer = Observer()
         self._observer.daemon = True
         self._observer.start()
@@ -143,19 +158,45 @@ class WorkspaceWatcher:
         with self._folders_lock:
             if root in self.folders:
                 return False
-            state: dict[str, Any] = {"path": str(root), "state": "indexing", "files": 0, "progress": None}
+            state: dict[str, Any] = {"path": str(root), "state": "indexing", "files": 0, "progress": None,
+                                     "_stop": threading.Event(), "_inode": _inode(root)}
             self.folders[root] = state
             self._ignorers[root] = Ignorer(root)
+        self._watch(root, state)
+        self._scan(root, state)
+        return True
+
+    def _watch(self, root: Path, state: dict[str, Any]) -> None:
         try:
-            self._watches[root] = self._observer.schedule(_Collector(self._on_event), str(root),
-                                                          recursive=True, event_filter=CHANGE_EVENTS)
+            collector = _Collector(self._on_event, root, lambda: self._root_deleted(root, state))
+            watch = self._observer.schedule(collector, str(root), recursive=True, event_filter=CHANGE_EVENTS)
+            state.pop("watch_error", None)
         except OSError as exc:  # e.g. the inotify watch limit
             state["watch_error"] = str(exc)
-        stop = threading.Event()
-        state["_stop"] = stop
-        threading.Thread(target=self._index_folder, args=(root, state, stop),
+            return
+        with self._folders_lock:
+            if self.folders.get(root) is state:
+                self._watches[root] = watch
+                return
+        self._observer.unschedule(watch)  # removed meanwhile
+
+    def _unwatch(self, watch: Any) -> None:
+        try:
+            self._observer.unschedule(watch)
+        except Exception:  # its emitter may have stopped with the directory
+            log.debug("unscheduling a watch failed", exc_info=True)
+
+    def _scan(self, root: Path, state: dict[str, Any]) -> None:
+        """(Re)index ``root`` in the background; during a scan, once more after it."""
+        with self._folders_lock:
+            if self.folders.get(root) is not state:
+                return
+            if state.get("_scanning"):
+                state["_rescan"] = True
+                return
+            state["_scanning"] = True
+        threading.Thread(target=self._index_folder, args=(root, state, state["_stop"]),
                          name="ngramd-index", daemon=True).start()
-        return True
 
     def remove_folder(self, root: Path) -> bool:
         """Stop indexing and watching ``root``; False if it was not watched.
@@ -172,8 +213,9 @@ class WorkspaceWatcher:
             state["_stop"].set()
             watch = self._watches.pop(root, None)
             if watch is not None:
-                self._observer.unschedule(watch)
+                self._unwatch(watch)
             self._ignorers.pop(root, None)
+            self._gone.discard(root)
             others = list(self._ignorers.items())
 
         def covered(key: str) -> bool:
@@ -194,16 +236,25 @@ class WorkspaceWatcher:
         def progress(done: int, total: int) -> None:
             state["progress"] = {"done": done, "total": total}
         lower_this_thread()
-        t0 = time.monotonic()
-        try:
-            counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
-            state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
-            state["state"] = "stopped" if stop.is_set() else "ready"
-        except Exception as exc:  # an unreadable folder must not kill the daemon
-            log.exception("indexing %s failed", root)
-            state["state"] = "error"
-            state["error"] = f"{type(exc).__name__}: {exc}"
-        state["seconds"] = round(time.monotonic() - t0, 3)
+        while True:
+            t0 = time.monotonic()
+            state["state"] = "indexing"
+            state.pop("error", None)
+            try:
+                counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
+                state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
+                state["state"] = "stopped" if stop.is_set() else "ready"
+            except Exception as exc:  # an unreadable folder must not kill the daemon
+                log.exception("indexing %s failed", root)
+                state["state"] = "error"
+                state["error"] = f"{type(exc).__name__}: {exc}"
+            state["seconds"] = round(time.monotonic() - t0, 3)
+            with self._folders_lock:
+                if root in self._gone:
+                    state["state"] = "gone"
+                if stop.is_set() or not state.pop("_rescan", False):
+                    state["_scanning"] = False
+                    return
 
     def status(self) -> dict[str, Any]:
         states = list(self.folders.values())  # one C-level copy: no lock on the event loop
@@ -225,9 +276,12 @@ class WorkspaceWatcher:
     def _flush_loop(self) -> None:
         lower_this_thread()
         while not self._stop.is_set():
+            for root in list(self._gone):
+                self._check_root(root)
             with self._cond:
-                while not self._pending and not self._stop.is_set():
-                    self._cond.wait()
+                if not self._pending:
+                    self._cond.wait(GONE_POLL_S if self._gone else None)
+                    continue
                 if self._stop.is_set():
                     return
                 now = time.monotonic()
@@ -256,9 +310,16 @@ class WorkspaceWatcher:
             ignorer = self._ignorers.get(root) if root is not None else None
         if root is None:
             return
+        if path == root:  # the folder itself was deleted, moved, or replaced
+            self._check_root(root)
+            return
         if ignorer is None or ignorer.ignored(path):
             self.counts["ignored"] += 1
             return
+        if path.name == ".gitignore":  # what the folder ignores changed: the scan decides again
+            state = self.folders.get(root)
+            if state is not None:
+                self._scan(root, state)
         if self.is_open(path):
             self.counts["shadowed"] += 1
             return
@@ -276,6 +337,42 @@ class WorkspaceWatcher:
             self.index.remove_file(path)
             self.counts["removed"] += 1
 
+    def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
+        """The watched directory itself was deleted, and its watch with it (watchdog's thread).
+
+        Its inode is forgotten: a directory made again at once can reuse the number."""
+        with self._folders_lock:
+            if self.folders.get(root) is state:
+                state["_inode"] = DELETED
+
+    def _check_root(self, root: Path) -> None:
+        """Follow ``root``'s directory: gone (reported in status), or a new one (watched, rescanned).
+
+        The inotify watch belongs to the directory, not the path: a folder deleted
+        and created again needs a new watch, and a new scan for what it holds now."""
+        inode = _inode(root)
+        with self._folders_lock:
+            state = self.folders.get(root)
+            if state is None or state["_inode"] == inode:
+                return
+            state["_inode"] = inode
+            old_watch = self._watches.pop(root, None)
+            if inode is None:
+                self._gone.add(root)
+                state["state"] = "gone"
+            else:
+                self._gone.discard(root)
+        if old_watch is not None:
+            self._unwatch(old_watch)
+        if inode is None:
+            log.warning("workspace folder %s is gone; watching for it to come back", root)
+            with self._cond:
+                self._cond.notify()  # the flusher starts polling for it
+            return
+        log.info("workspace folder %s is back: watching and indexing it again", root)
+        self._watch(root, state)
+        self._scan(root, state)
+
     def reindex_from_disk(self, path: Path) -> None:
         """A buffer closed: its file's disk contents count again."""
         self._on_event(str(path))
@@ -291,3 +388,12 @@ class WorkspaceWatcher:
             self._observer.join(5)
         except Exception:
             log.exception("stopping the observer")
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory at ``path``; None when there is no directory."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None

@@ -90,13 +90,21 @@ class FakeIndex:
         return len(gone)
 
     def index_workspace(self, root: Path, progress: Any = None, stop_event: Any = None) -> dict:
-        n = 0
-        for p in sorted(Path(root).rglob("*.py")):
+        """Like NgramIndex's: the scan is the truth for ``root`` (files ignored since leave)."""
+        from daemon.watcher import Ignorer
+
+        ignorer = Ignorer(Path(root))
+        found = [p for p in sorted(Path(root).rglob("*.py")) if not ignorer.ignored(p)]
+        with self.lock:
+            self.log.append(("scan", str(root)))
+            prefix = str(Path(root)) + "/"
+            for key in [k for k in self.files if k.startswith(prefix) and Path(k) not in found]:
+                del self.files[key]
+        for n, p in enumerate(found, 1):
             self.index_file(p)
-            n += 1
             if progress:
                 progress(n, n)
-        return {"files": n}
+        return {"files": len(found)}
 
     def stats(self) -> dict:
         with self.lock:

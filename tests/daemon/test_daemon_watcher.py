@@ -1,5 +1,6 @@
 """Workspace watching with a recording fake index: events, bursts, .gitignore, open buffers."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,35 @@ def test_a_file_indexed_while_its_folder_is_removed_does_not_stay(tmp_path):
         assert str(root / "late.py") not in index.files
     finally:
         w.stop()
+
+
+def test_a_gitignore_change_rescans_the_folder(watched):
+    """Files a changed .gitignore now ignores leave the index; those it stops ignoring come in."""
+    w, index, root, _ = watched
+    (root / "build").mkdir()
+    (root / "build" / "gen.py").write_text("generated = 1\n")
+    wait_until(lambda: str(root / "build" / "gen.py") in index.files)
+    (root / ".gitignore").write_text("build/\n")
+    wait_until(lambda: str(root / "build" / "gen.py") not in index.files)
+    (root / "ignored").mkdir()
+    (root / "ignored" / "kept.py").write_text("kept = 1\n")
+    (root / ".gitignore").write_text("")
+    wait_until(lambda: str(root / "ignored" / "kept.py") in index.files
+               and str(root / "build" / "gen.py") in index.files)
+    wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+
+
+@pytest.mark.parametrize("wait_for_gone", [True, False], ids=["gone-then-back", "replaced-at-once"])
+def test_a_folder_deleted_and_created_again_is_watched_again(watched, wait_for_gone):
+    w, index, root, _ = watched
+    shutil.rmtree(root)
+    if wait_for_gone:
+        wait_until(lambda: w.status()["folders"][0]["state"] == "gone")
+        wait_until(lambda: str(root / "a.py") not in index.files)
+    root.mkdir()
+    (root / "new.py").write_text("new = 1\n")
+    wait_until(lambda: index.files.get(str(root / "new.py")) == "new = 1\n")
+    wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+    (root / "later.py").write_text("later = 1\n")  # the new directory's events arrive
+    wait_until(lambda: index.files.get(str(root / "later.py")) == "later = 1\n")
+    assert str(root / "a.py") not in index.files
