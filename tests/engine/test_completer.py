@@ -93,6 +93,18 @@ def test_offset_out_of_range_is_a_clear_error(completer, offset):
         completer.complete(_req(offset=offset))
 
 
+@pytest.mark.parametrize("temperature,top_p,message", [
+    (float("nan"), 1.0, "temperature must be >= 0"), (1e-40, 1.0, "temperature must be >= 0"),
+    (float("inf"), 1.0, "temperature must be >= 0"), (0.7, float("nan"), "top_p must be in"),
+])
+def test_unusable_sampling_params_are_a_clear_error(completer, temperature, top_p, message):
+    """In-process callers get the RPC's rule (daemon/requests.py), not a failure inside torch."""
+    from daemon.requests import SamplingParams
+
+    with pytest.raises(ValueError, match=message):
+        completer.complete(_req(sampling=SamplingParams(temperature=temperature, top_p=top_p)))
+
+
 def test_cancel_before_start(completer):
     ev = threading.Event()
     ev.set()
