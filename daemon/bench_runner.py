@@ -327,7 +327,11 @@ class BenchRunner:
 
     def _prompt_ids(self, plain: EngineRun) -> list[int]:
         ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids))
-        return ids if ids is not None else self.rt.encode(plain.result.prompt)
+        if ids is not None:
+            return ids
+        from daemon.model import encode_template  # the prompt's text holds its template's special tokens
+
+        return encode_template(self.rt.tokenizer, plain.result.prompt)
 
     def _row(self, base: dict, case: BenchCase, spec_runs: list[EngineRun], plain_runs: list[EngineRun],
              hf_ids: list[int] | None, prompt_ids: list[int] | None, times: dict[str, list[float]],
