@@ -25,6 +25,12 @@ one runs, lookups may miss what it is adding (a changed static file is
 tombstoned before the dynamic set holding its new text is built; files added
 during a merge wait for its end); they never draft from a removed file.
 
+Newest wins: files are read and tokenized outside the lock, so a reader (a scan
+batch, ``index_file``) may finish after a later change of the same file (a file
+event handled meanwhile). Each reader takes the clock before it reads; every
+change records its tick per key (and per removed folder), and a reader installs
+or removes nothing that changed after its read began.
+
 Recency: every (re)indexed document gets a fresh stamp from one counter; a
 higher stamp ranks first among equal matches of one source. Eviction uses a
 separate least-recently-used clock (indexing a file or drafting from it uses it).
@@ -144,12 +150,39 @@ class NgramIndex:
         self._skipped: Counter = Counter()
         self._evicted = 0
         self._merges = 0
+        # Newest wins (module docstring): the tick of each key's last change, and of each
+        # folder whose files were all dropped, kept while any reader is in flight.
+        self._changed: dict[str, int] = {}
+        self._changed_under: dict[str, int] = {}
+        self._readers = 0
         self.last_skip: str | None = None  # the message of the last file not indexed
 
     # ---- clocks -----------------------------------------------------------
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
+
+    def _begin_read(self) -> int:
+        """A reader of files starts (lock held): returns the tick its reads come after."""
+        self._readers += 1
+        return self._clock
+
+    def _end_read(self) -> None:
+        """A reader is done (lock held). With none left, no change can be newer than a read."""
+        self._readers -= 1
+        if not self._readers:
+            self._changed.clear()
+            self._changed_under.clear()
+
+    def _changed_since(self, key: str, read_tick: int) -> bool:
+        """Whether ``key`` was installed or removed after a read that began at ``read_tick`` (lock held)."""
+        if self._changed.get(key, 0) > read_tick:
+            return True
+        return any(t > read_tick and key.startswith(p) for p, t in self._changed_under.items())
+
+    def _record_change(self, key: str) -> None:
+        if self._readers:
+            self._changed[key] = self._tick()
 
     # ---- buffers ----------------------------------------------------------
     def open_buffer(self, uri: str, text: str) -> None:
@@ -218,27 +251,52 @@ class NgramIndex:
         """(Re)index one file. False when it is skipped (the reason is counted in
         stats()["skipped"] and kept in ``last_skip``); a skipped file leaves the index."""
         key = os.path.abspath(os.fspath(path))
-        try:
-            text = read_text(key, self.cfg.max_file_bytes)
-        except SkipFile as e:
-            with self._lock:
-                self._skipped[e.reason] += 1
-                self.last_skip = str(e)
-                self._remove(key)
-            self._after_write()
-            return False
-        (tokens,) = self._tokenize_files([text])
         with self._lock:
-            self._install(key, tokens)
-            self._enforce_bound()
-            kept = key in self._files
+            read_tick = self._begin_read()
+        try:
+            try:
+                text = read_text(key, self.cfg.max_file_bytes)
+            except SkipFile as e:
+                with self._lock:
+                    self._skipped[e.reason] += 1
+                    self.last_skip = str(e)
+                    if not self._changed_since(key, read_tick):  # else a newer change decides
+                        self._remove(key)
+                        self._record_change(key)
+                self._after_write()
+                return False
+            (tokens,) = self._tokenize_files([text])
+            with self._lock:
+                if not self._changed_since(key, read_tick):
+                    self._install(key, tokens)
+                    self._enforce_bound()
+                kept = key in self._files
+        finally:
+            with self._lock:
+                self._end_read()
         self._after_write()
         return kept
 
     def remove_file(self, path: str | os.PathLike) -> None:
+        key = os.path.abspath(os.fspath(path))
         with self._lock:
-            self._remove(os.path.abspath(os.fspath(path)))
+            self._remove(key)
+            self._record_change(key)
         self._after_write()
+
+    def remove_tree(self, path: str | os.PathLike) -> int:
+        """Drop the file ``path`` and every file under it (a folder deleted or moved away as a
+        whole: no per-file events come for it); returns how many. Unlike ``forget_root``, the
+        folder stays a scanned root; a scan's reads that began before this install nothing."""
+        key = os.path.abspath(os.fspath(path))
+        prefix = _folder_prefix(key)
+        with self._lock:
+            n = self._remove_all([k for k in self._files if k == key or k.startswith(prefix)])
+            self._record_change(key)
+            if self._readers:
+                self._changed_under[prefix] = self._tick()
+        self._after_write()
+        return n
 
     def index_workspace(
         self,
@@ -275,31 +333,17 @@ class NgramIndex:
             if stop_event is not None and stop_event.is_set():
                 stopped = True
                 break
-            keys, texts, skipped = [], [], []
-            for f in files[i : i + self.cfg.batch_files]:
-                try:
-                    texts.append(read_text(f, self.cfg.max_file_bytes))
-                    keys.append(os.path.abspath(f))
-                except SkipFile as e:
-                    counts[e.reason] += 1
-                    skipped.append(os.path.abspath(f))
-            if skipped:
+            with self._lock:
+                read_tick = self._begin_read()
+            try:
+                threshold = self._scan_batch(files[i : i + self.cfg.batch_files], prefix, read_tick, counts)
+            finally:
                 with self._lock:
-                    counts["removed"] += self._remove_all(skipped)
-            if texts:
-                arrays = self._tokenize_files(texts)
-                with self._lock:
-                    if prefix not in self._roots:  # forget_root ran meanwhile: install nothing more
-                        stopped = True
-                        break
-                    for key, arr in zip(keys, arrays):
-                        self._install(key, arr)
-                        counts["indexed"] += 1
-                        counts["tokens"] += len(arr)
-                    self._enforce_bound()
-                    # Geometric: merge when the dynamic set outgrows the static segment.
-                    threshold = max(self.cfg.merge_tokens, self._static_tokens())
-                self._after_write(threshold)
+                    self._end_read()
+            if threshold is None:  # forget_root ran meanwhile: install nothing more
+                stopped = True
+                break
+            self._after_write(threshold)
             done = min(i + self.cfg.batch_files, total)
             if progress is not None:
                 progress(done, total)
@@ -318,6 +362,34 @@ class NgramIndex:
                     self._skipped[reason] += n
         out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
+
+    def _scan_batch(self, files: list, prefix: str, read_tick: int, counts: Counter) -> int | None:
+        """Read, tokenize and install one batch of a scan of ``prefix`` whose reads began at
+        ``read_tick``. Returns the merge threshold, or None when the root was forgotten meanwhile."""
+        keys, texts, skipped = [], [], []
+        for f in files:
+            try:
+                texts.append(read_text(f, self.cfg.max_file_bytes))
+                keys.append(os.path.abspath(f))
+            except SkipFile as e:
+                counts[e.reason] += 1
+                skipped.append(os.path.abspath(f))
+        if skipped:
+            with self._lock:  # a file event after the read decides instead
+                counts["removed"] += self._remove_all(k for k in skipped if not self._changed_since(k, read_tick))
+        arrays = self._tokenize_files(texts) if texts else []
+        with self._lock:
+            if prefix not in self._roots:
+                return None
+            for key, arr in zip(keys, arrays):
+                if self._changed_since(key, read_tick):  # a file event after the read: newer
+                    continue
+                self._install(key, arr)
+                counts["indexed"] += 1
+                counts["tokens"] += len(arr)
+            self._enforce_bound()
+            # Geometric: merge when the dynamic set outgrows the static segment.
+            return max(self.cfg.merge_tokens, self._static_tokens())
 
     def forget_root(self, root: str | os.PathLike, keep: Callable[[str], bool] | None = None) -> int:
         """A workspace folder was closed: drop its files, but those ``keep(path)`` accepts; returns how many.
@@ -352,6 +424,8 @@ class NgramIndex:
         """Put a file's new tokens in the dynamic set (lock held)."""
         self._remove(key)
         t = self._tick()
+        if self._readers:
+            self._changed[key] = t
         self._files[key] = _File(stamp=t, used=t, n_tokens=len(tokens), tokens=tokens)
         self._ws_tokens += len(tokens)
         self._dyn_tokens += len(tokens)

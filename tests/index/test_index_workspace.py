@@ -12,7 +12,7 @@ import pytest
 
 from index import IndexConfig, NgramIndex
 from index.workspace import discover
-from index_helpers import char_tokenize, ids
+from index_helpers import char_tokenize, ids, text
 
 
 def _tree(root):
@@ -191,3 +191,74 @@ def test_a_folder_ignored_by_its_enclosing_repo_is_walked(tmp_path):
     _tree(ws)
     files = discover(ws)
     assert _names(ws, files) == [".gitignore", "big.txt", "bin.dat", "src/.gitignore", "src/a.py"]
+
+
+def _scan_with_event_during_read(root, event) -> NgramIndex:
+    """Scan ``root`` with ``event(idx)`` run once inside the scan's tokenize call: a file
+    event that the watcher's flusher handles after the scan read the files."""
+    fired = []
+
+    def tokenize(texts):
+        if not fired and threading.current_thread().name == "scan":
+            fired.append(1)
+            event(idx)
+        return char_tokenize(texts)
+
+    idx = NgramIndex(tokenize, IndexConfig(min_n=2))
+    scan = threading.Thread(target=idx.index_workspace, args=(root,), name="scan")
+    scan.start()
+    scan.join()
+    idx._check_invariants()
+    return idx
+
+
+def drafts(idx, context: str, k: int = 9) -> list[str]:
+    return [text(b.tokens) for b in idx.propose(ids(context), k).branches]
+
+
+def test_a_file_event_during_a_scan_wins_over_the_text_the_scan_read(tmp_path):
+    (tmp_path / "gone.py").write_text("secret_old_text")
+    (tmp_path / "b.py").write_text("value = OLD_VALUE")
+
+    def delete_and_modify(idx):
+        (tmp_path / "gone.py").unlink()
+        idx.remove_file(tmp_path / "gone.py")
+        (tmp_path / "b.py").write_text("value = NEW_VALUE")
+        idx.index_file(tmp_path / "b.py")
+
+    idx = _scan_with_event_during_read(tmp_path, delete_and_modify)
+    assert idx.stats()["workspace_files"] == 1
+    assert drafts(idx, "secret_") == []
+    assert drafts(idx, "value = ") == ["NEW_VALUE"]
+
+
+def test_a_folder_removed_during_a_scan_stays_out(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.py").write_text("away_content")
+    (tmp_path / "keep.py").write_text("kept_content")
+
+    def move_sub_away(idx):
+        shutil.move(tmp_path / "sub", tmp_path.parent / (tmp_path.name + "_moved"))
+        assert idx.remove_tree(tmp_path / "sub") == 0  # not installed yet
+
+    idx = _scan_with_event_during_read(tmp_path, move_sub_away)
+    assert drafts(idx, "away_") == []
+    assert drafts(idx, "kept_") == ["content"]
+    assert idx.remove_tree(tmp_path) == 1 and idx.stats()["workspace_files"] == 0
+
+
+def test_a_scan_during_index_file_wins_over_the_text_index_file_read(tmp_path):
+    (tmp_path / "b.py").write_text("value = OLD_VALUE")
+    fired = []
+
+    def tokenize(texts):
+        if not fired:  # index_file read the old text; the file changes and a scan reads it
+            fired.append(1)
+            (tmp_path / "b.py").write_text("value = NEW_VALUE")
+            idx.index_workspace(tmp_path)
+        return char_tokenize(texts)
+
+    idx = NgramIndex(tokenize, IndexConfig(min_n=2))
+    idx.index_file(tmp_path / "b.py")
+    assert drafts(idx, "value = ") == ["NEW_VALUE"]
+    assert not idx._changed and not idx._readers  # nothing kept once no reader is in flight
