@@ -16,11 +16,12 @@ Vocabulary:
   folder itself was replaced. One scan per folder runs at a time; a request
   during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
-  with it. Checked every ``GONE_POLL_S``; when a directory is there again it is
+  with it, and its files leave the index. Every folder's directory is checked every
+  ``GONE_POLL_S`` (a move sends no event); when a directory is there again it is
   watched and rescanned.
 
 The indexing itself is the index's (``index_workspace``, ``index_file``,
-``remove_file``); this module only decides *when* and *what*.
+``remove_tree``); this module only decides *when* and *what*.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class _Collector(FileSystemEventHandler):
 class WorkspaceWatcher:
     """Index folders in the background, then keep them current from file events.
 
-    ``index`` is an NgramIndex (``index_workspace``, ``index_file``, ``remove_file``);
+    ``index`` is an NgramIndex (``index_workspace``, ``index_file``, ``remove_tree``, ``forget_root``);
     ``is_open(path)`` tells whether an editor holds that file open.
     """
 
@@ -275,12 +276,19 @@ class WorkspaceWatcher:
 
     def _flush_loop(self) -> None:
         lower_this_thread()
+        checked = 0.0
         while not self._stop.is_set():
-            for root in list(self._gone):
-                self._check_root(root)
+            if time.monotonic() - checked >= GONE_POLL_S:
+                # Every folder, not only the gone ones: one moved away sends no event
+                # (watchdog drops inotify's IN_MOVE_SELF).
+                checked = time.monotonic()
+                with self._folders_lock:
+                    roots = list(self.folders)
+                for root in roots:
+                    self._check_root(root)
             with self._cond:
                 if not self._pending:
-                    self._cond.wait(GONE_POLL_S if self._gone else None)
+                    self._cond.wait(GONE_POLL_S)
                     continue
                 if self._stop.is_set():
                     return
@@ -323,7 +331,7 @@ class WorkspaceWatcher:
         if self.is_open(path):
             self.counts["shadowed"] += 1
             return
-        if path.is_file() and not path.is_symlink():
+        if path.is_file():  # a symlink to a file too, as the scan indexes it
             if self.index.index_file(path):
                 self.counts["reindexed"] += 1
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
@@ -334,7 +342,9 @@ class WorkspaceWatcher:
         elif path.is_dir():
             return  # its files get their own events (watchdog emits them for moves too)
         else:
-            self.index.remove_file(path)
+            # A file, or a whole folder: one moved out of the tree gets a lone delete
+            # event for itself and none for its files.
+            self.index.remove_tree(path)
             self.counts["removed"] += 1
 
     def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
@@ -366,6 +376,7 @@ class WorkspaceWatcher:
             self._unwatch(old_watch)
         if inode is None:
             log.warning("workspace folder %s is gone; watching for it to come back", root)
+            self.index.remove_tree(root)  # moved away: no event comes for its files
             with self._cond:
                 self._cond.notify()  # the flusher starts polling for it
             return

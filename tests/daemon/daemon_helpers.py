@@ -80,6 +80,15 @@ class FakeIndex:
             self.files.pop(str(path), None)
             self.log.append(("remove", str(path)))
 
+    def remove_tree(self, path: Path) -> int:
+        key, prefix = str(path), str(path) + "/"
+        with self.lock:
+            gone = [k for k in self.files if k == key or k.startswith(prefix)]
+            for k in gone:
+                del self.files[k]
+                self.log.append(("remove", k))
+        return len(gone)
+
     def forget_root(self, root: Path, keep: Any = None) -> int:
         prefix = str(Path(root)) + "/"
         with self.lock:

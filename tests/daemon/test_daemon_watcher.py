@@ -187,3 +187,34 @@ def test_a_folder_deleted_and_created_again_is_watched_again(watched, wait_for_g
     (root / "later.py").write_text("later = 1\n")  # the new directory's events arrive
     wait_until(lambda: index.files.get(str(root / "later.py")) == "later = 1\n")
     assert str(root / "a.py") not in index.files
+
+
+def test_a_folder_moved_out_of_the_tree_leaves_the_index(watched, tmp_path_factory):
+    """watchdog reports such a move as one delete of the folder, with no event per file."""
+    w, index, root, _ = watched
+    (root / "sub" / "deep").mkdir(parents=True)
+    (root / "sub" / "deep" / "x.py").write_text("x = 1\n")
+    (root / "sub" / "y.py").write_text("y = 1\n")
+    (root / "subway.py").write_text("s = 1\n")  # a sibling that shares the name's start stays
+    wait_until(lambda: all(str(p) in index.files for p in
+                           (root / "sub" / "deep" / "x.py", root / "sub" / "y.py", root / "subway.py")))
+    shutil.move(root / "sub", tmp_path_factory.mktemp("elsewhere") / "sub")
+    wait_until(lambda: not any(k.startswith(str(root / "sub") + "/") for k in index.files))
+    assert str(root / "subway.py") in index.files and str(root / "a.py") in index.files
+
+
+def test_a_folder_moved_away_as_a_whole_leaves_the_index(watched, tmp_path_factory):
+    w, index, root, _ = watched
+    assert str(root / "a.py") in index.files
+    shutil.move(root, tmp_path_factory.mktemp("elsewhere") / "moved")
+    wait_until(lambda: w.status()["folders"][0]["state"] == "gone")
+    wait_until(lambda: str(root / "a.py") not in index.files)
+
+
+def test_a_symlink_to_a_file_is_indexed_like_the_scan_does(watched):
+    w, index, root, _ = watched
+    (root / "target.txt").write_text("t = 1\n")
+    (root / "link.py").symlink_to(root / "target.txt")
+    wait_until(lambda: index.files.get(str(root / "link.py")) == "t = 1\n")
+    (root / "link.py").unlink()
+    wait_until(lambda: str(root / "link.py") not in index.files)
