@@ -7,8 +7,9 @@ Vocabulary:
 - *burst*: many events close together (a ``git checkout``). Paths are collected
   in a set and flushed once no event has come for ``debounce_s`` (or after
   ``max_delay_s`` of continuous events), so each file is re-indexed once.
-- *ignored*: inside ``.git`` or matched by a ``.gitignore`` in the folder or in
-  any directory between the folder and the file (gitignore semantics, pathspec).
+- *ignored*: inside ``.git`` or ignored by the ``.gitignore`` files in the folder
+  and the directories between it and the file, by git's rule (the deepest matching
+  pattern decides: ``workspace.gitignored``, shared with the scan's walk).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
@@ -41,6 +42,7 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
 from watchdog.observers import Observer
 
 from daemon.priority import lower_this_thread
+from index.workspace import gitignored, read_gitignore
 
 log = logging.getLogger("ngramd.watcher")
 GONE_POLL_S = 2.0  # how often a gone folder is looked for again
@@ -48,7 +50,8 @@ DELETED = "deleted"  # a folder's inode once its directory was deleted: equal to
 
 
 class Ignorer:
-    """``.gitignore`` matching for one folder; specs cached by file mtime."""
+    """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
+    specs cached by file mtime."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -63,16 +66,15 @@ class Ignorer:
         parts = rel.parts
         if ".git" in parts:
             return True
+        specs: list[tuple[Path, pathspec.PathSpec]] = []
         directory = self.root
-        for i in range(len(parts)):
+        for i, name in enumerate(parts):  # each folder on the way down, as the walk goes, then the path
             spec = self._spec(directory)
             if spec is not None:
-                sub = "/".join(parts[i:])
-                if spec.match_file(sub) or (i < len(parts) - 1 and spec.match_file(sub + "/")):
-                    return True
-                # a parent directory pattern ("build/") matches "build/x/y" through match_file
-            if i < len(parts) - 1:
-                directory = directory / parts[i]
+                specs.append((directory, spec))
+            if gitignored(specs, directory / name, is_dir=i < len(parts) - 1):
+                return True
+            directory = directory / name
         return False
 
     def _spec(self, directory: Path) -> pathspec.PathSpec | None:
@@ -86,8 +88,7 @@ class Ignorer:
             if cached and cached[0] == mtime:
                 return cached[1]
             try:
-                lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
-                spec = pathspec.GitIgnoreSpec.from_lines(lines)
+                spec = read_gitignore(directory)
             except OSError:
                 spec = None
             self._specs[directory] = (mtime, spec)

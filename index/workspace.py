@@ -2,9 +2,11 @@
 
 Discovery respects ``.gitignore``: ``git ls-files -co --exclude-standard``
 where the folder is in a git work tree, else a walk that applies every
-``.gitignore`` on the way down (pathspec's git semantics). The walk follows
-directory symlinks but never the same directory twice (a symlink loop is
-counted, not followed).
+``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
+pattern decides; the watcher uses the same function). The walk follows directory
+symlinks that stay inside the folder (by real path), never the same directory
+twice: a revisit is counted as ``symlink_loop`` when the link points at one of
+its own parents, else as ``duplicate``; a link leaving the folder as ``outside_root``.
 
 Reading (``read_text``) refuses, with a ``SkipFile`` that says why: files over
 the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
@@ -65,6 +67,31 @@ def read_text(path: str | os.PathLike, max_bytes: int) -> str:
         raise SkipFile(p, "binary", f"not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
+def read_gitignore(directory: Path) -> pathspec.PathSpec | None:
+    """The patterns of ``directory/.gitignore``; None when it has none. OSError when unreadable."""
+    gi = directory / ".gitignore"
+    if not gi.is_file():
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(gi.read_text("utf-8", "replace").splitlines())
+
+
+def gitignored(specs: list[tuple[Path, pathspec.PathSpec]], path: Path, is_dir: bool) -> bool:
+    """Whether ``path`` itself is ignored by ``specs``: (folder, its .gitignore), shallowest
+    first, for the folders from the workspace root down to ``path``'s parent.
+
+    Git's rule: the deepest .gitignore with a pattern that matches decides, and in it
+    the last matching pattern, so a nested ``!keep.log`` re-includes what the root's
+    ``*.log`` ignores. ``path``'s parent folders are not checked (git cannot re-include
+    a file in an ignored folder): callers stop at an ignored folder.
+    """
+    for base, spec in reversed(specs):
+        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        decision = spec.check_file(rel).include  # None: no pattern of this file matches
+        if decision is not None:
+            return decision
+    return False
+
+
 def _git_files(root: Path) -> list[Path] | None:
     try:
         top = subprocess.run(
@@ -92,6 +119,7 @@ def _git_files(root: Path) -> list[Path] | None:
 
 def _walk_files(root: Path, counts: Counter) -> list[Path]:
     files: list[Path] = []
+    real_root = os.path.realpath(root)
     seen: set[tuple[int, int]] = set()
     # Stack of (directory, [(base directory, spec), ...] of .gitignore files above it).
     stack: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
@@ -103,16 +131,16 @@ def _walk_files(root: Path, counts: Counter) -> list[Path]:
             counts["symlink_loop" if e.errno == errno.ELOOP else "unreadable"] += 1
             continue
         if (st.st_dev, st.st_ino) in seen:
-            counts["symlink_loop"] += 1
+            real = os.path.realpath(d)
+            counts["symlink_loop" if _is_within(os.path.realpath(d.parent), real) else "duplicate"] += 1
             continue
         seen.add((st.st_dev, st.st_ino))
-        gi = d / ".gitignore"
-        if gi.is_file():
-            try:
-                lines = gi.read_text("utf-8", "replace").splitlines()
-                specs = specs + [(d, pathspec.GitIgnoreSpec.from_lines(lines))]
-            except OSError:
-                counts["unreadable"] += 1
+        try:
+            spec = read_gitignore(d)
+            if spec is not None:
+                specs = specs + [(d, spec)]
+        except OSError:
+            counts["unreadable"] += 1
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError:
@@ -126,13 +154,21 @@ def _walk_files(root: Path, counts: Counter) -> list[Path]:
                 is_dir = e.is_dir()  # follows symlinks
             except OSError:
                 is_dir = False
-            if any(spec.match_file(os.path.relpath(path, base) + ("/" if is_dir else "")) for base, spec in specs):
+            if gitignored(specs, path, is_dir):
                 continue
             if is_dir:
+                if e.is_symlink() and not _is_within(os.path.realpath(path), real_root):
+                    counts["outside_root"] += 1  # the git path does not follow it either
+                    continue
                 stack.append((path, specs))
             else:
                 files.append(path)
     return files
+
+
+def _is_within(path: str, folder: str) -> bool:
+    """Whether real path ``path`` is ``folder`` or lies under it."""
+    return path == folder or path.startswith(os.path.join(folder, ""))
 
 
 def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Path]:

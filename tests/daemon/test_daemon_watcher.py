@@ -26,6 +26,18 @@ def test_ignorer_follows_nested_gitignores(tmp_path):
     assert ig.ignored(Path("/elsewhere/x.py"))
 
 
+def test_ignorer_lets_the_deepest_matching_pattern_decide(tmp_path):
+    """As git does, and as the scan's walk does (one shared rule: workspace.gitignored)."""
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").write_text("!keep.log\n!build/\n")
+    ig = Ignorer(tmp_path)
+    assert not ig.ignored(tmp_path / "sub" / "keep.log")
+    assert ig.ignored(tmp_path / "sub" / "other.log")
+    assert not ig.ignored(tmp_path / "sub" / "build" / "x.py")
+    assert ig.ignored(tmp_path / "build" / "y.py")
+
+
 @pytest.fixture
 def watched(tmp_path):
     (tmp_path / ".gitignore").write_text("ignored/\n")

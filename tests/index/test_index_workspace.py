@@ -262,3 +262,29 @@ def test_a_scan_during_index_file_wins_over_the_text_index_file_read(tmp_path):
     idx.index_file(tmp_path / "b.py")
     assert drafts(idx, "value = ") == ["NEW_VALUE"]
     assert not idx._changed and not idx._readers  # nothing kept once no reader is in flight
+
+
+def test_a_nested_gitignore_negation_re_includes_a_file(tmp_path):
+    """git's rule: the deepest matching pattern decides (``git check-ignore`` agrees)."""
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n")
+    (tmp_path / "sub" / "build").mkdir(parents=True)
+    (tmp_path / "sub" / ".gitignore").write_text("!keep.log\n!build/\n")
+    for name in ("a.py", "drop.log", "sub/keep.log", "sub/other.log", "sub/build/x.py"):
+        (tmp_path / name).write_text("x\n")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "y.py").write_text("y\n")
+    assert _names(tmp_path, discover(tmp_path)) == [".gitignore", "a.py", "sub/.gitignore",
+                                                    "sub/build/x.py", "sub/keep.log"]
+
+
+def test_the_walk_follows_only_links_that_stay_inside(tmp_path):
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "real").mkdir(parents=True)
+    outside.mkdir()
+    (ws / "real" / "b.py").write_text("b\n")
+    (outside / "private.txt").write_text("secret\n")
+    os.symlink(outside, ws / "out")  # leaves the folder: not followed
+    os.symlink(ws / "real", ws / "again")  # a second way to a folder inside: no loop
+    counts = Counter()
+    assert _names(ws, discover(ws, counts)) in (["again/b.py"], ["real/b.py"])
+    assert counts == {"outside_root": 1, "duplicate": 1}
