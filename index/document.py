@@ -47,13 +47,14 @@ def _tokenize_chunks(texts: list[str], tokenize_batch: TokenizeBatch) -> tuple[n
 class Document:
     """A buffer's text with its chunked tokenization (see module docstring)."""
 
-    __slots__ = ("text", "tokens", "cuts", "tok_cuts")
+    __slots__ = ("text", "tokens", "cuts", "tok_cuts", "version")
 
     def __init__(self, text: str, tokens: np.ndarray, cuts: np.ndarray, tok_cuts: np.ndarray):
         self.text = text
         self.tokens = tokens  # [n] int32
         self.cuts = cuts  # [c+1] int64 char offsets of chunk starts, then len(text)
         self.tok_cuts = tok_cuts  # [c+1] int64 token offsets of chunk starts, then n
+        self.version = 0  # bumped by every applied edit (a plan is for one version)
 
     @classmethod
     def from_text(cls, text: str, tokenize_batch: TokenizeBatch) -> "Document":
@@ -78,23 +79,30 @@ class Document:
         this document then keeps the caller's string, so only one stays alive.
         Returns the token splice ``(lo, hi, n_new)``: old ``tokens[lo:hi]`` became
         ``n_new`` tokens (``KeyIndex.splice`` takes it)."""
-        n = len(self.text)
+        return self.apply(self.plan_edit(start, end, new_text, tokenize_batch, result))
+
+    def plan_edit(self, start: int, end: int, new_text: str, tokenize_batch: TokenizeBatch,
+                  result: str | None = None) -> tuple:
+        """``edit``'s work but the splice: checks and tokenizes, changes nothing. The plan
+        holds for this ``version`` only (``apply`` refuses it otherwise).
+
+        It may run outside the index's lock while another thread applies an edit: it reads
+        ``version`` first and each field once, ``apply`` replaces fields (never changes them
+        in place) and bumps ``version`` last, so a plan that read a mix is refused."""
+        version, text0, cuts = self.version, self.text, self.cuts
+        n = len(text0)
         if not isinstance(new_text, str):
             raise ValueError(f"edit text must be str, got {type(new_text).__name__}")
         if not (isinstance(start, int) and isinstance(end, int)) or not 0 <= start <= end <= n:
             raise ValueError(f"edit range [{start}, {end}) is out of range for a buffer of {n} characters")
-        text = self.text[:start] + new_text + self.text[end:]
+        text = text0[:start] + new_text + text0[end:]
         if result is not None:
             if result != text:
                 raise ValueError("the text given as the edit's result is not this edit applied to the buffer")
             text = result
         if not text:  # everything deleted: no chunk is left to splice around
-            n_old = len(self.tokens)
-            self.text, self.tokens = "", np.zeros(0, np.int32)
-            self.cuts, self.tok_cuts = np.zeros(1, np.int64), np.zeros(1, np.int64)
-            return 0, n_old, 0
+            return version, text, None
         delta = len(text) - n
-        cuts = self.cuts
         # Left edge: the last cut c with c + 1 < start stays a boundary (its test reads
         # characters up to c + 1, all unchanged).
         il = max(int(np.searchsorted(cuts, start - 1, "left")) - 1, 0)
@@ -108,6 +116,21 @@ class Document:
         edges = [lo, *inner, hi]
         texts = [text[a:b] for a, b in zip(edges, edges[1:]) if b > a]
         new_tokens, counts = _tokenize_chunks(texts, tokenize_batch)
+        return version, text, (il, ir, delta, inner, new_tokens, counts)
+
+    def apply(self, plan: tuple) -> tuple[int, int, int]:
+        """Splice a ``plan_edit`` plan made at this version; returns ``edit``'s token splice."""
+        version, text, splice = plan
+        if version != self.version:
+            raise ValueError("the edit plan was made for another version of the buffer")
+        if splice is None:  # everything deleted
+            n_old = len(self.tokens)
+            self.text, self.tokens = "", np.zeros(0, np.int32)
+            self.cuts, self.tok_cuts = np.zeros(1, np.int64), np.zeros(1, np.int64)
+            self.version += 1
+            return 0, n_old, 0
+        il, ir, delta, inner, new_tokens, counts = splice
+        cuts = self.cuts
         t_lo, t_hi = int(self.tok_cuts[il]), int(self.tok_cuts[ir])
         tail_cuts = cuts[ir:] + delta
         tail_tok = self.tok_cuts[ir:] + (len(new_tokens) - (t_hi - t_lo))
@@ -116,6 +139,7 @@ class Document:
         self.tok_cuts = np.concatenate([self.tok_cuts[: il + 1], mid_tok, tail_tok])
         self.tokens = np.concatenate([self.tokens[:t_lo], new_tokens, self.tokens[t_hi:]])
         self.text = text
+        self.version += 1  # last: see plan_edit
         return t_lo, t_hi, len(new_tokens)
 
     def check(self, tokenize_batch: TokenizeBatch | None = None) -> None:

@@ -205,7 +205,18 @@ class NgramIndex:
             b = self._buffers.get(uri)
             if b is None:
                 raise ValueError(f"buffer {uri!r} is not open")
-            splice = b.doc.edit(start, end, new_text, self._tok, result)
+        # Tokenize outside the lock: in a long single-line buffer (minified code) the edited
+        # chunk is the whole line, and every lookup would wait for it.
+        doc = b.doc
+        plan = doc.plan_edit(start, end, new_text, self._tok, result)
+        with self._lock:
+            if self._buffers.get(uri) is b and b.doc is doc and doc.version == plan[0]:
+                splice = doc.apply(plan)
+            else:  # edited, reopened or closed meanwhile: redo it on what is there now
+                b = self._buffers.get(uri)
+                if b is None:
+                    raise ValueError(f"buffer {uri!r} is not open")
+                splice = b.doc.edit(start, end, new_text, self._tok, result)
             if b.keys is not None:
                 b.keys.splice(b.doc.tokens, *splice)
             b.stamp = self._tick()

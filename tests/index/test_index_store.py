@@ -346,3 +346,25 @@ def test_edit_with_the_callers_result_keeps_that_string():
         with pytest.raises(ValueError, match="result"):
             idx.edit_buffer("u", 6, 11, "there", wrong)
     assert idx.buffer_text("u") is after
+
+
+def test_an_edit_tokenizes_outside_the_lock_and_a_concurrent_edit_is_not_lost():
+    """A keystroke in a long single-line buffer re-tokenizes the whole line: lookups must not
+    wait for it. An edit made while another one tokenizes (here: from inside the tokenizer)
+    makes that one's plan stale; it is redone on the newer text."""
+    seen = []
+
+    def tokenize(texts):
+        if idx._buffers:  # the edits, not the open
+            seen.append(idx._lock._is_owned())
+            if len(seen) == 1:
+                idx.edit_buffer("u", 19, 19, ";")  # lands between the plan and its splice
+        return char_tokenize(texts)
+
+    idx = NgramIndex(tokenize, IndexConfig(min_n=2, max_match=8))
+    idx.open_buffer("u", "x = [1, 2, 3, 4, 5]")
+    idx.edit_buffer("u", 4, 5, "[0, ")
+    assert idx.buffer_text("u") == "x = [0, 1, 2, 3, 4, 5];"  # as if the lock had ordered them
+    assert seen[:2] == [False, False]  # the first plan and the concurrent edit ran unlocked
+    idx._check_invariants()
+    assert text(idx.buffer_tokens("u")) == "x = [0, 1, 2, 3, 4, 5];"
