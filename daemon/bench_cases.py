@@ -17,7 +17,9 @@ Fields:
     * anything else is a path; a relative one is relative to the cases file's directory.
 - ``file``: the document, relative to the workspace.
 - ``offset``: the cursor, in characters (``str`` indices) of the file's text
-  (of ``buffer`` when given).
+  (of ``buffer`` when given). The text is the file's bytes decoded as UTF-8, line
+  endings kept as they are (a CRLF file's ``\r`` characters count), as the
+  workspace index and ``--make-cases`` read it.
 - ``max_tokens`` (int >= 1), ``mode``: ``"complete"`` or ``"edit"``.
 - ``buffer`` (optional str): the document's text, replacing the file's text on disk.
 - ``cut`` (optional int >= 0, default 0): characters removed right after the cursor
@@ -190,8 +192,8 @@ def parse_case(obj: Any, base_dir: Path | None = None, where: str = "case") -> B
         path = workspace / rel
         if not path.is_file():
             raise BenchCaseError(f"{where}: no file {path}")
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # bytes, not read_text: universal newlines would drop the \r that offsets count
+            text = path.read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise BenchCaseError(f"{where}: cannot read {path}: {exc}") from exc
 
@@ -233,7 +235,8 @@ def load_cases(path: str | Path) -> list[BenchCase]:
     """Read a JSONL cases file; blank lines and lines starting with ``#`` are skipped."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # "\n" only: str.splitlines() also splits at U+2028, U+0085 ... which JSON strings hold raw
+        lines = path.read_bytes().decode("utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchCaseError(f"cannot read cases file {path}: {exc}") from exc
     cases: list[BenchCase] = []
@@ -245,7 +248,7 @@ def load_cases(path: str | Path) -> list[BenchCase]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BenchCaseError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+            raise BenchCaseError(f"{where}: not valid JSON ({exc.msg}: column {exc.colno})") from exc
         case = parse_case(obj, path.parent, where)
         if case.id in seen:
             raise BenchCaseError(f"{where}: duplicate id {case.id!r}")
@@ -294,9 +297,13 @@ class _Candidate:
     anchor: str = ""
 
 
+# Line breaks as ast numbers lines (CR-only files included), so that starts[lineno - 1] exists.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def _line_starts(text: str) -> list[int]:
     starts = [0]
-    for m in re.finditer("\n", text):
+    for m in _LINE_BREAK.finditer(text):
         starts.append(m.end())
     return starts
 
@@ -385,11 +392,17 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
     if not files:
         raise BenchCaseError(f"workspace {root}: no Python files")
     texts: dict[str, str] = {}
+    skipped: dict[str, int] = {}  # reason -> files, for the message when nothing is left
     for path in files:
+        rel = str(path.relative_to(root))
         try:
-            texts[str(path.relative_to(root))] = read_text(path, 1 << 20)
-        except SkipFile:
-            continue
+            rel.encode("utf-8")  # a name that is not UTF-8 cannot be written to the JSONL file
+            texts[rel] = read_text(path, 1 << 20)
+        except UnicodeEncodeError:
+            skipped["file name not UTF-8"] = skipped.get("file name not UTF-8", 0) + 1
+        except SkipFile as exc:
+            reason = "not UTF-8 or binary" if exc.reason == "binary" else exc.reason
+            skipped[reason] = skipped.get(reason, 0) + 1
     grams = {rel: _grams(text) for rel, text in texts.items()}
     counts: dict[int, int] = {}  # in how many files each gram occurs
     for g in grams.values():
@@ -409,12 +422,14 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
             # grams elsewhere: in the cut buffer, or in another file of the workspace
             elsewhere = buffer_grams | {h for h in _grams(target) if counts.get(h, 0) > (h in own)}
             c.overlap = round(overlap_score(target, elsewhere), 3)
-            line_end = text.find("\n", c.offset)
-            c.anchor = text[c.offset:line_end if line_end != -1 else len(text)][:60]
+            line_end = _LINE_BREAK.search(text, c.offset)  # the anchor never holds a \r
+            c.anchor = text[c.offset:line_end.start() if line_end else len(text)][:60]
             if c.anchor.strip():
                 scored.append(c)
     if not scored:
-        raise BenchCaseError(f"workspace {root}: no cursor inside a function body")
+        why = "; ".join(f"{count} skipped: {reason}" for reason, count in sorted(skipped.items()))
+        raise BenchCaseError(f"workspace {root}: no cursor inside a function body"
+                             + (f" ({len(texts)} files read; {why})" if skipped else ""))
 
     code = [c for c in scored if not c.prose]
     repeat = [c for c in code if c.overlap >= REPEAT_MIN]

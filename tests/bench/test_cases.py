@@ -121,3 +121,16 @@ def test_committed_cases_load_on_this_python(name):
         kinds = {c.kind for c in cases}
         assert kinds == {"ordinary", "repeat", "norepeat"}
         assert 12 <= len(cases) <= 20
+
+
+def test_offsets_count_the_carriage_returns_of_a_crlf_file(tmp_path):
+    (tmp_path / "m.py").write_bytes(b"a = 1\r\nb = 2\r\n")
+    case = parse_case(good(tmp_path, file="m.py", offset=7, anchor="b = 2"))
+    assert case.offset == 7 and case.text == "a = 1\r\nb = 2\r\n"
+
+
+def test_bad_json_message_names_the_column_once(tmp_path, workspace):
+    path = write(tmp_path, raw='{"id": "a\n')
+    with pytest.raises(BenchCaseError) as info:
+        load_cases(path)
+    assert "at at" not in str(info.value) and "column" in str(info.value)

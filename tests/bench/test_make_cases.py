@@ -65,3 +65,52 @@ def test_cli_make_cases_writes_jsonl(tmp_path, workspace, capsys):
     assert len(load_cases(out)) == len(out.read_text().splitlines()) >= 1
     assert main(["bench", "--make-cases", str(tmp_path / "absent")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+FUNC = "def total(values, factor):\n    total = 0\n    for value in values:\n        total += value * factor\n    return total\n"
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr_only"])
+def test_made_cases_load_back_whatever_the_line_endings(tmp_path, newline):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (FUNC + "\n\n" + FUNC.replace("total", "sum_of")).replace("\n", newline)
+    (ws / "m.py").write_bytes(source.encode())
+    cases = make_cases(ws, n=4, seed=0)
+    assert cases
+    out = tmp_path / "c.jsonl"
+    assert main(["bench", "--make-cases", str(ws), "--n", "4", "--out", str(out)]) == 0
+    for made, case in zip(cases, load_cases(out)):
+        assert "\r" not in made["anchor"]
+        assert case.offset == made["offset"]  # offsets count the file's \r characters
+        assert source[case.offset:].startswith(made["anchor"])
+
+
+def test_made_cases_with_a_line_separator_in_a_string_load_back(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "m.py").write_text(FUNC.replace("total = 0", "total = 0; sep = '\u2028\x85'"), encoding="utf-8")
+    out = tmp_path / "c.jsonl"
+    assert main(["bench", "--make-cases", str(ws), "--n", "4", "--out", str(out)]) == 0
+    assert len(load_cases(out)) >= 1
+
+
+def test_file_names_that_are_not_utf8_are_skipped(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "ok.py").write_text(FUNC)
+    try:
+        (ws / "\udcff.py").write_text(FUNC.replace("total", "other"))
+    except (UnicodeEncodeError, OSError):
+        pytest.skip("this file system does not take a non-UTF-8 name")
+    out = tmp_path / "c.jsonl"
+    assert main(["bench", "--make-cases", str(ws), "--n", "6", "--out", str(out)]) == 0
+    assert {c.file for c in load_cases(out)} == {"ok.py"}
+    assert main(["bench", "--make-cases", str(ws), "--n", "6"]) == 0
+    assert "\udcff" not in capsys.readouterr().out
+
+
+def test_no_cursor_message_says_which_files_were_skipped(tmp_path):
+    (tmp_path / "latin.py").write_bytes(FUNC.replace("total = 0", "total = 0  # \xe9").encode("latin-1"))
+    with pytest.raises(BenchCaseError, match="1 skipped: not UTF-8"):
+        make_cases(tmp_path)
