@@ -84,7 +84,10 @@ def run(args: Any) -> int:
                       sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p,
                                               seed=args.seed),
                       speculate=not args.no_speculation)
-    result = completer.edit(req, threading.Event())
+    try:
+        result = completer.edit(req, threading.Event())
+    except ValueError as exc:  # e.g. a selection too long for the model's positions
+        return _error(str(exc))
     if args.json:
         stats = result.stats
         print(json.dumps({

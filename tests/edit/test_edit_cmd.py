@@ -79,3 +79,13 @@ def test_cli_binary_file_is_refused(tmp_path, capsys):
     f.write_bytes(b"\x00\x01\x02 not text")
     assert main(["edit", str(f), "--start", "0:0", "--end", "0:1", "--instruction", "x"]) == 2
     assert "looks binary" in capsys.readouterr().err
+
+
+def test_cli_selection_too_long_for_the_model_is_a_clear_error(tmp_path, capsys):
+    f = tmp_path / "long.py"
+    f.write_text("".join(f"value_{i} = compute({i}, {i * 7}, 'label {i}')\n" for i in range(1400)))
+    rc = main(["edit", str(f), "--start", "0:0", "--end", "1400:0", "--instruction", "rename",
+               "--model", "tiny", "--device", "cpu"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "ngramd edit: error: the selection is too long" in err and "Traceback" not in err
