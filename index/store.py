@@ -28,8 +28,10 @@ during a merge wait for its end); they never draft from a removed file.
 Newest wins: files are read and tokenized outside the lock, so a reader (a scan
 batch, ``index_file``) may finish after a later change of the same file (a file
 event handled meanwhile). Each reader takes the clock before it reads; every
-change records its tick per key (and per removed folder), and a reader installs
-or removes nothing that changed after its read began.
+change records, per key (and per removed folder), how new the state it leaves
+is: the tick its data was read at for an install, the tick of the change for a
+removal. A reader installs or removes nothing whose recorded state is newer than
+its read, whichever of the two finishes first.
 
 Recency: every (re)indexed document gets a fresh stamp from one counter; a
 higher stamp ranks first among equal matches of one source. Eviction uses a
@@ -163,9 +165,10 @@ class NgramIndex:
         return self._clock
 
     def _begin_read(self) -> int:
-        """A reader of files starts (lock held): returns the tick its reads come after."""
+        """A reader of files starts (lock held): returns the tick its reads come after (its own:
+        of two readers, the one that started later has the higher tick)."""
         self._readers += 1
-        return self._clock
+        return self._tick()
 
     def _end_read(self) -> None:
         """A reader is done (lock held). With none left, no change can be newer than a read."""
@@ -175,14 +178,16 @@ class NgramIndex:
             self._changed_under.clear()
 
     def _changed_since(self, key: str, read_tick: int) -> bool:
-        """Whether ``key`` was installed or removed after a read that began at ``read_tick`` (lock held)."""
+        """Whether ``key`` holds a state newer than a read that began at ``read_tick`` (lock held)."""
         if self._changed.get(key, 0) > read_tick:
             return True
         return any(t > read_tick and key.startswith(p) for p, t in self._changed_under.items())
 
-    def _record_change(self, key: str) -> None:
+    def _record_change(self, key: str, as_of: int | None = None) -> None:
+        """``key`` now holds data read at tick ``as_of`` (None: a change known now, a removal) (lock held)."""
         if self._readers:
-            self._changed[key] = self._tick()
+            t = self._tick() if as_of is None else as_of
+            self._changed[key] = max(self._changed.get(key, 0), t)
 
     # ---- buffers ----------------------------------------------------------
     def open_buffer(self, uri: str, text: str) -> None:
@@ -273,13 +278,13 @@ class NgramIndex:
                     self.last_skip = str(e)
                     if not self._changed_since(key, read_tick):  # else a newer change decides
                         self._remove(key)
-                        self._record_change(key)
+                        self._record_change(key, read_tick)
                 self._after_write()
                 return False
             (tokens,) = self._tokenize_files([text])
             with self._lock:
                 if not self._changed_since(key, read_tick):
-                    self._install(key, tokens)
+                    self._install(key, tokens, read_tick)
                     self._enforce_bound()
                 kept = key in self._files
         finally:
@@ -387,7 +392,10 @@ class NgramIndex:
                 skipped.append(os.path.abspath(f))
         if skipped:
             with self._lock:  # a file event after the read decides instead
-                counts["removed"] += self._remove_all(k for k in skipped if not self._changed_since(k, read_tick))
+                gone = [k for k in skipped if not self._changed_since(k, read_tick)]
+                counts["removed"] += self._remove_all(gone)
+                for k in gone:
+                    self._record_change(k, read_tick)
         arrays = self._tokenize_files(texts) if texts else []
         with self._lock:
             if prefix not in self._roots:
@@ -395,7 +403,7 @@ class NgramIndex:
             for key, arr in zip(keys, arrays):
                 if self._changed_since(key, read_tick):  # a file event after the read: newer
                     continue
-                self._install(key, arr)
+                self._install(key, arr, read_tick)
                 counts["indexed"] += 1
                 counts["tokens"] += len(arr)
             self._enforce_bound()
@@ -431,12 +439,11 @@ class NgramIndex:
         s = self._static
         return 0 if s is None else s.num_tokens - self._static_dead
 
-    def _install(self, key: str, tokens: np.ndarray) -> None:
-        """Put a file's new tokens in the dynamic set (lock held)."""
+    def _install(self, key: str, tokens: np.ndarray, as_of: int | None = None) -> None:
+        """Put a file's new tokens, read at tick ``as_of`` (None: now), in the dynamic set (lock held)."""
         self._remove(key)
         t = self._tick()
-        if self._readers:
-            self._changed[key] = t
+        self._record_change(key, as_of)
         self._files[key] = _File(stamp=t, used=t, n_tokens=len(tokens), tokens=tokens)
         self._ws_tokens += len(tokens)
         self._dyn_tokens += len(tokens)

@@ -264,6 +264,36 @@ def test_a_scan_during_index_file_wins_over_the_text_index_file_read(tmp_path):
     assert not idx._changed and not idx._readers  # nothing kept once no reader is in flight
 
 
+def test_a_later_read_wins_even_when_it_installs_last(tmp_path):
+    """The scan reads the old text; the file changes and ``index_file`` reads the new text;
+    the scan installs first, ``index_file`` last: the newer read must stay."""
+    (tmp_path / "b.py").write_text("value = OLD_VALUE")
+    event_read, scan_done = threading.Event(), threading.Event()
+    threads = []
+
+    def tokenize(texts):
+        name = threading.current_thread().name
+        if name == "scan" and not threads:  # the scan has read the old text
+            (tmp_path / "b.py").write_text("value = NEW_VALUE")
+            threads.append(threading.Thread(target=idx.index_file, args=(tmp_path / "b.py",), name="event"))
+            threads[0].start()
+            assert event_read.wait(10)
+        elif name == "event":  # index_file has read the new text; it installs after the scan
+            event_read.set()
+            assert scan_done.wait(10)
+        return char_tokenize(texts)
+
+    idx = NgramIndex(tokenize, IndexConfig(min_n=2))
+    scan = threading.Thread(target=idx.index_workspace, args=(tmp_path,), name="scan")
+    scan.start()
+    scan.join()
+    scan_done.set()
+    threads[0].join()
+    idx._check_invariants()
+    assert drafts(idx, "value = ") == ["NEW_VALUE"]
+    assert not idx._changed and not idx._readers
+
+
 def test_a_nested_gitignore_negation_re_includes_a_file(tmp_path):
     """git's rule: the deepest matching pattern decides (``git check-ignore`` agrees)."""
     (tmp_path / ".gitignore").write_text("*.log\nbuild/\n")
