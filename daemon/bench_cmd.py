@@ -43,10 +43,10 @@ def run(args: Any) -> int:
         print(f"ngramd bench: {exc}", file=sys.stderr)
         return 2
     if args.plot:  # before the run, not after half an hour of it
-        from daemon.bench_report import PlotUnavailable, require_matplotlib
+        from daemon.bench_report import PlotUnavailable, check_plot_path
 
         try:
-            require_matplotlib()
+            check_plot_path(args.plot)
         except PlotUnavailable as exc:
             print(f"ngramd bench: {exc}", file=sys.stderr)
             return 2
@@ -57,16 +57,24 @@ def run(args: Any) -> int:
         return 2
 
     def save_row(row: dict[str, Any]) -> None:
-        if rows_file is not None:
+        nonlocal rows_file
+        if rows_file is None:
+            return
+        try:
             rows_file.write(json.dumps(row) + "\n")
             rows_file.flush()
+        except OSError as exc:  # a full disk must not cost the run and its report: warn once, go on
+            print(f"ngramd bench: cannot write --rows {args.rows}: {exc}; no more rows are saved",
+                  file=sys.stderr)
+            _close_quietly(rows_file)
+            rows_file = None
 
     try:
         report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
                        cases_file=args.cases, progress=True, on_row=save_row)
     finally:
         if rows_file is not None:
-            rows_file.close()
+            _close_quietly(rows_file)
     if args.json:
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
@@ -80,7 +88,7 @@ def run(args: Any) -> int:
         try:
             plot(report, args.plot)
             print(f"ngramd bench: plot written to {args.plot}", file=sys.stderr)
-        except (PlotUnavailable, OSError) as exc:
+        except (PlotUnavailable, OSError, ValueError) as exc:
             print(f"ngramd bench: cannot write the plot: {exc}", file=sys.stderr)
             return 2
     summary = report["summary"]
@@ -95,11 +103,22 @@ def _make(args: Any) -> int:
         return 2
     text = dump_cases(cases)
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except (OSError, UnicodeError) as exc:
+            print(f"ngramd bench: cannot write --out {args.out}: {exc}", file=sys.stderr)
+            return 2
         print(f"ngramd bench: wrote {len(cases)} cases to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _close_quietly(file: Any) -> None:
+    try:
+        file.close()
+    except OSError:
+        pass  # every row was flushed already, or its write error was reported
 
 
 def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1, hf: bool = True,

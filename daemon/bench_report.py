@@ -16,6 +16,7 @@ cases never below 0.95x of plain; edits that change few lines (``changed_lines``
 from __future__ import annotations
 
 import difflib
+import os
 import statistics
 from typing import Any, TextIO
 
@@ -266,6 +267,24 @@ def require_matplotlib() -> Any:
         raise PlotUnavailable("--plot needs matplotlib: pip install 'ngramd[plot]' "
                               "(or pip install matplotlib)") from exc
     return plt
+
+
+def check_plot_path(path: str) -> None:
+    """PlotUnavailable when ``plot(report, path)`` would fail for a reason known before the run:
+    no matplotlib, a format it cannot write, or a folder that is missing or not writable."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix and suffix not in formats:  # no suffix: savefig writes its default format (png)
+        raise PlotUnavailable(f"--plot {path}: matplotlib cannot write .{suffix} files "
+                              f"(it writes {', '.join('.' + f for f in sorted(formats))})")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise PlotUnavailable(f"--plot {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK):
+        raise PlotUnavailable(f"--plot {path}: folder {folder} is not writable")
 
 
 def plot(report: dict[str, Any], path: str) -> None:

@@ -1,0 +1,63 @@
+"""``ngramd bench`` when an output cannot be written: one clear line, and the run's report is never lost."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from daemon import bench_cmd
+from daemon.bench_report import build_report
+from daemon.cli import main
+
+SMOKE = "bench/cases/smoke.jsonl"
+
+
+def fake_bench(calls):
+    """A stand-in for ``bench_cmd.bench`` that hands two rows to ``on_row`` and reports them."""
+    def bench(cases, on_row=None, **kwargs):
+        calls.append(len(cases))
+        rows = [{"id": f"r{i}", "kind": "ordinary", "mode": "complete", "status": "unsupported",
+                 "error": "fake"} for i in range(2)]
+        for row in rows:
+            on_row(row)
+        return build_report(rows, {"model": "fake", "device": "cpu"})
+    return bench
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_rows_write_failure_warns_once_and_the_report_is_still_printed(monkeypatch, capsys):
+    calls: list[int] = []
+    monkeypatch.setattr(bench_cmd, "bench", fake_bench(calls))
+    assert main(["bench", "--cases", SMOKE, "--rows", "/dev/full", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert calls and [r["id"] for r in json.loads(out)["cases"]] == ["r0", "r1"]
+    assert err.count("cannot write --rows /dev/full") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["missing_folder", "a_folder"])
+def test_make_cases_out_that_cannot_be_written_is_one_line_and_rc_2(tmp_path, workspace, capsys, where):
+    out = tmp_path / "no" / "such" / "c.jsonl" if where == "missing_folder" else tmp_path
+    assert main(["bench", "--make-cases", str(workspace), "--n", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ngramd bench: cannot write --out {out}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("plot, message", [("p.foo", "cannot write .foo files"),
+                                           ("nodir/p.png", "no folder")])
+def test_a_plot_that_cannot_be_written_fails_before_the_run(monkeypatch, tmp_path, capsys, plot, message):
+    pytest.importorskip("matplotlib")
+    calls: list[int] = []
+    monkeypatch.setattr(bench_cmd, "bench", fake_bench(calls))
+    assert main(["bench", "--cases", SMOKE, "--plot", str(tmp_path / plot)]) == 2
+    assert message in capsys.readouterr().err and not calls
+
+
+def test_a_plot_path_without_a_folder_or_suffix_is_accepted(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench_cmd, "bench", fake_bench([]))
+    assert main(["bench", "--cases", os.path.join(os.path.dirname(bench_cmd.__file__), "..", SMOKE),
+                 "--plot", "speedups"]) == 0
+    assert (tmp_path / "speedups.png").exists() or (tmp_path / "speedups").exists()
