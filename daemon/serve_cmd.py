@@ -26,6 +26,10 @@ from daemon.paths import AlreadyRunning, claim_socket, resolve_socket_path, sock
 from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES
 
 EXIT_ALREADY_RUNNING = 3
+# The least --max-message-bytes: a negative limit breaks msgpack's reader (every connection
+# dies inside a daemon that looks ready), and a few hundred bytes refuse all but the smallest
+# requests. 0 is refused too rather than meaning the default.
+MIN_MAX_MESSAGE_BYTES = 4096
 log = logging.getLogger("ngramd")
 
 
@@ -34,8 +38,9 @@ def run_serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sock = resolve_socket_path(args.socket)
     workspaces = [Path(w).expanduser().resolve() for w in (args.workspace or [])]
-    try:
-        _index_config(args)  # a bad limit is reported now, not after the model's load
+    try:  # a bad limit is reported now, not after the model's load
+        _index_config(args)
+        _max_message_bytes(args)
     except ValueError as exc:
         print(f"ngramd: {exc}", file=sys.stderr)
         return 1
@@ -66,7 +71,7 @@ def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path]) -> int:
     except Exception as exc:  # a model that cannot load: say why, exit 1
         print(f"ngramd: cannot load the model: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    max_bytes = getattr(args, "max_message_bytes", None) or DEFAULT_MAX_MESSAGE_BYTES
+    max_bytes = _max_message_bytes(args)
     service = Service(completer, index, model_name=str(rt.name), device=str(rt.device),
                       dtype=str(rt.dtype).replace("torch.", ""), socket_path=str(sock),
                       max_message_bytes=max_bytes)
@@ -104,6 +109,15 @@ def _index_config(args: argparse.Namespace) -> Any:
     if limit < 1:
         raise ValueError(f"--max-indexed-tokens must be at least 1, got {limit}")
     return IndexConfig(max_indexed_tokens=limit)
+
+
+def _max_message_bytes(args: argparse.Namespace) -> int:
+    limit = getattr(args, "max_message_bytes", None)
+    if limit is None:
+        return DEFAULT_MAX_MESSAGE_BYTES
+    if limit < MIN_MAX_MESSAGE_BYTES:
+        raise ValueError(f"--max-message-bytes must be at least {MIN_MAX_MESSAGE_BYTES}, got {limit}")
+    return limit
 
 
 # -- status / stop --------------------------------------------------------------------------

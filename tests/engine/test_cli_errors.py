@@ -75,3 +75,10 @@ def test_version():
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--version"])
     assert exit_.value.code == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "100"])
+def test_a_tiny_message_limit_is_refused_before_the_model_loads(no_model_load, tmp_path, capsys, value):
+    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--max-message-bytes", value]) == 1
+    assert f"--max-message-bytes must be at least 4096, got {value}" in capsys.readouterr().err
+    assert not (tmp_path / "s.sock").exists()
