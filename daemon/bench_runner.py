@@ -279,13 +279,13 @@ class BenchRunner:
         """One short run of each variant, so that the first measured case pays no one-time costs."""
         if self._warm:
             return
-        self._warm = True
         index = self.index_for(case.workspace)
         with case_document(index, case):
             plain = self._engine_run(case, index, speculate=False, max_tokens=8)
             self._engine_run(case, index, speculate=True, max_tokens=8)
             if self.hf and plain.result is not None:
                 hf_prompt_lookup(self.rt.model, self._prompt_ids(plain), 8, self.rt.eos_token_id, self.rt.device)
+        self._warm = True  # only now: a case whose warm-up failed leaves it to the next case
 
     # --- one case ----------------------------------------------------------------------
     def run_case(self, case: BenchCase, repeat: int = 1) -> dict[str, Any]:

@@ -125,3 +125,28 @@ def test_prompt_recovery_and_trace_on_hand_written_passes():
     assert decode_trace(spec, len(prompt)) == [{"ctx": 4, "n": 3, "committed": 2},
                                                 {"ctx": 6, "n": 2, "committed": -1}]
     assert prompt_ids_from_plain([Pass(3, [1])], gen) is None  # a gap: not a cold plain run
+
+
+def test_a_failed_warm_up_is_tried_again_on_the_next_case(tmp_path):
+    from daemon.bench_cases import BenchCase
+
+    runner = BenchRunner(runtime=None, hf=False)
+    index = FakeIndex()
+    runner.index_for = lambda workspace: index
+    runs = []
+
+    def engine_run(case, index, speculate, max_tokens):
+        runs.append(case.id)
+        if case.id == "too-long":
+            raise ValueError("the selection is too long to rewrite")
+        return types.SimpleNamespace(result=None)
+    runner._engine_run = engine_run
+
+    def case(id_):
+        return BenchCase(id=id_, workspace=tmp_path, workspace_ref=str(tmp_path), file="m.py", offset=0,
+                         max_tokens=8, mode="complete", text="x = 1\n")
+    with pytest.raises(ValueError):
+        runner.warm_up(case("too-long"))
+    runner.warm_up(case("next"))
+    runner.warm_up(case("third"))
+    assert runs == ["too-long", "next", "next"]  # warmed by "next", once
