@@ -20,19 +20,23 @@ class InputError(ValueError):
 
 
 def read_source(path: Path, allow_empty: bool = False) -> str:
-    """The UTF-8 text of ``path``; InputError when it cannot serve as a source file."""
+    """The UTF-8 text of ``path``; InputError when it cannot serve as a source file.
+
+    A leading byte order mark is dropped: editors hide it and leave it out of the text
+    they send over LSP, so line 0's columns, the offsets and the prompt match theirs."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if not data and not allow_empty:
-        raise InputError(f"{path} is empty: there is no text to complete from")
     if b"\0" in data[:8192]:
         raise InputError(f"{path} looks binary")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text: {exc}") from exc
+    if not text and not allow_empty:  # a BOM alone is empty too
+        raise InputError(f"{path} is empty: there is no text to complete from")
+    return text
 
 
 # Line breaks as the LSP counts them (lsp/positions.py), so that a position means the

@@ -35,3 +35,16 @@ def test_usable_sampling_flags_pass():
         check_generation_args(16, temperature, 1.0)
     with pytest.raises(InputError, match=r"--top-p must be in \(0, 1\], got nan"):
         check_generation_args(16, 0.7, float("nan"))
+
+
+def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
+    from daemon.cli_inputs import read_source
+
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbfx = 1\ny = 2\n")
+    text = read_source(path)
+    assert text == "x = 1\ny = 2\n"  # as an editor shows it: column 0 of line 0 is "x"
+    assert text[offset_of(text, 0, 4)] == "1"
+    path.write_bytes(b"\xef\xbb\xbf")
+    with pytest.raises(InputError, match="is empty"):
+        read_source(path)
