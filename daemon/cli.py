@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-indexed-tokens", type=int, default=None,
                    help="bound on indexed tokens; least recently used files go first (default 8,000,000)")
     p.add_argument("--max-message-bytes", type=int, default=None,
-                   help="largest RPC message accepted (default 64 MiB)")
+                   help="largest RPC message accepted (default 64 MiB, at least 4096)")
 
     for name, help_text in (("status", "print the running daemon's figures"), ("stop", "stop the daemon")):
         p = sub.add_parser(name, help=help_text)
