@@ -133,6 +133,15 @@ if suite == "unit" then
       maxTokens = 32, multiline = false, temperature = 0, debounceMs = 40, enabled = true, model = "tiny",
     })
     eq(config.init_options(c, 0).debounceMs, 0, "fallback path: the client debounces")
+    local t = config.init_options(config.resolve({ timeout_ms = 2500.7, device = "cpu" }))
+    eq({ t.timeoutMs, t.device }, { 2500, "cpu" })
+    eq(config.init_options(config.resolve({})).timeoutMs, nil, "unset: the server's default")
+    local ok, err = pcall(config.resolve, { device = "gpu" })
+    eq(ok, false)
+    assert(tostring(err):find("device"), tostring(err))
+    ok, err = pcall(config.resolve, { timeout_ms = 5 })
+    eq(ok, false)
+    assert(tostring(err):find("timeout_ms"), tostring(err))
   end)
 
   test("config.server_cmd: explicit, project .venv, PATH", function()

@@ -18,6 +18,8 @@ M.defaults = {
   multiline = true,
   temperature = 0,
   debounce_ms = 75,
+  timeout_ms = nil, -- the server's timeoutMs (nil: its default, 8000)
+  device = nil, -- "auto", "cpu" or "cuda": for the next daemon the server starts
   enabled = true,
   -- "auto": vim.lsp.inline_completion on Neovim >= 0.12, this plugin's ghost text before;
   -- false: always this plugin's ghost text; true: require the built-in one.
@@ -70,6 +72,10 @@ function M.resolve(opts)
     "debounce_ms must be a number in 0..2000")
   check(type(cfg.temperature) == "number" and cfg.temperature >= 0 and cfg.temperature <= 2,
     "temperature must be a number in 0..2")
+  check(cfg.timeout_ms == nil or type(cfg.timeout_ms) == "number" and cfg.timeout_ms >= 100
+    and cfg.timeout_ms <= 600000, "timeout_ms must be a number in 100..600000")
+  check(cfg.device == nil or cfg.device == "auto" or cfg.device == "cpu" or cfg.device == "cuda",
+    "device must be 'auto', 'cpu' or 'cuda'")
   check(type(cfg.multiline) == "boolean", "multiline must be a boolean")
   check(type(cfg.enabled) == "boolean", "enabled must be a boolean")
   check(cfg.model == nil or type(cfg.model) == "string", "model must be a string")
@@ -97,6 +103,12 @@ function M.init_options(cfg, server_debounce_ms)
   end
   if cfg.socket and cfg.socket ~= "" then
     o.socket = cfg.socket
+  end
+  if cfg.timeout_ms then
+    o.timeoutMs = math.floor(cfg.timeout_ms)
+  end
+  if cfg.device then
+    o.device = cfg.device
   end
   return o
 end
