@@ -7,7 +7,7 @@
  *   (out-of-range numbers clamped, wrong types replaced by the default);
  * - initialization options: the object sent to `ngramd lsp` in `initialize` and again
  *   in `workspace/didChangeConfiguration`; its keys are the server's contract
- *   (maxTokens, multiline, temperature, debounceMs, model, socket, enabled);
+ *   (maxTokens, multiline, temperature, debounceMs, timeoutMs, device, model, socket, enabled);
  * - server command: the executable and the arguments that start `ngramd lsp`.
  */
 
@@ -21,8 +21,14 @@ export interface NgramdSettings {
   multiline: boolean;
   debounceMs: number;
   temperature: number;
+  timeoutMs: number;
+  device: Device;
   socket: string;
 }
+
+/** Where a daemon started by the server runs (the server's `device`). */
+export type Device = "auto" | "cpu" | "cuda";
+const DEVICES: readonly Device[] = ["auto", "cpu", "cuda"];
 
 export const DEFAULTS: Readonly<NgramdSettings> = Object.freeze({
   enable: true,
@@ -32,14 +38,17 @@ export const DEFAULTS: Readonly<NgramdSettings> = Object.freeze({
   multiline: true,
   debounceMs: 75,
   temperature: 0,
+  timeoutMs: 8000,
+  device: "auto",
   socket: "",
 });
 
 /** Bounds for the numeric settings; values outside are clamped (package.json states the same). */
-const BOUNDS: Record<"maxTokens" | "debounceMs" | "temperature", [number, number]> = {
+const BOUNDS: Record<"maxTokens" | "debounceMs" | "temperature" | "timeoutMs", [number, number]> = {
   maxTokens: [1, 1024],
   debounceMs: [0, 2000],
   temperature: [0, 2],
+  timeoutMs: [100, 600000],
 };
 
 /** Reads one setting; `undefined` means "not set". VS Code's `WorkspaceConfiguration.get` fits. */
@@ -74,6 +83,8 @@ export function readSettings(get: SettingGetter): NgramdSettings {
     multiline: bool(get("multiline"), DEFAULTS.multiline),
     debounceMs: num(get("debounceMs"), DEFAULTS.debounceMs, BOUNDS.debounceMs, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, BOUNDS.temperature, false),
+    timeoutMs: num(get("timeoutMs"), DEFAULTS.timeoutMs, BOUNDS.timeoutMs, true),
+    device: DEVICES.find((d) => d === get("device")) ?? DEFAULTS.device,
     socket: str(get("socket"), DEFAULTS.socket),
   };
 }
@@ -84,6 +95,8 @@ export interface InitializationOptions {
   multiline: boolean;
   temperature: number;
   debounceMs: number;
+  timeoutMs: number;
+  device: Device;
   enabled: boolean;
   model?: string;
   socket?: string;
@@ -95,6 +108,8 @@ export function initializationOptions(s: NgramdSettings): InitializationOptions 
     multiline: s.multiline,
     temperature: s.temperature,
     debounceMs: s.debounceMs,
+    timeoutMs: s.timeoutMs,
+    device: s.device,
     enabled: s.enable,
   };
   if (s.model) {

@@ -49,8 +49,14 @@ test("initialization options carry the server's keys, leaving out empty model an
     multiline: false,
     temperature: 0.2,
     debounceMs: 10,
+    timeoutMs: 8000,
+    device: "auto",
     enabled: false,
   });
+  const d = readSettings(getter({ timeoutMs: 9e9, device: "cuda" }));
+  assert.equal(initializationOptions(d).timeoutMs, 600000, "clamped to the server's bounds");
+  assert.equal(initializationOptions(d).device, "cuda");
+  assert.equal(readSettings(getter({ device: "gpu" })).device, "auto", "an unknown device: the default");
   const t = readSettings(getter({ model: "tiny", socket: "/tmp/x.sock" }));
   const opts = initializationOptions(t);
   assert.equal(opts.model, "tiny");

@@ -14,6 +14,7 @@ import {
   statusView,
   validateInstruction,
 } from "../status";
+import { DEFAULTS } from "../config";
 import { CLIENT_COMMANDS, rewriteCodeActionArgs, rewriteResolveNeedsInstruction, SERVER_COMMANDS } from "../commands";
 
 test("acceptance rate: explicit rate, nested rate, or accepted / drafted", () => {
@@ -80,16 +81,10 @@ test("package.json contributes exactly the client commands, and the settings con
   const contributed = pkg.contributes.commands.map((c: { command: string }) => c.command).sort();
   assert.deepEqual(contributed, Object.values(CLIENT_COMMANDS).sort());
   const props = Object.keys(pkg.contributes.configuration.properties).sort();
-  assert.deepEqual(props, [
-    "ngramd.debounceMs",
-    "ngramd.enable",
-    "ngramd.maxTokens",
-    "ngramd.model",
-    "ngramd.multiline",
-    "ngramd.serverPath",
-    "ngramd.socket",
-    "ngramd.temperature",
-  ]);
+  assert.deepEqual(props, Object.keys(DEFAULTS).map((k) => `ngramd.${k}`).sort());
+  for (const [key, value] of Object.entries(DEFAULTS)) {
+    assert.deepEqual(pkg.contributes.configuration.properties[`ngramd.${key}`].default, value, `default of ${key}`);
+  }
 });
 
 test("rewrite code action: prompt unless the server's action already has an instruction", () => {
