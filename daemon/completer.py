@@ -36,7 +36,7 @@ from daemon.kv_cache import KVPool
 from daemon.prompt import ForcedPrefix, build_prompt
 from daemon.proposer import IndexProposer, NullProposer, Proposer
 from daemon.requests import (CompletionRequest, CompletionResult, EditRequest, GenerationStats, SamplingParams,
-                             check_temperature, check_top_p)
+                             check_sampling)
 from daemon.stops import StopConfig, StopChecker
 
 log = logging.getLogger("ngramd.completer")
@@ -147,11 +147,4 @@ def _validate(req: CompletionRequest) -> None:
         raise ValueError(f"offset {req.offset!r} is out of range: the text has {len(req.text)} characters")
     if not isinstance(req.max_tokens, int) or req.max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, got {req.max_tokens!r}")
-    try:
-        check_temperature(req.sampling.temperature)
-    except ValueError as exc:
-        raise ValueError(f"temperature {exc}") from None
-    try:
-        check_top_p(req.sampling.top_p)
-    except ValueError as exc:
-        raise ValueError(f"top_p {exc}") from None
+    check_sampling(req.sampling)

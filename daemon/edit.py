@@ -34,7 +34,7 @@ from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range, clean_answer
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.proposer import IndexProposer, NullProposer
-from daemon.requests import CompletionResult, EditRequest
+from daemon.requests import CompletionResult, EditRequest, check_sampling
 from daemon.stops import StopChecker, StopConfig
 from index.draft import Draft, Source
 
@@ -104,8 +104,7 @@ def validate(req: EditRequest) -> None:
         raise ValueError("the instruction is empty")
     if req.max_tokens is not None and (not isinstance(req.max_tokens, int) or req.max_tokens < 1):
         raise ValueError(f"max_tokens must be a positive integer, got {req.max_tokens!r}")
-    if req.sampling.temperature < 0 or not 0 < req.sampling.top_p <= 1:
-        raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
+    check_sampling(req.sampling)
 
 
 def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:

@@ -36,6 +36,16 @@ def check_top_p(value: float) -> float:
     return value
 
 
+def check_sampling(sampling: "SamplingParams") -> None:
+    """``check_temperature`` and ``check_top_p`` for an in-process request; ValueError naming the field."""
+    for name, value, check in (("temperature", sampling.temperature, check_temperature),
+                               ("top_p", sampling.top_p, check_top_p)):
+        try:
+            check(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} {exc}") from None
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 means greedy

@@ -94,12 +94,22 @@ def pack_notification(method: str, params: Any) -> bytes:
     return msgpack.packb([NOTIFICATION, method, params], use_bin_type=True)
 
 
+def msgid_of(obj: Any) -> int | None:
+    """The msgid of an unpacked request or response (valid or not), else None: where an
+    error about a malformed request can be answered."""
+    if not isinstance(obj, (list, tuple)) or len(obj) < 2 or type(obj[0]) is not int:  # False == 0 ...
+        return None
+    msgid = obj[1]
+    # ... but False is not REQUEST, nor is True a msgid
+    return msgid if obj[0] in (REQUEST, RESPONSE) and type(msgid) is int and -2**63 <= msgid < 2**64 else None
+
+
 def decode(obj: Any) -> Message:
     """Validate one unpacked object as a message; raises RpcError(INVALID_REQUEST)."""
     if not isinstance(obj, (list, tuple)) or not obj:
         raise RpcError(INVALID_REQUEST, "a message is a non-empty msgpack array")
-    kind = obj[0] if type(obj[0]) is int else None  # False == 0, but False is not REQUEST
-    msgid = obj[1] if len(obj) > 1 and type(obj[1]) is int else None  # nor is True a msgid
+    kind = obj[0] if type(obj[0]) is int else None
+    msgid = msgid_of(obj)
     if kind == REQUEST and len(obj) == 4 and msgid is not None and isinstance(obj[2], str):
         return Request(msgid, obj[2], obj[3])
     if kind == RESPONSE and len(obj) == 4 and msgid is not None:

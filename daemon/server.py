@@ -35,7 +35,7 @@ from typing import Any, Callable
 from daemon.paths import is_socket
 from daemon.rpc import (
     DEFAULT_MAX_MESSAGE_BYTES, INTERNAL_ERROR, Notification, Request, Response,
-    RpcError, decode, pack_notification, pack_response, FrameReader,
+    RpcError, decode, msgid_of, pack_notification, pack_response, FrameReader,
 )
 
 log = logging.getLogger("ngramd.server")
@@ -177,7 +177,7 @@ class Server:
             msg = decode(obj)
         except RpcError as exc:
             self._count_error(exc.code)
-            msgid = _msgid_of(obj)
+            msgid = msgid_of(obj)
             if msgid is not None:
                 await conn.send(pack_response(msgid, exc.to_wire(), None))
             else:
@@ -217,10 +217,4 @@ class Server:
         self.service.errors[code] += 1
 
 
-def _msgid_of(obj: Any) -> int | None:
-    if isinstance(obj, (list, tuple)) and len(obj) >= 2 and obj[0] in (0, 1):
-        msgid = obj[1]
-        if isinstance(msgid, int) and not isinstance(msgid, bool) and -2**63 <= msgid < 2**64:
-            return msgid
-    return None
 

@@ -43,8 +43,10 @@ SERVER_NAME = "ngramd"
 MAX_TOKENS_LIMIT = 4096
 MAX_URI_CHARS = 4096
 # A change with more range edits than this reaches the index as one open_buffer of the final
-# text. Each edit costs the index about 1/400 of re-tokenizing the whole text (measured with
-# the tiny model's tokenizer: 8 ms per edit, 3.1 s per open on a 900K-character buffer).
+# text, so the index thread (which every client's open/change waits on) does one update, not
+# hundreds ("Replace All"). A judgement, not a measured optimum: one run with the tiny model's
+# tokenizer on a 900K-character buffer gave 8 ms per edit and 3.1 s per open (the switch pays
+# from ~400 edits there, sooner on smaller buffers, where an open costs less).
 MAX_MIRRORED_EDITS = 256
 UNKNOWN_METHOD = "<unknown>"  # the key of requests.by_method that counts unknown methods
 COMMAND_LINE = -1  # the owner of `ngramd serve --workspace` folders (connections count from 1)
@@ -175,8 +177,7 @@ class Service:
         changes = parse_changes(p.get("changes"))
         edits = self.docs.change(uri, version, changes)
         if len(edits) > MAX_MIRRORED_EDITS or any(edit.full for edit in edits):
-            # one re-sync with the final text: cheaper than many edits, and it holds the index
-            # thread (which every client's open/change waits on) for one update only
+            # one re-sync with the final text (see MAX_MIRRORED_EDITS)
             await self._index_call("open_buffer", uri, self.docs.get(uri).text)
             return None
         futures = []

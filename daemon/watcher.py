@@ -259,8 +259,9 @@ class WorkspaceWatcher:
                     return
 
     def status(self) -> dict[str, Any]:
-        states = list(self.folders.values())  # one C-level copy: no lock on the event loop
-        return {"folders": [{k: v for k, v in s.items() if not k.startswith("_")} for s in states],
+        states = list(self.folders.values())  # C-level copies (dict(), list()): no lock on the event
+        # loop, and no "dict changed size" while a scan thread adds or pops a key
+        return {"folders": [{k: v for k, v in dict(s).items() if not k.startswith("_")} for s in states],
                 "events": dict(self.counts), "pending": len(self._pending)}
 
     # -- events ---------------------------------------------------------------------------
@@ -286,7 +287,10 @@ class WorkspaceWatcher:
                 with self._folders_lock:
                     roots = list(self.folders)
                 for root in roots:
-                    self._check_root(root)
+                    try:
+                        self._check_root(root)
+                    except Exception:  # the flusher must live on: every folder's events need it
+                        log.exception("checking workspace folder %s failed", root)
             with self._cond:
                 if not self._pending:
                     self._cond.wait(GONE_POLL_S)
@@ -378,8 +382,6 @@ class WorkspaceWatcher:
         if inode is None:
             log.warning("workspace folder %s is gone; watching for it to come back", root)
             self.index.remove_tree(root)  # moved away: no event comes for its files
-            with self._cond:
-                self._cond.notify()  # the flusher starts polling for it
             return
         log.info("workspace folder %s is back: watching and indexing it again", root)
         self._watch(root, state)

@@ -126,7 +126,6 @@ def register(server: NgramdServer) -> None:
         rng = params.range
         if rng.start == rng.end or not ls.settings.enabled:
             return []
-        ls.require_document(params.text_document.uri)
         doc = ls.require_document(params.text_document.uri)
         if params.context.only and not any(_kind_covers(str(getattr(k, "value", k)), REWRITE_KIND)
                                            for k in params.context.only):
@@ -214,7 +213,6 @@ def _rewrite_args(ls: NgramdServer, args: list[Any]) -> tuple[str, types.Range, 
 
 async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str,
                    version: int | None = None) -> types.WorkspaceEdit:
-    ls.require_document(uri)
     try:
         rewrite = await ls.edit(uri, rng, instruction, version)
     except DaemonError as exc:
@@ -223,4 +221,4 @@ async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: st
         raise JsonRpcInternalError(f"ngramd edit failed: {exc}") from exc
     ws_caps = ls.client_capabilities.workspace
     versioned = bool(ws_caps and ws_caps.workspace_edit and ws_caps.workspace_edit.document_changes)
-    return items.workspace_edit(uri, rewrite.version, rewrite.range, rewrite.text, versioned)
+    return items.workspace_edit(rewrite.uri, rewrite.version, rewrite.range, rewrite.text, versioned)

@@ -77,7 +77,10 @@ class NgramdProtocol(LanguageServerProtocol):
 
     @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
     async def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Any:
-        """pygls' own, run in this request's task so that ``$/cancelRequest`` cancels the command."""
+        """pygls' own, run in this request's task so that ``$/cancelRequest`` cancels the command.
+
+        Commands are async or plain functions (a ``@server.thread`` one would run on the
+        event loop here; ngramd registers none)."""
         handler = self.fm.commands.get(params.command)
         if handler is None:
             raise JsonRpcInvalidParams.of(ValueError(f"Command name {params.command!r} is not defined"))

@@ -13,7 +13,7 @@ from daemon_helpers import wait_until
 from daemon.client import Client, DaemonUnavailable
 from daemon.rpc import (
     CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-    REQUEST_CANCELLED, FrameReader, FrameTooLarge, RpcError, decode, pack_notification, pack_request,
+    REQUEST_CANCELLED, FrameReader, FrameTooLarge, RpcError, decode, msgid_of, pack_notification, pack_request,
 )
 
 
@@ -36,6 +36,10 @@ def test_decode_refuses_bools_for_the_kind_and_the_msgid():
     for obj in ([False, 99, "status", {}], [0, True, "status", {}], [True, 1, None, None], [1, False, None, None]):
         assert code_of(decode, obj) == INVALID_REQUEST
     assert decode([0, 99, "status", {}]).msgid == 99
+    # where the server answers a malformed message: the same rule (an error with id 99 would
+    # answer a message that is no request)
+    assert [msgid_of(o) for o in ([False, 99, "x"], [0, True, "x"], [2, "m", {}], [0, 99, 5], "x")] == \
+        [None, None, None, 99, None]
 
 
 def test_open_change_complete_close(inproc):

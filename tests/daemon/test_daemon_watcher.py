@@ -230,3 +230,21 @@ def test_a_symlink_to_a_file_is_indexed_like_the_scan_does(watched):
     wait_until(lambda: index.files.get(str(root / "link.py")) == "t = 1\n")
     (root / "link.py").unlink()
     wait_until(lambda: str(root / "link.py") not in index.files)
+
+
+def test_a_failing_folder_check_does_not_stop_file_events(watched, monkeypatch):
+    """The flusher checks every folder every GONE_POLL_S; an error there must not end it."""
+    import daemon.watcher as watcher_module
+
+    w, index, root, _ = watched
+    calls = []
+
+    def broken(root_path):
+        calls.append(root_path)
+        raise RuntimeError("observer trouble")
+
+    monkeypatch.setattr(w, "_check_root", broken)
+    wait_until(lambda: calls, timeout=3 * watcher_module.GONE_POLL_S)
+    (root / "after.py").write_text("after = 1\n")
+    wait_until(lambda: index.files.get(str(root / "after.py")) == "after = 1\n")
+    wait_until(lambda: len(calls) >= 2, timeout=3 * watcher_module.GONE_POLL_S)  # still polling

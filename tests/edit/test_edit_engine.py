@@ -70,6 +70,16 @@ def test_bad_ranges_raise_clear_errors(tiny_completer, tiny_runtime):
         _edit(tiny_completer, tiny_runtime, True, max_tokens=0)
 
 
+@pytest.mark.parametrize("temperature,top_p,message", [
+    (float("nan"), 1.0, "temperature must be >= 0"), (1e-40, 1.0, "temperature must be >= 0"),
+    (float("inf"), 1.0, "temperature must be >= 0"), (0.7, float("nan"), "top_p must be in"),
+])
+def test_unusable_sampling_params_are_a_clear_error(tiny_completer, tiny_runtime, temperature, top_p, message):
+    """The same rule as completions and the RPC (daemon/requests.py), not a failure inside torch."""
+    with pytest.raises(ValueError, match=message):
+        _edit(tiny_completer, tiny_runtime, True, sampling=SamplingParams(temperature=temperature, top_p=top_p))
+
+
 def test_a_selection_past_the_models_positions_is_a_clear_error(tiny_completer, tiny_runtime):
     text = "value = 12345\n" * 1500  # ~6000 tokens, twice (prompt and draft), past the tiny model's 4096
     req = EditRequest(uri="file:///w/big.py", text=text, start=0, end=len(text), instruction="x", max_tokens=1)

@@ -23,11 +23,14 @@ export const CLIENT_COMMANDS = Object.freeze({
 /**
  * Arguments for this extension's rewrite command, replacing those of the server's rewrite
  * code action when that action carries no instruction (`[uri, range, null, version]` as the
- * server sends it, `[uri, range]`, or none): the user is then asked for one. Returns
- * undefined when the server's arguments already hold an instruction (a third, string
- * argument): that action runs as the server sent it.
+ * server sends it, `[uri, range]`, or none): the user is then asked for one. The document
+ * version the range belongs to travels along (the server's, else `version`), so that a
+ * document edited while the user types the instruction is refused, not rewritten at the
+ * wrong place. Returns undefined when the server's arguments already hold an instruction
+ * (a third, string argument): that action runs as the server sent it.
  */
-export function rewriteCodeActionArgs<R>(serverArgs: unknown[] | undefined, uri: string, range: R): [string, R] | undefined {
+export function rewriteCodeActionArgs<R>(serverArgs: unknown[] | undefined, uri: string, range: R,
+  version: number): [string, R, number] | undefined {
   const args = serverArgs ?? [];
   if (args.length >= 3 && typeof args[2] === "string" && args[2].trim().length > 0) {
     return undefined;
@@ -38,7 +41,9 @@ export function rewriteCodeActionArgs<R>(serverArgs: unknown[] | undefined, uri:
       return undefined;
     }
   }
-  return [uri, range];
+  // the version the range belongs to: the server's (4th argument) when it sent one
+  const sent = args.length >= 4 && Number.isInteger(args[3]) ? (args[3] as number) : version;
+  return [uri, range, sent];
 }
 
 /**

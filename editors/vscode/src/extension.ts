@@ -122,7 +122,7 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
         for (const action of actions ?? []) {
           const cmd = action instanceof vscode.CodeAction ? action.command : action;
           if (cmd && cmd.command === SERVER_COMMANDS.rewriteSelection) {
-            const args = rewriteCodeActionArgs(cmd.arguments, document.uri.toString(), range);
+            const args = rewriteCodeActionArgs(cmd.arguments, document.uri.toString(), range, document.version);
             if (args) {
               cmd.command = CLIENT_COMMANDS.rewriteSelection;
               cmd.arguments = args;
@@ -216,10 +216,11 @@ function askInstruction(): Thenable<string | undefined> {
   });
 }
 
-async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise<void> {
+async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range, versionArg?: number): Promise<void> {
   const editor = vscode.window.activeTextEditor;
   let uri = uriArg;
   let range = rangeArg;
+  let version = versionArg;
   if (!uri || !range) {
     if (!editor || editor.selection.isEmpty) {
       void vscode.window.showInformationMessage("ngramd: select the code to rewrite first.");
@@ -227,6 +228,7 @@ async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise
     }
     uri = editor.document.uri.toString();
     range = editor.selection;
+    version = editor.document.version; // before the prompt: typing meanwhile moves the range
   }
   const instruction = await askInstruction();
   if (instruction === undefined) {
@@ -237,7 +239,8 @@ async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range): Promise
     { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: false },
     async () => {
       const before = applyEditsSeen;
-      const result = await serverCommand(SERVER_COMMANDS.rewriteSelection, [uri, lspRange, instruction]);
+      // the server refuses (ContentModified) a range of another version than the document's
+      const result = await serverCommand(SERVER_COMMANDS.rewriteSelection, [uri, lspRange, instruction, version ?? null]);
       // The server may apply the edit itself (workspace/applyEdit) or only return it.
       if (shouldApplyReturnedEdit(result, before, applyEditsSeen)) {
         const edit = await client!.protocol2CodeConverter.asWorkspaceEdit(result as never);

@@ -88,13 +88,14 @@ test("package.json contributes exactly the client commands, and the settings con
 });
 
 test("rewrite code action: prompt unless the server's action already has an instruction", () => {
-  assert.deepEqual(rewriteCodeActionArgs(["file:///a", { r: 1 }], "file:///a", "R"), ["file:///a", "R"]);
-  assert.deepEqual(rewriteCodeActionArgs(undefined, "file:///a", "R"), ["file:///a", "R"]);
-  assert.equal(rewriteCodeActionArgs(["file:///a", {}, "add types"], "file:///a", "R"), undefined);
-  assert.equal(rewriteCodeActionArgs([{ uri: "u", instruction: "x" }], "file:///a", "R"), undefined);
-  assert.deepEqual(rewriteCodeActionArgs([{ uri: "u" }], "file:///a", "R"), ["file:///a", "R"]);
-  // what lsp/handlers.py sends: no instruction, the document version last
-  assert.deepEqual(rewriteCodeActionArgs(["file:///a", { r: 1 }, null, 3], "file:///a", "R"), ["file:///a", "R"]);
+  assert.deepEqual(rewriteCodeActionArgs(["file:///a", { r: 1 }], "file:///a", "R", 7), ["file:///a", "R", 7]);
+  assert.deepEqual(rewriteCodeActionArgs(undefined, "file:///a", "R", 7), ["file:///a", "R", 7]);
+  assert.equal(rewriteCodeActionArgs(["file:///a", {}, "add types"], "file:///a", "R", 7), undefined);
+  assert.equal(rewriteCodeActionArgs([{ uri: "u", instruction: "x" }], "file:///a", "R", 7), undefined);
+  assert.deepEqual(rewriteCodeActionArgs([{ uri: "u" }], "file:///a", "R", 7), ["file:///a", "R", 7]);
+  // what lsp/handlers.py sends: no instruction, the document version last; that version is kept,
+  // so that an edit typed while the user writes the instruction makes the server refuse the range
+  assert.deepEqual(rewriteCodeActionArgs(["file:///a", { r: 1 }, null, 3], "file:///a", "R", 7), ["file:///a", "R", 3]);
 });
 
 test("a lazily resolved rewrite action asks for an instruction when it has none", () => {
