@@ -216,7 +216,12 @@ def parse_case(obj: Any, base_dir: Path | None = None, where: str = "case") -> B
         if not offset <= end <= len(text):
             raise BenchCaseError(f"{where}: end {obj['end']} outside [offset, len(text)]")
         instruction = obj["instruction"]
+    elif "instruction" in obj or "end" in obj:  # a complete case would silently ignore them
+        raise BenchCaseError(f"{where}: 'instruction' and 'end' belong to edit cases (mode 'edit')")
     if cut:
+        if offset + cut > len(text):
+            raise BenchCaseError(f"{where}: cut {cut} runs past the end of the text "
+                                 f"({len(text) - offset} chars after the cursor)")
         text = text[:offset] + text[offset + cut:]
 
     extra = {k: v for k, v in obj.items() if k not in _REQUIRED and k not in _OPTIONAL}

@@ -78,6 +78,9 @@ def test_stdlib_workspace_references():
     ({"mode": "edit", "instruction": "x", "end": 1, "cut": 2}, "cannot have a cut"),
     ({"mode": "edit", "instruction": "x", "end": 10_000}, "end 10000 outside"),
     ({"cut": -2}, "cut must be >= 0"),
+    ({"cut": 10_000}, "runs past the end of the text"),
+    ({"instruction": "rename x"}, "belong to edit cases"),
+    ({"end": 5}, "belong to edit cases"),
 ])
 def test_malformed_case_is_rejected_with_its_reason(tmp_path, workspace, change, message):
     case = good(workspace, **change)
