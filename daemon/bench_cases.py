@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from daemon.lines import LINE_BREAK
 from index.workspace import SkipFile, read_text
 
 KINDS = ("ordinary", "repeat", "norepeat")
@@ -302,13 +303,11 @@ class _Candidate:
     anchor: str = ""
 
 
-# Line breaks as ast numbers lines (CR-only files included), so that starts[lineno - 1] exists.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _line_starts(text: str) -> list[int]:
     starts = [0]
-    for m in _LINE_BREAK.finditer(text):
+    for m in LINE_BREAK.finditer(text):
         starts.append(m.end())
     return starts
 
@@ -427,7 +426,7 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
             # grams elsewhere: in the cut buffer, or in another file of the workspace
             elsewhere = buffer_grams | {h for h in _grams(target) if counts.get(h, 0) > (h in own)}
             c.overlap = round(overlap_score(target, elsewhere), 3)
-            line_end = _LINE_BREAK.search(text, c.offset)  # the anchor never holds a \r
+            line_end = LINE_BREAK.search(text, c.offset)  # the anchor never holds a \r
             c.anchor = text[c.offset:line_end.start() if line_end else len(text)][:60]
             if c.anchor.strip():
                 scored.append(c)

@@ -7,11 +7,11 @@ offset, and building the n-gram index those commands draft from.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.lines import LINE_BREAK
 from daemon.requests import check_temperature, check_top_p
 
 
@@ -39,14 +39,11 @@ def read_source(path: Path, allow_empty: bool = False) -> str:
     return text
 
 
-# Line breaks as the LSP counts them (lsp/positions.py), so that a position means the
-# same line and column on the command line as in the editor, CRLF files included.
-_LINE_BREAK = re.compile(r"\r\n|\n|\r")
 
 
 def offset_of(text: str, line: int, col: int) -> int:
     """Character offset of 0-based (line, col); col counts characters and may equal the line's length."""
-    breaks = list(_LINE_BREAK.finditer(text))
+    breaks = list(LINE_BREAK.finditer(text))
     if not 0 <= line <= len(breaks):
         raise InputError(f"line {line} is outside the file (lines 0..{len(breaks)})")
     start = breaks[line - 1].end() if line else 0

@@ -11,12 +11,13 @@ import re
 
 from lsprotocol import types
 
-_BREAK = re.compile(r"\r\n|\n|\r")
+from daemon.lines import LINE_BREAK
+
 _WORD_TAIL = re.compile(r"\w*\Z")
 
 
 def first_line(text: str) -> str:
-    return _BREAK.split(text, 1)[0]
+    return LINE_BREAK.split(text, 1)[0]
 
 
 def word_before(line_prefix: str) -> str:

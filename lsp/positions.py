@@ -30,12 +30,11 @@ UTF-16 units.
 
 from __future__ import annotations
 
-import re
+from daemon.lines import LINE_BREAK
 
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"
 ENCODINGS = (UTF8, UTF16, UTF32)
 
-_BREAK = re.compile(r"\r\n|\n|\r")
 
 
 def _check(encoding: str) -> str:
@@ -79,7 +78,7 @@ def line_span(text: str, line: int) -> tuple[int, int]:
         start = len(text) - len(rest[-1])
         end = text.find("\n", start)
         return start, (end if end >= 0 else len(text))
-    breaks = _BREAK.finditer(text)
+    breaks = LINE_BREAK.finditer(text)
     start = 0
     for _ in range(line):
         match = next(breaks, None)
@@ -131,7 +130,7 @@ def position_at(text: str, offset: int, encoding: str = UTF16) -> tuple[int, int
         start = text.rfind("\n", 0, offset) + 1
         return text.count("\n", 0, offset), units(text[start:offset], encoding)
     line, start, end = 0, 0, offset
-    for match in _BREAK.finditer(text):
+    for match in LINE_BREAK.finditer(text):
         if match.end() > offset:  # this break ends the offset's line
             end = min(offset, match.start())
             break
