@@ -7,6 +7,7 @@ textDocument/inlineCompletion, by what precedes the cursor on its line:
 - ends with ``#pos``    -> " <character>": the LSP column the client sent (UTF-16 units)
 - ends with ``#multi``  -> two items, "first\\nsecond" and " other"
 - ends with ``#snippet``-> a snippet item "call(${1:x})"
+- ends with ``#crlf``   -> "first\\r\\nsecond" (a CRLF document's line break)
 - ends with ``#none``   -> null
 - ends with a word that is a prefix of "return a + b" -> one item whose range starts at
   that word, insertText "return a + b\\n# done"
@@ -17,9 +18,11 @@ workspace/executeCommand:
                               server saw: ``init`` (initializationOptions), ``settings``
                               (every didChangeConfiguration), ``triggers`` (triggerKinds)
 - ngramd.toggle [bool]     -> {"enabled": ...}
-- ngramd.rewriteSelection uri range instruction -> "[" + the range upper-cased + "]"; sends
-  workspace/applyEdit and returns the edit (as the real server does), or only returns it
-  when the instruction starts with "return-only"
+- ngramd.rewriteSelection uri range instruction [version] -> "[" + the range upper-cased
+  + "]"; sends workspace/applyEdit and returns the edit (as the real server does), or only
+  returns it when the instruction starts with "return-only"; a version other than the
+  document's is refused with ContentModified (as the real server does). Every version
+  received (None when absent) is in the status's ``rewrite_versions``
 - fake.document uri        -> the server's copy of the document (incremental sync check)
 """
 
@@ -29,10 +32,12 @@ import re
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcContentModified
 from pygls.lsp.server import LanguageServer
 
 server = LanguageServer("fake-ngramd", "0.0")
-seen: dict[str, Any] = {"init": None, "settings": [], "triggers": [], "enabled": True}
+seen: dict[str, Any] = {"init": None, "settings": [], "triggers": [], "enabled": True,
+                        "rewrite_versions": []}
 
 TARGET = "return a + b"
 
@@ -77,6 +82,8 @@ def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams) 
     if prefix.endswith("#snippet"):
         return types.InlineCompletionList(items=[
             item(insert_text=types.StringValue(value="call(${1:x})"))])
+    if prefix.endswith("#crlf"):
+        return types.InlineCompletionList(items=[item(insert_text="first\r\nsecond")])
     if prefix.endswith("#none"):
         return None
     word = re.search(r"[A-Za-z_]+$", prefix)
@@ -96,6 +103,7 @@ def status(ls: LanguageServer, *args: Any) -> dict[str, Any]:
         "init": seen["init"],
         "settings": seen["settings"],
         "triggers": seen["triggers"],
+        "rewrite_versions": seen["rewrite_versions"],
     }
 
 
@@ -112,9 +120,13 @@ def document(ls: LanguageServer, uri: str) -> str:
 
 @server.command("ngramd.rewriteSelection")
 async def rewrite(ls: LanguageServer, *args: Any) -> Any:
-    uri, raw_range, instruction = args
+    uri, raw_range, instruction = args[:3]
+    version = args[3] if len(args) > 3 else None
+    seen["rewrite_versions"].append(version)
     rng = ls.protocol._converter.structure(raw_range, types.Range)
     doc = ls.workspace.get_text_document(uri)
+    if version is not None and version != doc.version:
+        raise JsonRpcContentModified(f"document is at version {doc.version}, not {version}")
     start, end = doc.offset_at_position(rng.start), doc.offset_at_position(rng.end)
     # Not idempotent, so that an edit applied twice shows: "beta" -> "[BETA]".
     new_text = "[" + doc.source[start:end].upper() + "]"

@@ -2,8 +2,8 @@
 - unit: the pure Lua modules (positions in UTF-16/32/8, ghost text, options);
 - fake: the plugin against tests/editors/fake_lsp_server.py, which pins the client's
   side of the protocol (inline completion request and fallback ghost text, accept,
-  cycling, stale replies, incremental sync, initializationOptions, toggle, status,
-  rewrite) and real Insert-mode typing with the debounce;
+  cycling, stale replies, CRLF suggestions, incremental sync, initializationOptions,
+  toggle, status, rewrite with its document version) and real Insert-mode typing with the debounce;
 - real: `ngramd lsp --model tiny` with its own daemon: a suggestion reaches the buffer.
 """
 
@@ -64,7 +64,9 @@ def test_plugin_against_fake_server(tmp_path: Path) -> None:
     # Every test in the fake suite, by name fragment, so that none silently drops out.
     for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "UTF-16",
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
-                     ":NgramdToggle", "charwise selection", "returned edit", "typing in Insert mode"):
+                     ":NgramdToggle", "charwise selection", "returned edit", "document version",
+                     "changed during the prompt", "past the last line", "CRLF",
+                     "typing in Insert mode"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
 
 

@@ -88,6 +88,8 @@ if suite == "unit" then
     eq(text.split_lines("a\n"), { "a", "" })
     eq(text.split_lines(""), { "" })
     eq(text.split_lines("\n\n"), { "", "", "" })
+    eq(text.split_lines("a\r\nb\r\n"), { "a", "b", "" }, "CRLF")
+    eq(text.split_lines("a\rb"), { "a", "b" }, "CR")
   end)
 
   test("text.ghost_text strips the typed prefix and rejects what no longer fits", function()
@@ -320,6 +322,18 @@ if suite == "fake" then
     eq(execute("fake.document", { vim.uri_from_bufnr(buf) }), want, "server text")
   end)
 
+  test("a suggestion with CRLF line breaks is drawn and inserted without carriage returns", function()
+    vim.bo[buf].fileformat = "dos"
+    set_lines({ "z = 1 #crlf" }, 1, 11)
+    suggest_and_wait()
+    eq(ghost.shown(buf), "first\nsecond", "ghost text")
+    local d = vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, { details = true })[1][4]
+    eq({ d.virt_text[1][1], d.virt_lines[1][1][1] }, { "first", "second" }, "drawn lines")
+    assert(ngramd.accept(), "accept returned false")
+    vim.bo[buf].fileformat = "unix"
+    eq(lines(), { "z = 1 #crlffirst", "second" }, "buffer after accept")
+  end)
+
   test(":NgramdStatus shows daemon state, model and acceptance", function()
     notes = {}
     vim.cmd("NgramdStatus")
@@ -355,6 +369,59 @@ if suite == "fake" then
     end, "the rewrite")
     vim.wait(200) -- a second (wrong) application would land now
     eq(lines(), { "alpha [BETA]", "gamma" })
+  end)
+
+  test(":NgramdRewrite sends the document version its range was taken at", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    local version = vim.lsp.util.buf_versions[buf]
+    assert(type(version) == "number", "buf_versions: " .. vim.inspect(version))
+    local done
+    ngramd.rewrite({ line1 = 2, line2 = 2, instruction = "return-only up", callback = function(e)
+      done = e or true
+    end })
+    wait(function()
+      return done ~= nil
+    end, "the rewrite")
+    eq(done, true, "rewrite error")
+    local sent = execute("ngramd.status", {}).rewrite_versions
+    eq(sent[#sent], version, "version sent")
+    eq(lines(), { "alpha beta", "[GAMMA]" })
+  end)
+
+  test(":NgramdRewrite of a document changed during the prompt is refused, not misapplied", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    local input = vim.fn.input
+    vim.fn.input = function() -- the buffer changes while the prompt is open (a timer, a job)
+      vim.api.nvim_buf_set_lines(buf, 0, 0, false, { "inserted" })
+      return "make it loud"
+    end
+    notes = {}
+    local done
+    local ok, err = pcall(ngramd.rewrite, { line1 = 2, line2 = 2, callback = function(e)
+      done = e or false
+    end })
+    vim.fn.input = input
+    assert(ok, err)
+    wait(function()
+      return done ~= nil
+    end, "the rewrite")
+    assert(done, "the server accepted a range of an older version")
+    vim.wait(100)
+    eq(lines(), { "inserted", "alpha beta", "gamma" }, "buffer untouched")
+    assert(notes[1] and notes[1]:find("rewrite failed", 1, true), vim.inspect(notes))
+  end)
+
+  test(":NgramdRewrite with a range past the last line rewrites up to the last line", function()
+    set_lines({ "alpha", "beta" }, 1, 0)
+    local done
+    ngramd.rewrite({ line1 = 2, line2 = 9, instruction = "return-only up", callback = function(e)
+      done = e or true
+    end })
+    wait(function()
+      return done ~= nil
+    end, "the rewrite")
+    eq(done, true, "rewrite error")
+    eq(lines(), { "alpha", "[BETA]" })
   end)
 
   test(":NgramdRewrite on lines: a returned edit is applied by the client", function()

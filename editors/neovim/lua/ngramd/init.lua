@@ -331,7 +331,11 @@ end
 
 --- The LSP range of a rewrite: the last visual selection when it lies on lines
 --- line1..line2 (characterwise: its columns; linewise: whole lines), else whole lines.
+--- Lines past the buffer's end are clamped to it.
 local function rewrite_range(bufnr, line1, line2, encoding)
+  local count = vim.api.nvim_buf_line_count(bufnr)
+  line2 = math.max(1, math.min(line2, count))
+  line1 = math.max(1, math.min(line1, line2))
   local s = vim.api.nvim_buf_get_mark(bufnr, "<")
   local e = vim.api.nvim_buf_get_mark(bufnr, ">")
   local vmode = vim.fn.visualmode()
@@ -354,7 +358,8 @@ local function rewrite_range(bufnr, line1, line2, encoding)
   }
 end
 
---- Rewrites lines line1..line2 (or the visual selection on them) with ngramd.rewriteSelection.
+--- Rewrites lines line1..line2 (or the visual selection on them) with ngramd.rewriteSelection
+--- (uri, range, instruction, version: the buffer's LSP version when the range was taken).
 --- opts: line1, line2, instruction (asked for when nil), callback(err, result).
 function M.rewrite(opts)
   local bufnr = vim.api.nvim_get_current_buf()
@@ -362,6 +367,15 @@ function M.rewrite(opts)
   if not client then
     notify("no ngramd client is attached to this buffer", vim.log.levels.WARN)
     return
+  end
+  -- The range and the document version it belongs to, taken before the prompt: if the
+  -- buffer changes meanwhile, the server refuses (ContentModified) instead of rewriting
+  -- other text than the one selected.
+  local encoding = client.offset_encoding or "utf-16"
+  local range = opts.range or rewrite_range(bufnr, opts.line1, opts.line2, encoding)
+  local version = vim.lsp.util.buf_versions[bufnr]
+  if type(version) ~= "number" then
+    version = vim.NIL -- unknown: the server takes its current copy
   end
   local instruction = opts.instruction
   if instruction == nil then
@@ -371,13 +385,11 @@ function M.rewrite(opts)
     notify("no instruction given", vim.log.levels.WARN)
     return
   end
-  local encoding = client.offset_encoding or "utf-16"
-  local range = opts.range or rewrite_range(bufnr, opts.line1, opts.line2, encoding)
   local uri = vim.uri_from_bufnr(bufnr)
   local before = M.apply_edits
   client_mod.request(client, "workspace/executeCommand", {
     command = "ngramd.rewriteSelection",
-    arguments = { uri, range, instruction },
+    arguments = { uri, range, instruction, version },
   }, function(err, result)
     if err then
       notify("rewrite failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)

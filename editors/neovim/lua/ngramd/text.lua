@@ -63,8 +63,15 @@ function M.lsp_col(line, byte, encoding)
   return seen
 end
 
---- Splits on "\n" (plain), keeping empty pieces: "a\n" -> {"a", ""}.
+--- "\r\n" and "\r" as "\n": a buffer line never holds a line break (a CRLF document's
+--- suggestions carry "\r\n"; Neovim keeps 'fileformat' apart from the lines).
+function M.normalize_breaks(s)
+  return (s:gsub("\r\n?", "\n"))
+end
+
+--- Splits on line breaks ("\n", "\r\n", "\r"), keeping empty pieces: "a\n" -> {"a", ""}.
 function M.split_lines(s)
+  s = M.normalize_breaks(s)
   local out, start = {}, 1
   while true do
     local i = s:find("\n", start, true)
@@ -92,19 +99,17 @@ function M.snippet_to_text(s)
   return s
 end
 
---- The insert text of an InlineCompletionItem as plain text (string or StringValue).
+--- The insert text of an InlineCompletionItem as plain text (string or StringValue),
+--- line breaks as "\n".
 function M.item_text(item)
   local t = item.insertText
   if type(t) == "table" then
-    if t.kind == "snippet" then
-      return M.snippet_to_text(t.value or "")
-    end
-    return t.value or ""
+    t = t.kind == "snippet" and M.snippet_to_text(t.value or "") or (t.value or "")
   end
   if type(t) ~= "string" then
     return nil
   end
-  return t
+  return M.normalize_breaks(t)
 end
 
 --- Where a suggestion applies and what to draw.
