@@ -127,6 +127,18 @@ if suite == "unit" then
     ok, err = pcall(config.resolve, { cmd = "ngramd" })
     eq(ok, false)
     assert(tostring(err):find("cmd"), tostring(err))
+    -- Bad values that used to pass here and fail later, far from setup (at attach).
+    for _, bad in ipairs({
+      { { keymaps = { accept = 5 } }, "keymaps.accept" },
+      { { keymaps = { nxt = "<C-n>" } }, "keymaps.nxt" },
+      { { highlight = false }, "highlight" },
+      { { root_markers = ".git" }, "root_markers" },
+    }) do
+      ok, err = pcall(config.resolve, bad[1])
+      eq(ok, false, vim.inspect(bad[1]))
+      assert(tostring(err):find(bad[2], 1, true), tostring(err))
+    end
+    eq(config.resolve({ keymaps = { trigger = false } }).keymaps.trigger, false, "false disables one key")
   end)
 
   test("config.init_options carries the server's keys", function()

@@ -82,6 +82,15 @@ function M.resolve(opts)
   check(cfg.socket == nil or type(cfg.socket) == "string", "socket must be a string")
   check(cfg.native == "auto" or type(cfg.native) == "boolean", "native must be 'auto', true or false")
   check(cfg.keymaps == false or type(cfg.keymaps) == "table", "keymaps must be a table or false")
+  if cfg.keymaps then
+    for name, lhs in pairs(cfg.keymaps) do
+      check(M.defaults.keymaps[name] ~= nil, "keymaps." .. tostring(name) .. " is not a key of ngramd ("
+        .. "accept, next, prev, dismiss, trigger)")
+      check(lhs == false or type(lhs) == "string", "keymaps." .. name .. " must be a key (string) or false")
+    end
+  end
+  check(type(cfg.highlight) == "string" and cfg.highlight ~= "", "highlight must be a highlight group name")
+  check(is_list_of_strings(cfg.root_markers), "root_markers must be a list of strings")
   cfg.max_tokens = math.floor(cfg.max_tokens)
   cfg.debounce_ms = math.floor(cfg.debounce_ms)
   return cfg
