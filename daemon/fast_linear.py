@@ -85,6 +85,12 @@ class FastLinear(nn.Linear):
         return linear_rows(x, self.weight, self.bias, WX_ROWS[self.kind])
 
 
+def packed_bytes(model: nn.Module) -> int:
+    """Bytes held by the packed weight copies ``install`` made (0 when none): memory on top of the model."""
+    return sum(m.packed.numel() * m.packed.element_size() for m in model.modules()
+               if getattr(m, "packed", None) is not None)
+
+
 def install(model: nn.Module, head: nn.Module | None, packed: bool = True) -> int:
     """Turn the model's ``nn.Linear`` modules into ``FastLinear`` in place (class swap, weights untouched).
 

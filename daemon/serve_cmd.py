@@ -207,7 +207,8 @@ def format_status(s: dict[str, Any]) -> str:
         f"model   {m['name']}  device {m['device']}  dtype {m['dtype']}",
         f"memory  rss {_mib(s['memory'].get('rss_bytes'))}"
         + (f"  cuda {_mib(s['memory']['cuda_allocated_bytes'])}"
-           if "cuda_allocated_bytes" in s["memory"] else ""),
+           if "cuda_allocated_bytes" in s["memory"] else "")
+        + (f"  (packed weight copies {_mib(m['packed_weights_bytes'])})" if m.get("packed_weights_bytes") else ""),
         f"index   {json.dumps(s['index'], default=str)}",
     ]
     ws = s.get("workspace") or {}

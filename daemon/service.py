@@ -302,7 +302,7 @@ class Service:
                        "max_message_bytes": self.info["max_message_bytes"],
                        "clients": [{"conn": c, "client": n} for c, n in self.clients.items()]},
             "model": {"name": self.info["model"], "device": self.info["device"],
-                      "dtype": self.info["dtype"]},
+                      "dtype": self.info["dtype"], "packed_weights_bytes": self._packed_bytes()},
             "memory": memory_figures(),
             "index": index_stats,
             "workspace": self.watcher.status() if self.watcher is not None else None,
@@ -314,6 +314,15 @@ class Service:
             "generation": self.totals.to_dict(),
             "engine": self._engine_stats(),
         }
+
+    def _packed_bytes(self) -> int | None:
+        """Memory of the CPU's packed weight copies (daemon/fast_linear.py); None without a model."""
+        model = getattr(getattr(self.completer, "runtime", None), "model", None)
+        if model is None:
+            return None
+        from daemon.fast_linear import packed_bytes
+
+        return packed_bytes(model)
 
     def _engine_stats(self) -> Any:
         stats = getattr(self.completer, "stats", None)

@@ -111,3 +111,17 @@ def test_status_without_a_daemon_says_so_in_one_line(tmp_path, capsys):
         assert out["starting"] is True and f"(pid {os.getpid()})" in out["error"]
     finally:
         lock.release()
+
+
+def test_status_text_shows_the_packed_weight_copies():
+    from daemon.serve_cmd import format_status
+
+    gen = {"forward_passes": 1, "generated": 1, "drafted": 0, "accepted": 0, "acceptance": 0, "tokens_per_pass": 1}
+    status = {"daemon": {"version": "0", "pid": 1, "uptime_s": 1, "socket": "/s", "clients": []},
+              "model": {"name": "m", "device": "cpu", "dtype": "float32", "packed_weights_bytes": 513 << 20},
+              "memory": {"rss_bytes": 1 << 30}, "index": {}, "workspace": None, "generation": gen,
+              "requests": {"by_method": {}, "errors": {}, "index_errors": 0, "queued": [], "running": None},
+              "engine": None, "documents": {"open": 0, "list": []}}
+    assert "rss 1024.0 MiB  (packed weight copies 513.0 MiB)" in format_status(status)
+    status["model"]["packed_weights_bytes"] = 0  # none (a GPU, or a model too big to pack)
+    assert "packed" not in format_status(status)

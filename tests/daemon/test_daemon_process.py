@@ -132,6 +132,8 @@ def test_initialize_open_change_complete(daemon):
         assert status["requests"]["by_method"]["complete"] >= 3
         assert status["generation"]["generated"] >= len(first["token_ids"])
         assert status["model"]["name"] == "tiny" and status["memory"]["rss_bytes"] > 0
+        # the tiny model runs fp32 on the CPU: its multi-token passes use packed weight copies
+        assert status["model"]["packed_weights_bytes"] > 0
         c.call("close", {"uri": uri})
         assert c.call("status")["documents"]["open"] == 0
 

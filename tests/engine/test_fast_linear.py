@@ -49,8 +49,10 @@ def test_install_packs_only_what_fits(monkeypatch):
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 40, bias=False))
     x = torch.randn(1, 6, 16)  # 6 rows: the packed path
     before = model(x)
+    assert fast_linear.packed_bytes(model) == 0
     assert fast_linear.install(model, model[2]) == 2
     assert all(m.packed is not None for m in (model[0], model[2]))
+    assert fast_linear.packed_bytes(model) >= 4 * (16 * 32 + 32 * 40)  # a full fp32 copy, maybe padded
     torch.testing.assert_close(model(x), before, atol=1e-5, rtol=1e-5)
 
     small = nn.Sequential(nn.Linear(16, 32))
