@@ -141,6 +141,20 @@ if suite == "unit" then
     eq(config.resolve({ keymaps = { trigger = false } }).keymaps.trigger, false, "false disables one key")
   end)
 
+  test("config.resolve: a misspelled top-level option is an error naming it", function()
+    for _, bad in ipairs({ { debounce = 10 }, { maxtokens = 8 }, { keymap = false } }) do
+      local ok, err = pcall(config.resolve, bad)
+      eq(ok, false, vim.inspect(bad))
+      local name = next(bad)
+      assert(tostring(err):find('unknown option "' .. name .. '"', 1, true), tostring(err))
+    end
+    -- Options whose default is nil are known too.
+    config.resolve({ cmd = { "x" }, model = "tiny", socket = "/s", timeout_ms = 500, device = "cpu" })
+    for name in pairs(config.defaults) do
+      assert(vim.tbl_contains(config.names, name), name)
+    end
+  end)
+
   test("config.init_options carries the server's keys", function()
     local c = config.resolve({ max_tokens = 32, multiline = false, debounce_ms = 40, model = "tiny" })
     eq(config.init_options(c), {
@@ -300,6 +314,29 @@ if suite == "fake" then
     eq(ghost.shown(buf), "first\nsecond")
     ngramd.dismiss()
     eq(ghost.visible(buf), false, "dismissed")
+  end)
+
+  test("ghost text is cleared when the cursor goes to another window on the same buffer", function()
+    set_lines({ "def add(a, b):", "    ret" }, 2, 7)
+    suggest_and_wait()
+    local win = vim.api.nvim_get_current_win()
+    vim.cmd("split") -- WinLeave, no BufLeave: the extmark would show in both windows
+    local ok, err = pcall(function()
+      eq(vim.api.nvim_win_get_buf(0), buf, "same buffer")
+      eq(ghost.visible(buf), false, "ghost after WinLeave")
+      eq(#vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, {}), 0, "extmarks")
+    end)
+    vim.cmd("close")
+    eq(vim.api.nvim_get_current_win(), win, "back in the first window")
+    assert(ok, err)
+  end)
+
+  test("ghost text is cleared when <C-c> leaves Insert mode (no InsertLeave)", function()
+    set_lines({ "def add(a, b):", "    ret" }, 2, 7)
+    suggest_and_wait()
+    vim.api.nvim_feedkeys("i\3", "nx", false)
+    eq(vim.fn.mode(), "n", "back in Normal mode")
+    eq(ghost.visible(buf), false, "ghost after <C-c>")
   end)
 
   test("snippet items are inserted as plain text", function()
@@ -492,13 +529,23 @@ if suite ~= "fake" then
   return
 end
 
--- Last, asynchronously: real keystrokes in Insert mode. The keys are processed only once
--- this script returns to the main loop, so the checks run from timers.
+-- Last, asynchronously: real keystrokes in Insert and Replace mode. The keys are processed
+-- only once this script returns to the main loop, so the checks run from timers.
 ghost.require_insert = true
-set_lines({ "def add(a, b):", "    " }, 2, 4)
-local name = "typing in Insert mode triggers a debounced suggestion; <Tab> accepts it"
-local deadline = vim.loop.now() + timeout
-local stage = "waiting for the ghost text"
+local scenarios = {
+  {
+    name = "typing in Insert mode triggers a debounced suggestion; <Tab> accepts it",
+    lines = { "def add(a, b):", "    " }, row = 2, col = 4, keys = "Aret",
+    want = { "def add(a, b):", "    return a + b", "# done" }, trigger = true,
+  },
+  {
+    -- Accepting inserts before the text after the cursor; it overwrites nothing.
+    name = "Replace mode: a suggestion is drawn and <Tab> inserts it, keeping the text after the cursor",
+    lines = { "def add(a, b):", "    xyz # keep" }, row = 2, col = 4, keys = "Rret",
+    want = { "def add(a, b):", "    return a + b", "# done # keep" }, mode = "R",
+  },
+}
+local current, name, deadline, stage, start
 local function fail(why)
   failed = failed + 1
   log("not ok " .. name .. ": " .. why)
@@ -513,16 +560,21 @@ local function poll()
       if ghost.shown(buf) ~= "urn a + b\n# done" then
         return fail("ghost " .. vim.inspect(ghost.shown(buf)))
       end
+      if current.mode and vim.fn.mode() ~= current.mode then
+        return fail("mode " .. vim.fn.mode())
+      end
       stage = "waiting for the accept"
       vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Tab>", true, false, true), "t", false)
     end
   elseif stage == "waiting for the accept" then
     local l = lines()
-    if l[2] == "    return a + b" then
+    if l[2] == current.want[2] then
       local ok, err = pcall(function()
-        eq(l, { "def add(a, b):", "    return a + b", "# done" }, "buffer")
-        local st = execute("ngramd.status", {})
-        eq(st.triggers[#st.triggers], 2, "triggerKind Automatic")
+        eq(l, current.want, "buffer")
+        if current.trigger then
+          local st = execute("ngramd.status", {})
+          eq(st.triggers[#st.triggers], 2, "triggerKind Automatic")
+        end
       end)
       vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)
       if not ok then
@@ -530,10 +582,26 @@ local function poll()
       end
       passed = passed + 1
       log("ok " .. name)
-      return finish()
+      return vim.defer_fn(start, 20)
     end
   end
   vim.defer_fn(poll, 20)
 end
-vim.api.nvim_feedkeys("Aret", "t", false)
-vim.defer_fn(poll, 20)
+local next_index = 0
+start = function()
+  next_index = next_index + 1
+  current = scenarios[next_index]
+  if not current then
+    return finish()
+  end
+  name = current.name
+  if vim.fn.mode() ~= "n" then
+    return fail("not in Normal mode at the start: " .. vim.fn.mode())
+  end
+  set_lines(current.lines, current.row, current.col)
+  deadline = vim.loop.now() + timeout
+  stage = "waiting for the ghost text"
+  vim.api.nvim_feedkeys(current.keys, "t", false)
+  vim.defer_fn(poll, 20)
+end
+start()

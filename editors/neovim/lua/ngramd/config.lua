@@ -35,6 +35,17 @@ M.defaults = {
   highlight = "NgramdGhost", -- linked to Comment unless defined
 }
 
+-- Every top-level option, those whose default is nil (absent from M.defaults) included.
+M.names = { "cmd", "model", "socket", "timeout_ms", "device" }
+for name in pairs(M.defaults) do
+  M.names[#M.names + 1] = name
+end
+table.sort(M.names)
+local known = {}
+for _, name in ipairs(M.names) do
+  known[name] = true
+end
+
 local function check(cond, msg)
   if not cond then
     error("ngramd.setup: " .. msg, 3)
@@ -57,6 +68,9 @@ end
 function M.resolve(opts)
   opts = opts or {}
   check(type(opts) == "table", "options must be a table")
+  for name in pairs(opts) do
+    check(known[name], "unknown option " .. vim.inspect(name) .. " (options: " .. table.concat(M.names, ", ") .. ")")
+  end
   local cfg = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts)
   if opts.keymaps == false then
     cfg.keymaps = false

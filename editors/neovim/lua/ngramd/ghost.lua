@@ -172,7 +172,7 @@ function M.request(bufnr, trigger)
       return
     end
     local r, c = cursor()
-    if r ~= row or c ~= col or M.require_insert and vim.fn.mode() ~= "i" then
+    if r ~= row or c ~= col or M.require_insert and not M.insert_like(vim.fn.mode()) then
       return
     end
     local items = result and (result.items or result) or {}
@@ -293,6 +293,12 @@ function M.accept(bufnr)
   return true
 end
 
+--- Modes in which suggestions are drawn and accepted: Insert and Replace ("R": accepting
+--- inserts the suggestion before the text after the cursor, it overwrites nothing).
+function M.insert_like(mode)
+  return mode == "i" or mode == "R"
+end
+
 --- Autocommands of one buffer.
 function M.attach(bufnr)
   local group = vim.api.nvim_create_augroup("ngramd_ghost_" .. bufnr, { clear = true })
@@ -302,8 +308,17 @@ function M.attach(bufnr)
   on({ "TextChangedI", "CursorMovedI" }, function()
     M.on_change(bufnr)
   end)
-  on({ "InsertLeave", "BufLeave" }, function()
+  -- The extmark shows in every window on the buffer: leaving the window clears it
+  -- (WinLeave), and so does any way out of Insert/Replace mode, <C-c> and <C-o> included,
+  -- which do not all fire InsertLeave (ModeChanged does).
+  on({ "InsertLeave", "BufLeave", "WinLeave" }, function()
     M.dismiss(bufnr)
+  end)
+  on("ModeChanged", function()
+    local new = vim.v.event and vim.v.event.new_mode or vim.fn.mode()
+    if not new:match("^[iR]") then
+      M.dismiss(bufnr)
+    end
   end)
   on("BufUnload", function()
     M.dismiss(bufnr)
