@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.lines import LINE_BREAK
-from daemon.requests import check_temperature, check_top_p
+from daemon.requests import SamplingParams, check_sampling
 
 
 class InputError(ValueError):
@@ -39,8 +39,6 @@ def read_source(path: Path, allow_empty: bool = False) -> str:
     return text
 
 
-
-
 def offset_of(text: str, line: int, col: int) -> int:
     """Character offset of 0-based (line, col); col counts characters and may equal the line's length."""
     breaks = list(LINE_BREAK.finditer(text))
@@ -57,12 +55,10 @@ def check_generation_args(max_tokens: int | None, temperature: float, top_p: flo
     """The checks the engine would make, before the model is loaded (seconds) rather than after."""
     if max_tokens is not None and max_tokens < 1:
         raise InputError("--max-tokens must be at least 1")
-    for flag, check, value in (("--temperature", check_temperature, temperature),
-                               ("--top-p", check_top_p, top_p)):
-        try:
-            check(value)
-        except ValueError as exc:
-            raise InputError(f"{flag} {exc}") from exc
+    try:
+        check_sampling(SamplingParams(temperature=temperature, top_p=top_p), names=("--temperature", "--top-p"))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def make_index(runtime: Any, workspaces: list[str]) -> Any:

@@ -36,10 +36,11 @@ def check_top_p(value: float) -> float:
     return value
 
 
-def check_sampling(sampling: "SamplingParams") -> None:
-    """``check_temperature`` and ``check_top_p`` for an in-process request; ValueError naming the field."""
-    for name, value, check in (("temperature", sampling.temperature, check_temperature),
-                               ("top_p", sampling.top_p, check_top_p)):
+def check_sampling(sampling: "SamplingParams", names: tuple[str, str] = ("temperature", "top_p")) -> None:
+    """``check_temperature`` and ``check_top_p``; ValueError naming the field as ``names`` call
+    them (the command line names its flags)."""
+    for name, value, check in ((names[0], sampling.temperature, check_temperature),
+                               (names[1], sampling.top_p, check_top_p)):
         try:
             check(value)
         except ValueError as exc:

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 from daemon import package_version
 from daemon.documents import DocumentStore, parse_changes
 from daemon.requests import (
-    CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_temperature, check_top_p,
+    CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_sampling,
 )
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
@@ -456,21 +456,16 @@ def _check_range(key: str, value: Any, lo: Any, hi: Any) -> Any:
 
 
 def _sampling(p: dict) -> SamplingParams:
-    temperature = _checked_float(p, "temperature", 0.0, check_temperature)
-    top_p = _checked_float(p, "topP", 1.0, check_top_p)
     seed = p.get("seed")
     if seed is not None:
         seed = _check_range("seed", _req(p, "seed", int), 0, 2**63 - 1)
-    return SamplingParams(temperature=temperature, top_p=top_p, seed=seed)
-
-
-def _checked_float(p: dict, key: str, default: float, check: Callable[[float], float]) -> float:
-    """An optional number that ``check`` (shared with the CLI) accepts; INVALID_PARAMS otherwise."""
-    value = float(_opt(p, key, float, default))
-    try:
-        return check(value)
+    sampling = SamplingParams(temperature=float(_opt(p, "temperature", float, 0.0)),
+                              top_p=float(_opt(p, "topP", float, 1.0)), seed=seed)
+    try:  # the rule the CLI and in-process callers share
+        check_sampling(sampling, names=("'temperature'", "'topP'"))
     except ValueError as exc:
-        raise RpcError(INVALID_PARAMS, f"'{key}' {exc}") from exc
+        raise RpcError(INVALID_PARAMS, str(exc)) from None
+    return sampling
 
 
 def _uri(p: dict) -> str:
