@@ -239,9 +239,12 @@ class Service:
         if request_id is not None:
             _check_request_id(request_id)
 
+        # A requestId is chosen by its client, so two clients may use the same one: it names
+        # only the caller's own requests. A uri alone reaches every client's requests for that
+        # document, as a newer request on it (supersede) does.
         def match(job: Job) -> bool:
             return ((uri is None or job.uri == uri)
-                    and (request_id is None or job.request_id == request_id))
+                    and (request_id is None or (job.request_id == request_id and job.conn == conn)))
         return {"cancelled": self.worker.cancel(match, "cancelled")}
 
     async def _m_status(self, conn: int, p: dict) -> Any:

@@ -183,7 +183,8 @@ def test_cancel_stops_a_running_request(daemon):
         msgid = c.send("complete", {"uri": "mem://long", "text": "x", "offset": 1,
                                     "requestId": "long-1", **LONG})
         _wait_running(watcher, "long-1")
-        assert watcher.call("cancel", {"requestId": "long-1"}) == {"cancelled": 1}
+        assert watcher.call("cancel", {"requestId": "long-1"}) == {"cancelled": 0}  # not its request
+        assert c.call("cancel", {"requestId": "long-1"}) == {"cancelled": 1}
         resp = c.wait_response(msgid)
         assert resp.error["code"] == REQUEST_CANCELLED
         assert watcher.call("status")["requests"]["running"] is None

@@ -224,8 +224,9 @@ def test_supersede_and_cancel(inproc):
         # a request for another uri queues behind it
         third = c.send("complete", {"uri": "other", "text": "abc", "offset": 0})
         wait_until(lambda: len(other.call("status")["requests"]["queued"]) == 1)
-        # cancel from another connection, by requestId
-        assert other.call("cancel", {"requestId": "r2"}) == {"cancelled": 1}
+        # by requestId: the caller's own request (another connection's "r2" is not its own)
+        assert other.call("cancel", {"requestId": "r2"}) == {"cancelled": 0}
+        assert c.call("cancel", {"requestId": "r2"}) == {"cancelled": 1}
         assert c.wait_response(second).error["code"] == REQUEST_CANCELLED
         assert c.wait(third)["text"] == "cba"  # the queue moves on
         counts = other.call("status")["requests"]
@@ -243,6 +244,21 @@ def test_cancel_by_uri_drops_queued_requests(inproc):
         assert c.call("cancel", {"uri": "b"}) == {"cancelled": 1}
         assert c.wait_response(blocked).error["code"] == REQUEST_CANCELLED
         assert "q" not in inproc.completer.calls  # dropped before it ran
+
+
+def test_cancel_by_request_id_reaches_only_the_callers_requests(inproc):
+    """Request ids are chosen per client: two editors both using id 1 must not cancel each other."""
+    with inproc.client() as a, inproc.client() as b:
+        a_blocked = a.send("complete", {"uri": "a", "text": "BLOCK", "offset": 0, "requestId": 1})
+        wait_until(lambda: inproc.completer.started.is_set())
+        b_queued = b.send("complete", {"uri": "b", "text": "xyz", "offset": 0, "requestId": 1})
+        wait_until(lambda: len(b.call("status")["requests"]["queued"]) == 1)
+        assert b.call("cancel", {"requestId": 1}) == {"cancelled": 1}  # its own, queued one
+        assert b.wait_response(b_queued).error["code"] == REQUEST_CANCELLED
+        assert b.call("cancel", {"uri": "a", "requestId": 1}) == {"cancelled": 0}  # a's, not b's
+        assert b.call("status")["requests"]["running"]["requestId"] == 1  # a's still runs
+        assert a.call("cancel", {"requestId": 1}) == {"cancelled": 1}
+        assert a.wait_response(a_blocked).error["code"] == REQUEST_CANCELLED
 
 
 def test_client_disconnect_mid_request_cancels_its_job(inproc):
