@@ -6,6 +6,13 @@ retries: when the socket closes, every pending request fails with
 ``DaemonUnavailable`` and ``on_close`` is called; reconnecting (and restarting the
 daemon) is ``daemon_link.DaemonLink``'s job.
 
+Text from the editor may hold *lone surrogates* (JSON allows ``"\\ud800"``, UTF-8 and
+so msgpack do not): such a message is sent with each one replaced by U+FFFD, which,
+like the surrogate, is one code point and one UTF-16 unit (three UTF-8 bytes, as
+``surrogatepass`` counts it), so every offset and position still agrees with the
+editor's text. A message that cannot be encoded at all fails its own future with
+``DaemonError(INVALID_PARAMS)``, logged; the connection goes on.
+
 Torch-free: the LSP imports this.
 """
 
@@ -14,12 +21,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 from typing import Any, Callable
 
 from daemon import rpc
 from daemon.rpc import DaemonUnavailable
 
 log = logging.getLogger(__name__)
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: any left is lone
+REPLACEMENT = "\ufffd"
 
 
 class DaemonError(Exception):
@@ -77,9 +88,15 @@ class RpcConnection:
             fut.set_exception(DaemonUnavailable("connection to the daemon is closed"))
             return fut
         msgid = next(self._ids)
+        try:
+            data = _pack(msgid, method, params if params is not None else {})
+        except (TypeError, ValueError, OverflowError) as exc:
+            log.error("cannot encode %s for the daemon: %s", method, exc)
+            fut.set_exception(DaemonError(rpc.INVALID_PARAMS, f"cannot encode the request: {exc}", method))
+            return fut
         self._pending[msgid] = (method, fut)
         try:
-            self._writer.write(rpc.pack_request(msgid, method, params if params is not None else {}))
+            self._writer.write(data)
         except (OSError, RuntimeError) as exc:
             self._pending.pop(msgid, None)
             fut.set_exception(DaemonUnavailable(f"write failed: {exc}"))
@@ -149,3 +166,26 @@ class RpcConnection:
             fut.set_exception(DaemonError(msg.error["code"], msg.error["message"], method))
         else:
             fut.set_result(msg.result)
+
+
+def replace_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (dict keys too) replaced by
+    U+FFFD: the same length in code points and in UTF-16 units."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub(REPLACEMENT, value)
+    if isinstance(value, dict):
+        return {replace_lone_surrogates(k): replace_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [replace_lone_surrogates(v) for v in value]
+    return value
+
+
+def _pack(msgid: int, method: str, params: Any) -> bytes:
+    """The request's bytes; lone surrogates (only then: the common case is not walked)
+    are replaced, with a warning, since the daemon's text then differs from the editor's."""
+    try:
+        return rpc.pack_request(msgid, method, params)
+    except UnicodeEncodeError:
+        log.warning("%s: text with lone surrogates (invalid UTF-16) sent to the daemon "
+                    "with U+FFFD in their place", method)
+        return rpc.pack_request(msgid, method, replace_lone_surrogates(params))

@@ -131,3 +131,16 @@ async def test_link_spawn_oserror_is_unavailable_and_backs_off(tmp_path):
     with pytest.raises(DaemonUnavailable, match="the last start failed: cannot start a daemon"):
         await link.call("status", None, 10)
     assert link.spawned == 0 and "cannot start a daemon" in link.last_error
+
+
+async def test_unencodable_request_fails_alone_and_the_connection_goes_on(fake, sock):
+    """A request msgpack cannot encode (here an int past 64 bits) fails its own future
+    with a clear DaemonError; before, the encoder's exception escaped ``send``."""
+    conn = await RpcConnection.open(sock)
+    with pytest.raises(DaemonError, match="cannot encode") as err:
+        await conn.request("open", {"uri": "u", "text": "", "version": 1 << 70}, timeout=5)
+    assert err.value.code == rpc.INVALID_PARAMS
+    assert not conn.closed
+    await conn.request("open", {"uri": "u", "text": "a\ud800b", "version": 1}, timeout=5)
+    assert fake.docs["u"]["text"] == "a\ufffdb"
+    conn.close()
