@@ -5,14 +5,18 @@ Vocabulary:
   (an int that grows with every change).
 - *holder*: a client connection that has the document open. Two editors on the
   same file share one document; it is dropped when its last holder closes it
-  (or disconnects).
+  (or disconnects). Each holder's versions are its own sequence: the store keeps
+  the last version each holder sent, so an ``open`` from a holder below that
+  version (a stale re-open) is refused, while another editor's ``open``, whose
+  numbering is unrelated, re-syncs the document whatever its version.
 - *change*: either a full replacement (``{"text"}``) or a range edit
   ``{"start", "end", "text"}`` in characters (code points) of the text as it is
   before that change. Changes in one ``change`` call apply in order.
 
 Invariant: ``doc.text`` is always the result of applying every accepted change
-in order; a change with a version not newer than the document's is rejected
-whole (``CONTENT_MODIFIED``) and leaves the document untouched.
+in order; a change with a version not newer than the document's, or an open
+from a holder with a version older than the last one it sent, is rejected whole
+(``CONTENT_MODIFIED``) and leaves the document untouched.
 
 Pure bookkeeping: no index, no model; the service mirrors each accepted edit
 into the n-gram index (``Edit`` records say what to mirror).
@@ -32,7 +36,8 @@ class Document:
     text: str
     version: int
     language_id: str = ""
-    holders: set[int] = field(default_factory=set)  # connection ids
+    # connection id -> the last version that connection sent (by open or change) and was accepted
+    holders: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,20 +142,30 @@ class DocumentStore:
         return doc
 
     def open(self, conn: int, uri: str, text: str, version: int, language_id: str = "") -> Document:
-        """Open (or re-sync) a document; a second holder shares it and its text wins."""
+        """Open (or re-sync) a document; a second holder shares it and its text wins.
+
+        A holder re-opening with a version below the last one it sent is stale (its
+        newer text is already here): refused with CONTENT_MODIFIED, as a stale change is.
+        The same version is accepted (a client re-sending its current state)."""
         self._check_size(text)
         doc = self._docs.get(uri)
         if doc is None:
             doc = self._docs[uri] = Document(uri, text, version, language_id)
         else:
+            last = doc.holders.get(conn)
+            if last is not None and version < last:
+                raise RpcError(CONTENT_MODIFIED, f"stale open of {uri[:200]}: version {version} is "
+                                                 f"older than {last}, which this client sent before")
             doc.text, doc.version = text, version
             doc.language_id = language_id or doc.language_id
-        doc.holders.add(conn)
+        doc.holders[conn] = version
         return doc
 
-    def change(self, uri: str, version: int, changes: list[tuple[int | None, int | None, str]]
-               ) -> list[Edit]:
-        """Apply ``changes`` in order, all or nothing; returns the edits applied."""
+    def change(self, uri: str, version: int, changes: list[tuple[int | None, int | None, str]],
+               conn: int | None = None) -> list[Edit]:
+        """Apply ``changes`` in order, all or nothing; returns the edits applied.
+
+        ``conn``: the connection sending them (its version is remembered if it holds the document)."""
         doc = self.get(uri)
         if version <= doc.version:
             raise RpcError(CONTENT_MODIFIED,
@@ -158,6 +173,8 @@ class DocumentStore:
         text, edits = apply_changes(doc.text, changes)
         self._check_size(text)
         doc.text, doc.version = text, version
+        if conn in doc.holders:
+            doc.holders[conn] = version
         if not edits[-1].full:
             edits[-1] = replace(edits[-1], result=text)
         return edits
@@ -165,7 +182,7 @@ class DocumentStore:
     def close(self, conn: int, uri: str) -> bool:
         """Release ``conn``'s hold; True when the document is gone (no holder left)."""
         doc = self.get(uri)
-        doc.holders.discard(conn)
+        doc.holders.pop(conn, None)
         if doc.holders:
             return False
         del self._docs[uri]
@@ -176,7 +193,7 @@ class DocumentStore:
         closed = []
         for uri, doc in list(self._docs.items()):
             if conn in doc.holders:
-                doc.holders.discard(conn)
+                del doc.holders[conn]
                 if not doc.holders:
                     del self._docs[uri]
                     closed.append(uri)

@@ -175,7 +175,7 @@ class Service:
         uri = _uri(p)
         version = _req_int(p, "version")
         changes = parse_changes(p.get("changes"))
-        edits = self.docs.change(uri, version, changes)
+        edits = self.docs.change(uri, version, changes, conn)
         if len(edits) > MAX_MIRRORED_EDITS or any(edit.full for edit in edits):
             # one re-sync with the final text (see MAX_MIRRORED_EDITS)
             await self._index_call("open_buffer", uri, self.docs.get(uri).text)

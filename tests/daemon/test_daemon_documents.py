@@ -91,3 +91,30 @@ def test_document_size_bound():
     store.open(1, "u", "x" * 10, 1)
     with pytest.raises(RpcError):
         store.change("u", 2, [(10, 10, "y")])
+
+
+def test_stale_reopen_by_the_same_holder_is_refused():
+    """A client's versions only grow: its re-open below what it sent would put older text back."""
+    store = DocumentStore()
+    store.open(1, "u", "v5 text", 5)
+    with pytest.raises(RpcError) as err:
+        store.open(1, "u", "v1 text", 1)
+    assert err.value.code == CONTENT_MODIFIED and "stale open" in str(err.value)
+    assert (store.get("u").text, store.get("u").version) == ("v5 text", 5)
+    store.change("u", 7, [(None, None, "v7 text")], conn=1)  # a change counts as sent too
+    with pytest.raises(RpcError):
+        store.open(1, "u", "v6 text", 6)
+    assert store.get("u").text == "v7 text"
+    store.open(1, "u", "v7 again", 7)  # its current version: a re-sync, accepted
+    assert store.get("u").text == "v7 again"
+
+
+def test_another_holders_open_resyncs_whatever_its_version():
+    """Two editors number versions independently: the second one's open still re-syncs."""
+    store = DocumentStore()
+    store.open(1, "u", "from editor 1", 10)
+    store.open(2, "u", "from editor 2", 1)
+    assert (store.get("u").text, store.get("u").version) == ("from editor 2", 1)
+    store.close(1, "u")  # editor 1 re-opens after closing: a new sequence
+    store.open(1, "u", "editor 1 again", 0)
+    assert store.get("u").text == "editor 1 again"

@@ -76,6 +76,18 @@ def test_stale_version_and_out_of_range(inproc):
         assert c.call("complete", {"uri": "u", "offset": 0, "version": 3})["text"] == "cba"
 
 
+def test_stale_reopen_is_refused_and_keeps_the_newer_text(inproc):
+    with inproc.client() as c, inproc.client() as other:
+        c.call("open", {"uri": "u", "text": "old", "version": 1})
+        c.call("change", {"uri": "u", "version": 2, "changes": [{"text": "new"}]})
+        assert code_of(c.call, "open", {"uri": "u", "text": "old", "version": 1}) == CONTENT_MODIFIED
+        assert c.call("complete", {"uri": "u", "offset": 0, "version": 2})["text"] == "wen"
+        assert inproc.index.buffers["u"] == "new"
+        # another editor numbers its versions itself: its open re-syncs the shared document
+        other.call("open", {"uri": "u", "text": "theirs", "version": 1})
+        assert c.call("complete", {"uri": "u", "offset": 0})["text"] == "srieht"
+
+
 @pytest.mark.parametrize("method,params", [
     ("open", {"uri": 1, "text": "a", "version": 1}),
     ("open", {"uri": "u", "text": b"bytes", "version": 1}),
