@@ -6,9 +6,10 @@ Sources and where their tokens live:
   ``keyed.KeyIndex`` spliced on every edit (buffers under ``keyed_min_tokens``
   are scanned directly); the buffer named ``current_uri`` is Source.BUFFER, the
   others OPEN_BUFFER (concatenated into one cached, keyed array while the current
-  buffer is edited);
+  buffer is edited; rebuilt by the first lookup after another buffer changes or the
+  current one switches, before it takes the lock);
 - accepted completions (``add_history``), a bounded list, concatenated and keyed
-  (rebuilt at the next lookup after each addition);
+  (rebuilt by the next lookup after each addition, likewise outside the lock);
 - workspace files: a *static* suffix-sorted segment (``suffix.StaticSegment``)
   with tombstones for changed or removed files, plus a small *dynamic* set of
   recently (re)indexed files, concatenated and keyed (``scan_set.ScanSet``; the
@@ -37,8 +38,8 @@ Recency: every (re)indexed document gets a fresh stamp from one counter; a
 higher stamp ranks first among equal matches of one source. Eviction uses a
 separate least-recently-used clock (indexing a file or drafting from it uses it).
 
-Thread safety: one lock. Tokenization of files, merges and the dynamic set's
-ScanSet are built outside it.
+Thread safety: one lock. Tokenization of files, merges and the ScanSets (dynamic
+set, other buffers, history) are built outside it.
 """
 
 from __future__ import annotations
@@ -555,6 +556,27 @@ class NgramIndex:
         self._warm_dynamic()
 
     # ---- lookup -----------------------------------------------------------
+    def _lookup_sets(self, current_uri: str | None) -> dict[str, tuple[tuple, Callable[[], ScanSet]]]:
+        """The scan sets a lookup from ``current_uri`` uses (lock held): name -> (key, builder).
+
+        "others": the open buffers but the current one; "history": the accepted completions.
+        A cached set is current when its key equals this one. Each builder reads a snapshot
+        taken here (token arrays are replaced, never changed in place; stamps are copied),
+        so it may run outside the lock."""
+        sk = (self.cfg.min_n, self.cfg.keyed_min_tokens)
+        out: dict[str, tuple[tuple, Callable[[], ScanSet]]] = {}
+        others = [(u, b.doc.tokens, b.stamp) for u, b in self._buffers.items() if u != current_uri]
+        if others:
+            out["others"] = (tuple((u, st) for u, _, st in others),
+                             lambda: ScanSet([t for _, t, _ in others], [st for _, _, st in others],
+                                             [u for u, _, _ in others], *sk))
+        if self._history:
+            hist = list(self._history)
+            # Stamps rise with each addition and the oldest go first: the ends name the contents.
+            out["history"] = ((hist[0][1], hist[-1][1]),
+                              lambda: ScanSet([t for t, _ in hist], [st for _, st in hist], [None] * len(hist), *sk))
+        return out
+
     def _scan_set(self, name: str, key, make) -> ScanSet:
         hit = self._cache.get(name)
         if hit is not None and hit[0] == key:
@@ -629,8 +651,19 @@ class NgramIndex:
         ctx = _as_tokens(ctx[-cfg.max_match :] if ctx.ndim == 1 else ctx, "context")  # only what is compared
         if len(ctx) < cfg.min_n:
             return NO_DRAFT
-        with self._lock:
-            return self._propose(ctx, int(k), int(w), current_uri)
+        for attempt in range(3):
+            with self._lock:
+                stale = [(name, key, make) for name, (key, make) in self._lookup_sets(current_uri).items()
+                         if self._cache.get(name, (None,))[0] != key]
+                if not stale or attempt == 2:  # a writer kept changing them: the lookup builds (rare)
+                    return self._propose(ctx, int(k), int(w), current_uri)
+            # Build outside the lock: a buffer switch or a new accepted completion made a set stale,
+            # and building it (6-58 ms for big ones) under the lock stalled every other index call.
+            for name, key, make in stale:
+                built = make()
+                with self._lock:
+                    self._cache[name] = (key, built)
+        raise AssertionError("unreachable")
 
     def _propose(self, ctx: np.ndarray, k: int, w: int, current_uri: str | None) -> Draft:
         min_n = self.cfg.min_n
@@ -644,7 +677,6 @@ class NgramIndex:
                                lambda j, kk, s=s, p=p: ngram.continuation(s.cat, int(p[j]), kk),
                                (s.keys, d) if files else None))
 
-        sk = (min_n, self.cfg.keyed_min_tokens)
         cur = self._buffers.get(current_uri) if current_uri is not None else None
         if cur is not None:
             a = cur.doc.tokens
@@ -652,16 +684,11 @@ class NgramIndex:
             if m:
                 groups.append((m, Source.BUFFER, a[p], np.full(len(p), cur.stamp, np.int64), p,
                                lambda j, kk, a=a, p=p: ngram.continuation(a, int(p[j]), kk), None))
-        others = [(u, b) for u, b in self._buffers.items() if u != current_uri]
-        if others:
-            okey = tuple((u, b.stamp) for u, b in others)
-            s = self._scan_set("others", okey, lambda: ScanSet([b.doc.tokens for _, b in others],
-                                                               [b.stamp for _, b in others], [u for u, _ in others], *sk))
-            add_scan(s, *s.match(ctx, min_n), Source.OPEN_BUFFER, False)
-        if self._history:
-            s = self._scan_set("history", None, lambda: ScanSet([t for t, _ in self._history],
-                                                               [st for _, st in self._history], [None] * len(self._history), *sk))
-            add_scan(s, *s.match(ctx, min_n), Source.HISTORY, False)
+        sets = self._lookup_sets(current_uri)
+        for name, source in (("others", Source.OPEN_BUFFER), ("history", Source.HISTORY)):
+            if name in sets:
+                s = self._scan_set(name, *sets[name])
+                add_scan(s, *s.match(ctx, min_n), source, False)
         if self._dyn_tokens:
             s = self._dynamic_set()
             add_scan(s, *s.match(ctx, min_n), Source.WORKSPACE, True)

@@ -368,3 +368,44 @@ def test_an_edit_tokenizes_outside_the_lock_and_a_concurrent_edit_is_not_lost():
     assert seen[:2] == [False, False]  # the first plan and the concurrent edit ran unlocked
     idx._check_invariants()
     assert text(idx.buffer_tokens("u")) == "x = [0, 1, 2, 3, 4, 5];"
+
+
+def test_lookup_sets_are_built_outside_the_lock_and_equal_a_fresh_build(monkeypatch):
+    """The other buffers' and the history's scan sets, stale after a buffer switch or a new
+    accepted completion, are built before the lookup takes the lock: other index calls do not
+    wait for the build. A writer changing a set meanwhile makes the lookup build it again."""
+    import index.store as store
+
+    builds = []  # (documents built, lock held by the builder's thread)
+
+    class Recording(store.ScanSet):
+        def __init__(self, docs, *a, **kw):
+            builds.append(([text(d) for d in docs], idx._lock._is_owned()))
+            if len(builds) == 4:  # a writer edits "b" between this build and the lookup
+                idx.edit_buffer("b", 0, 0, "Q")
+            super().__init__(docs, *a, **kw)
+
+    monkeypatch.setattr(store, "ScanSet", Recording)
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
+    idx.open_buffer("a", "xy1 ab")
+    idx.open_buffer("b", "cd2 xy3")
+    assert branches(idx.propose(ids("cd"), k=1, current_uri="a")) == [("2", 1, Source.OPEN_BUFFER, 2)]
+    assert builds == [(["cd2 xy3"], False)]
+    idx.propose(ids("cd"), k=1, current_uri="a")  # nothing changed: nothing built
+    idx.add_history(ids("hi!"))
+    assert branches(idx.propose(ids("hi"), k=1, current_uri="a")) == [("!", 1, Source.HISTORY, 2)]
+    assert builds[1:] == [(["hi!"], False)]
+    idx.propose(ids("xy"), k=1, current_uri="b")  # a buffer switch: "others" is now "a"
+    assert builds[2:] == [(["xy1 ab"], False)]
+    # back to "a": while "others" is built, "b" is edited (by the recording builder): built again
+    assert branches(idx.propose(ids("Qc"), k=1, current_uri="a")) == [("d", 1, Source.OPEN_BUFFER, 2)]
+    assert builds[3:] == [(["cd2 xy3"], False), (["Qcd2 xy3"], False)]
+    monkeypatch.undo()
+    for name in ("others", "history"):  # what the lookups left equals a set built from scratch
+        key, got = idx._cache[name]
+        want_key, make = idx._lookup_sets("a")[name]
+        want = make()
+        assert key == want_key
+        assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
+        assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
+        assert np.array_equal(got.index.keys, want.index.keys) and np.array_equal(got.index.pos, want.index.pos)
