@@ -25,7 +25,15 @@ import {
 
 import { initializationOptions, needsRestart, NgramdSettings, readSettings, resolveServerPath, serverArgs } from "./config";
 import { CLIENT_COMMANDS, rewriteCodeActionArgs, rewriteResolveNeedsInstruction, SERVER_COMMANDS } from "./commands";
-import { errorView, shouldApplyReturnedEdit, statusView, StatusView, validateInstruction } from "./status";
+import {
+  daemonStopped,
+  errorView,
+  OBSERVE_STATUS_ARGS,
+  shouldApplyReturnedEdit,
+  statusView,
+  StatusView,
+  validateInstruction,
+} from "./status";
 
 const STATUS_POLL_MS = 5000;
 
@@ -33,6 +41,9 @@ let client: LanguageClient | undefined;
 let settings: NgramdSettings;
 let statusItem: vscode.StatusBarItem;
 let pollTimer: NodeJS.Timeout | undefined;
+// The poll pauses while the daemon is stopped (see daemonStopped) and never overlaps itself.
+let pollPaused = false;
+let pollInFlight = false;
 let output: vscode.LogOutputChannel;
 // workspace/applyEdit requests the server sent so far (see shouldApplyReturnedEdit).
 let applyEditsSeen = 0;
@@ -99,8 +110,13 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
         },
       },
       // Disabled: answer locally, so that no request reaches the server.
-      provideInlineCompletionItems: (document, position, ctx, token, next) =>
-        settings.enable ? next(document, position, ctx, token) : undefined,
+      provideInlineCompletionItems: (document, position, ctx, token, next) => {
+        if (!settings.enable) {
+          return undefined;
+        }
+        pollPaused = false; // the server may start a daemon for this request: watch it again
+        return next(document, position, ctx, token);
+      },
       // The server's rewrite code action carries no instruction. Resolved lazily (the
       // light bulb with vscode-languageclient's resolve support): ask for one first; a
       // dismissed prompt leaves the action without an edit, so nothing changes.
@@ -181,7 +197,8 @@ async function refreshStatus(): Promise<unknown> {
     return undefined;
   }
   try {
-    const result = await serverCommand(SERVER_COMMANDS.status);
+    const result = await serverCommand(SERVER_COMMANDS.status, [...OBSERVE_STATUS_ARGS]);
+    pollPaused = daemonStopped(result);
     showStatus(statusView({ enabled: settings.enable, ...(result as object) }));
     return result;
   } catch (err) {
@@ -291,13 +308,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
   );
 
-  // Poll the status while the window is focused; nothing is polled in the background.
-  const poll = () => {
-    if (vscode.window.state.focused) {
-      void refreshStatus();
+  // Poll the status while the window is focused; nothing is polled in the background,
+  // nor while the daemon is stopped (a status request of a server that ignores
+  // OBSERVE_STATUS_ARGS would start one again).
+  const poll = async () => {
+    if (!vscode.window.state.focused || pollPaused || pollInFlight) {
+      return;
+    }
+    pollInFlight = true;
+    try {
+      await refreshStatus();
+    } finally {
+      pollInFlight = false;
     }
   };
-  pollTimer = setInterval(poll, STATUS_POLL_MS);
+  pollTimer = setInterval(() => void poll(), STATUS_POLL_MS);
   context.subscriptions.push({ dispose: () => pollTimer && clearInterval(pollTimer) });
 
   await startClient(context);

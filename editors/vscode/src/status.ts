@@ -10,7 +10,8 @@
  * It is read leniently, so that a missing part gives "unknown", never an exception:
  * - enabled: `enabled`, default true;
  * - daemon state: "down" when `connected` is false or `daemon.error` is set, "running"
- *   when connected; a `state`/`status` string wins where a server sends one;
+ *   when connected; a `state`/`status` string wins where a server sends one ("stopped":
+ *   no daemon, and none is started to answer an observing status request);
  * - acceptance rate, the share of drafted tokens that the model accepted:
  *   `accepted / drafted` (or an `acceptance_rate` in [0, 1]) found at the top level or
  *   under `generation`, `daemon`, `daemon.generation`, `stats`, `acceptance`.
@@ -107,6 +108,22 @@ export function daemonState(result: unknown): string {
   return "unknown";
 }
 
+/**
+ * Arguments of every status request this extension sends: observe, never start a
+ * daemon (a `ngramd stop` must not be undone by looking at the status bar). The server
+ * then answers `connected: false` (daemon state "stopped") where no daemon runs.
+ */
+export const OBSERVE_STATUS_ARGS: readonly unknown[] = Object.freeze([Object.freeze({ spawn: false })]);
+
+/**
+ * Whether a status reply says the server has no daemon now (stopped, or gone): the
+ * periodic poll then pauses until something else (a completion, the user) reaches the
+ * server, so that a server which ignores `spawn: false` is not made to start one either.
+ */
+export function daemonStopped(result: unknown): boolean {
+  return isObj(result) && (result["connected"] === false || daemonState(result) === "stopped");
+}
+
 /** The model's name: `model` (string or { name }) at the top level or under `daemon`. */
 export function modelName(result: unknown): string | undefined {
   if (!isObj(result)) {
@@ -155,10 +172,16 @@ export function statusView(result: unknown): StatusView {
       lines.push(`completions accepted: ${taken} of ${shown}`);
     }
   }
+  if (state === "stopped") {
+    lines.push("The next completion starts it.");
+  }
   lines.push("Click for details.");
   const tooltip = lines.join("\n");
   if (!enabled) {
     return { text: "$(circle-slash) ngramd", tooltip, state: "off" };
+  }
+  if (state === "stopped") {
+    return { text: "$(debug-stop) ngramd", tooltip, state: "off" };
   }
   if (STARTING_STATES.has(state)) {
     return { text: "$(loading~spin) ngramd", tooltip, state: "starting" };

@@ -7,6 +7,7 @@ import * as path from "node:path";
 import {
   acceptanceRate,
   daemonState,
+  daemonStopped,
   errorView,
   isWorkspaceEdit,
   modelName,
@@ -142,4 +143,16 @@ test("a returned rewrite edit is applied only if the server did not apply it its
   assert.equal(shouldApplyReturnedEdit(edit, 3, 3), true);
   assert.equal(shouldApplyReturnedEdit(edit, 3, 4), false);
   assert.equal(shouldApplyReturnedEdit(null, 3, 3), false);
+});
+
+test("a stopped daemon is shown as stopped (not an error); a lost one stays an error", () => {
+  const stopped = statusView({ connected: false, daemon: { state: "stopped" } });
+  assert.equal(stopped.state, "off");
+  assert.equal(stopped.text, "$(debug-stop) ngramd");
+  assert.match(stopped.tooltip, /next completion starts it/);
+  assert.equal(daemonStopped({ connected: false, daemon: { state: "stopped" } }), true);
+  assert.equal(daemonStopped({ connected: false, daemon: { error: "cannot connect" } }), true);
+  assert.equal(daemonStopped({ connected: true, daemon: {} }), false);
+  assert.equal(daemonStopped(undefined), false);
+  assert.equal(statusView({ connected: false, daemon: { error: "cannot connect" } }).state, "error");
 });

@@ -1,0 +1,259 @@
+// A stand-in for the `vscode` module and for vscode-languageclient's LanguageClient,
+// enough to run out/extension.js's activate() under `node --test`: commands, settings,
+// the status bar item, input boxes and the requests the client sends are recorded, and
+// the server's answers come from a test-supplied function. Not a test file itself.
+import Module = require("node:module");
+import * as path from "node:path";
+
+export const State = { Stopped: 1, Running: 2, Starting: 3 } as const;
+
+type Listener = (e: unknown) => unknown;
+
+/** One recorded `workspace/executeCommand` (or other) request. */
+export interface SentRequest {
+  method: string;
+  params: { command?: string; arguments?: unknown[] } & Record<string, unknown>;
+  token: unknown;
+}
+
+export class FakeClient {
+  state: number = State.Stopped;
+  readonly requests: SentRequest[] = [];
+  readonly notifications: unknown[] = [];
+  stopped = 0;
+  private stateListeners: Listener[] = [];
+  code2ProtocolConverter = { asRange: (r: unknown) => r };
+  protocol2CodeConverter = { asWorkspaceEdit: async (e: unknown) => e };
+
+  constructor(
+    readonly id: string,
+    readonly name: string,
+    readonly serverOptions: unknown,
+    readonly clientOptions: Record<string, unknown>,
+    private readonly harness: Harness,
+  ) {}
+
+  registerProposedFeatures(): void {}
+
+  onDidChangeState(l: Listener) {
+    this.stateListeners.push(l);
+    return { dispose: () => (this.stateListeners = this.stateListeners.filter((x) => x !== l)) };
+  }
+
+  get stateListenerCount(): number {
+    return this.stateListeners.length;
+  }
+
+  private setState(newState: number): void {
+    const oldState = this.state;
+    this.state = newState;
+    for (const l of [...this.stateListeners]) {
+      l({ oldState, newState });
+    }
+  }
+
+  async start(): Promise<void> {
+    this.setState(State.Starting);
+    await new Promise((r) => setImmediate(r));
+    this.setState(State.Running);
+  }
+
+  async stop(): Promise<void> {
+    await new Promise((r) => setImmediate(r));
+    this.stopped += 1;
+    this.setState(State.Stopped);
+  }
+
+  async sendRequest(type: { method: string }, params: SentRequest["params"], token?: unknown): Promise<unknown> {
+    const req = { method: type.method, params, token };
+    this.requests.push(req);
+    return this.harness.answer(req, this);
+  }
+
+  async sendNotification(_type: unknown, params: unknown): Promise<void> {
+    this.notifications.push(params);
+  }
+
+  /** The executeCommand requests for one server command. */
+  commandRequests(command: string): SentRequest[] {
+    return this.requests.filter((r) => r.params.command === command);
+  }
+}
+
+export interface Harness {
+  vscode: Record<string, unknown>;
+  ext: { activate: (ctx: unknown) => Promise<void>; deactivate: () => Promise<void> };
+  context: { subscriptions: { dispose: () => unknown }[] };
+  clients: FakeClient[];
+  /** Registered VS Code commands by id. */
+  commands: Map<string, (...args: unknown[]) => Promise<unknown>>;
+  /** Settings under `ngramd.` per scope; `get` returns the effective value. */
+  config: { global: Record<string, unknown>; workspace: Record<string, unknown>; workspaceFolder: Record<string, unknown> };
+  configListeners: Listener[];
+  statusItem: { text: string; tooltip: string };
+  messages: { kind: string; text: string }[];
+  /** Answers of the next input boxes, in order (undefined: dismissed). */
+  inputBoxAnswers: (string | undefined)[];
+  inputBoxes: number;
+  window: { focused: boolean; activeTextEditor: unknown };
+  /** The server's answer to a request; replace it in a test. */
+  answer: (req: SentRequest, client: FakeClient) => Promise<unknown>;
+  /** Fires onDidChangeConfiguration for `ngramd` (after a test changed `config`). */
+  changeConfig: () => Promise<void>;
+  dispose: () => Promise<void>;
+}
+
+/** Loads a fresh copy of out/extension.js against the fakes. Call `dispose` at the end. */
+export function loadExtension(): Harness {
+  const h = {
+    clients: [] as FakeClient[],
+    commands: new Map(),
+    config: { global: { serverPath: process.execPath }, workspace: {}, workspaceFolder: {} },
+    configListeners: [] as Listener[],
+    messages: [] as { kind: string; text: string }[],
+    inputBoxAnswers: [] as (string | undefined)[],
+    inputBoxes: 0,
+    window: { focused: true, activeTextEditor: undefined as unknown },
+    answer: async () => ({ connected: true, daemon: { generation: { drafted: 0, accepted: 0 } } }),
+  } as unknown as Harness;
+
+  const effective = (key: string) => {
+    for (const scope of [h.config.workspaceFolder, h.config.workspace, h.config.global]) {
+      if (key in scope) {
+        return scope[key];
+      }
+    }
+    return undefined;
+  };
+  const disposable = { dispose: () => undefined };
+  const statusItem = { text: "", tooltip: "", command: "", backgroundColor: undefined, show() {}, hide() {}, dispose() {} };
+  h.statusItem = statusItem;
+  const message = (kind: string) => async (text: string) => {
+    h.messages.push({ kind, text });
+    return undefined;
+  };
+
+  class CodeAction {
+    command: unknown;
+    constructor(readonly title: string) {}
+  }
+  const vscode: Record<string, unknown> = {
+    StatusBarAlignment: { Left: 1, Right: 2 },
+    ConfigurationTarget: { Global: 1, Workspace: 2, WorkspaceFolder: 3 },
+    ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
+    ThemeColor: class {
+      constructor(readonly id: string) {}
+    },
+    CodeAction,
+    window: {
+      createOutputChannel: () => ({ appendLine() {}, show() {}, dispose() {} }),
+      createStatusBarItem: () => statusItem,
+      showErrorMessage: message("error"),
+      showWarningMessage: message("warning"),
+      showInformationMessage: message("info"),
+      showInputBox: async () => {
+        h.inputBoxes += 1;
+        return h.inputBoxAnswers.shift();
+      },
+      withProgress: async (_opts: unknown, task: (p: unknown, token: unknown) => Promise<unknown>) =>
+        task({ report() {} }, { isCancellationRequested: false, onCancellationRequested: () => disposable }),
+      get activeTextEditor() {
+        return h.window.activeTextEditor;
+      },
+      get state() {
+        return { focused: h.window.focused };
+      },
+    },
+    workspace: {
+      get workspaceFolders() {
+        return undefined;
+      },
+      getConfiguration: (section: string) => {
+        if (section !== "ngramd") {
+          throw new Error(`unexpected section ${section}`);
+        }
+        return {
+          get: (key: string) => effective(key),
+          inspect: (key: string) => ({
+            key: `ngramd.${key}`,
+            globalValue: h.config.global[key],
+            workspaceValue: h.config.workspace[key],
+            workspaceFolderValue: h.config.workspaceFolder[key],
+          }),
+          update: async (key: string, value: unknown, target: number | boolean | undefined) => {
+            const scope =
+              target === 3 ? h.config.workspaceFolder : target === 2 || target === false ? h.config.workspace : h.config.global;
+            if (value === undefined) {
+              delete scope[key];
+            } else {
+              scope[key] = value;
+            }
+            await h.changeConfig();
+          },
+        };
+      },
+      onDidChangeConfiguration: (l: Listener) => {
+        h.configListeners.push(l);
+        return disposable;
+      },
+      applyEdit: async () => true,
+    },
+    commands: {
+      registerCommand: (id: string, fn: (...args: unknown[]) => Promise<unknown>) => {
+        h.commands.set(id, fn);
+        return disposable;
+      },
+    },
+  };
+  h.vscode = vscode;
+  h.changeConfig = async () => {
+    for (const l of h.configListeners) {
+      await l({ affectsConfiguration: (s: string) => s === "ngramd" || s.startsWith("ngramd.") });
+    }
+  };
+
+  // the protocol's real types (they need no vscode), a fake client
+  const lc = {
+    ...require("vscode-languageserver-protocol"),
+    TransportKind: { stdio: 0, ipc: 1, pipe: 2, socket: 3 },
+    State,
+    LanguageClient: function (id: string, name: string, serverOptions: unknown, clientOptions: Record<string, unknown>) {
+      const c = new FakeClient(id, name, serverOptions, clientOptions, h);
+      h.clients.push(c);
+      return c;
+    },
+  };
+  const mod = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };
+  const original = mod._load;
+  mod._load = function (request: string, ...rest: unknown[]) {
+    if (request === "vscode") {
+      return vscode;
+    }
+    if (request === "vscode-languageclient/node") {
+      return lc;
+    }
+    return original.call(this, request, ...rest);
+  };
+  const extPath = require.resolve(path.join(__dirname, "..", "extension"));
+  delete require.cache[extPath];
+  try {
+    h.ext = require(extPath);
+  } finally {
+    mod._load = original;
+  }
+  h.context = { subscriptions: [] };
+  h.dispose = async () => {
+    await h.ext.deactivate();
+    for (const s of h.context.subscriptions) {
+      s.dispose();
+    }
+  };
+  return h;
+}
+
+/** Lets pending promise callbacks and immediates run. */
+export async function settle(rounds = 5): Promise<void> {
+  for (let i = 0; i < rounds; i++) {
+    await new Promise((r) => setImmediate(r));
+  }
+}
