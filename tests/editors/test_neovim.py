@@ -65,7 +65,7 @@ def test_plugin_against_fake_server(tmp_path: Path) -> None:
     for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "UTF-16",
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "returned edit", "document version",
-                     "changed during the prompt", "past the last line", "CRLF",
+                     "changed during the prompt", "past the last line", "twice at once", "CRLF",
                      "typing in Insert mode", "Replace mode", "another window", "<C-c>"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
 

@@ -466,6 +466,28 @@ if suite == "fake" then
     eq(lines(), { "alpha", "[BETA]" })
   end)
 
+  test(":NgramdRewrite twice at once: each rewrite's edit is applied once, none skipped", function()
+    set_lines({ "alpha", "beta" }, 1, 0)
+    -- The first sends workspace/applyEdit, which arrives before the second's reply; the
+    -- second only returns its edit, which the client must still apply.
+    local first, second
+    local function line_range(l, n)
+      return { start = { line = l, character = 0 }, ["end"] = { line = l, character = n } }
+    end
+    ngramd.rewrite({ range = line_range(0, 5), instruction = "loud", callback = function(e)
+      first = e or true
+    end })
+    ngramd.rewrite({ range = line_range(1, 4), instruction = "return-only loud", callback = function(e)
+      second = e or true
+    end })
+    wait(function()
+      return first ~= nil and second ~= nil
+    end, "both rewrites")
+    eq({ first, second }, { true, true }, "rewrite errors")
+    vim.wait(200) -- a second (wrong) application would land now
+    eq(lines(), { "[ALPHA]", "[BETA]" })
+  end)
+
   test(":NgramdRewrite on lines: a returned edit is applied by the client", function()
     set_lines({ "alpha beta", "gamma", "rest" }, 1, 0)
     vim.cmd("1,2NgramdRewrite return-only upper")

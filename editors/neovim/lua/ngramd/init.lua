@@ -16,12 +16,33 @@ local M = {}
 
 M.config = nil
 M.last_status = nil
--- workspace/applyEdit requests received from the server so far.
-M.apply_edits = 0
+
+-- A rewrite's edit is applied once: `ngramd lsp` sends it with workspace/applyEdit and
+-- also returns it, another server may only return it. While rewrites are in flight, the
+-- edits received through workspace/applyEdit are counted by content (vim.inspect sorts
+-- keys), so that each rewrite checks for its own edit: overlapping rewrites cannot
+-- mistake one another's applyEdit for theirs.
+local rewrites_in_flight = 0
+local applied_edits = {} -- vim.inspect(edit) -> applyEdit requests not yet matched
 
 local function on_apply_edit(err, result, ctx, cfg)
-  M.apply_edits = M.apply_edits + 1
+  if rewrites_in_flight > 0 and type(result) == "table" and result.edit ~= nil then
+    local key = vim.inspect(result.edit)
+    applied_edits[key] = (applied_edits[key] or 0) + 1
+  end
   return vim.lsp.handlers["workspace/applyEdit"](err, result, ctx, cfg)
+end
+
+--- Whether the server already sent `edit` with workspace/applyEdit (that request is
+--- then matched, so that an identical later rewrite is not taken for applied).
+local function take_applied(edit)
+  local key = vim.inspect(edit)
+  local n = applied_edits[key] or 0
+  if n > 0 then
+    applied_edits[key] = n > 1 and n - 1 or nil
+    return true
+  end
+  return false
 end
 
 local function notify(msg, level)
@@ -386,22 +407,30 @@ function M.rewrite(opts)
     return
   end
   local uri = vim.uri_from_bufnr(bufnr)
-  local before = M.apply_edits
-  client_mod.request(client, "workspace/executeCommand", {
+  rewrites_in_flight = rewrites_in_flight + 1
+  local ok = client_mod.request(client, "workspace/executeCommand", {
     command = "ngramd.rewriteSelection",
     arguments = { uri, range, instruction, version },
   }, function(err, result)
+    rewrites_in_flight = rewrites_in_flight - 1
     if err then
       notify("rewrite failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
-    elseif M.apply_edits == before and type(result) == "table" and (result.changes or result.documentChanges) then
+    elseif type(result) == "table" and (result.changes or result.documentChanges) and not take_applied(result) then
       -- The server returned the edit without sending workspace/applyEdit (`ngramd lsp`
       -- does both: applying the returned one too would insert the text twice).
       vim.lsp.util.apply_workspace_edit(result, encoding)
+    end
+    if rewrites_in_flight == 0 then
+      applied_edits = {} -- applyEdits no rewrite claimed (a failed one's) cannot match a later one
     end
     if opts.callback then
       opts.callback(err, result)
     end
   end, bufnr)
+  if not ok then -- the client has stopped: no reply will come
+    rewrites_in_flight = rewrites_in_flight - 1
+    notify("rewrite failed: the ngramd client has stopped", vim.log.levels.ERROR)
+  end
 end
 
 return M
