@@ -8,7 +8,7 @@ symlinks that stay inside the folder (by real path), never the same directory
 twice: a revisit is counted as ``symlink_loop`` when the link points at one of
 its own parents, else as ``duplicate``; a link leaving the folder as ``outside_root``.
 
-Reading (``read_text``) refuses, with a ``SkipFile`` that says why: files over
+Reading (``read_text``) drops a leading UTF-8 byte order mark and refuses, with a ``SkipFile`` that says why: files over
 the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
 unreadable or vanished files, symlink loops, non-files.
 """
@@ -62,9 +62,11 @@ def read_text(path: str | os.PathLike, max_bytes: int) -> str:
     if b"\0" in data[:8192]:
         raise SkipFile(p, "binary", "NUL byte in the first 8 KiB")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SkipFile(p, "binary", f"not UTF-8 ({e.reason} at byte {e.start})") from None
+    # A byte order mark is no text: kept, drafts could propose a U+FEFF (the CLI drops it too).
+    return text[1:] if text.startswith("\ufeff") else text
 
 
 def read_gitignore(directory: Path) -> pathspec.PathSpec | None:

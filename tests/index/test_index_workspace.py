@@ -318,3 +318,15 @@ def test_the_walk_follows_only_links_that_stay_inside(tmp_path):
     counts = Counter()
     assert _names(ws, discover(ws, counts)) in (["again/b.py"], ["real/b.py"])
     assert counts == {"outside_root": 1, "duplicate": 1}
+
+
+def test_a_leading_byte_order_mark_is_not_indexed(tmp_path):
+    """Editors on Windows write a UTF-8 BOM; a draft must never propose it (scan and file events alike)."""
+    (tmp_path / "a.py").write_bytes("\ufeffab1\n".encode())
+    (tmp_path / "b.py").write_bytes("\ufeffcd2\n".encode())
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
+    assert idx.index_workspace(tmp_path)["indexed"] == 2
+    (tmp_path / "b.py").write_bytes("\ufeffcd3\ufeff\n".encode())  # a BOM inside the text is text
+    assert idx.index_file(tmp_path / "b.py")  # the watcher's path
+    got = {os.path.basename(k): text(f.tokens) for k, f in idx._files.items()}
+    assert got == {"a.py": "ab1\n", "b.py": "cd3\ufeff\n"}
