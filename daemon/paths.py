@@ -11,6 +11,12 @@ second ``serve`` is refused even while the first is still loading its model
 (before the socket exists). A socket file with no lock holder and no listener
 is stale and removed; anything else at the socket's path (a regular file, a
 directory, a link) is never touched: the claim fails with ``NotASocket``.
+
+The lock file is removed on a clean exit. Lock protocol (so that removing it
+never lets two daemons hold two different lock files): the holder unlinks the
+path *while still holding* the flock, then unlocks; an acquirer, once its flock
+succeeds, checks that the path still names the inode it locked, and otherwise
+(it locked a file just unlinked) closes it and tries again on the new path.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import platformdirs
 SOCKET_NAME = "ngramd.sock"
 # sockaddr_un.sun_path holds 108 bytes on Linux (104 on macOS), the final NUL included
 MAX_SOCKET_PATH_BYTES = 103
+# tries to lock ``<socket>.lock`` when it keeps being removed under us (each retry means a
+# daemon exited between our open and our flock; more than a few in a row is not a race)
+LOCK_ATTEMPTS = 10
 
 
 class NotASocket(OSError):
@@ -87,25 +96,35 @@ class SocketLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_pid(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                who = f" (pid {holder})" if holder else ""
-                raise AlreadyRunning(f"another ngramd daemon{who} is running or starting "
-                                     f"on {self.path.with_suffix('')}") from exc
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
+        for _ in range(LOCK_ATTEMPTS):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_pid(fd)
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    who = f" (pid {holder})" if holder else ""
+                    raise AlreadyRunning(f"another ngramd daemon{who} is running or starting "
+                                         f"on {self.path.with_suffix('')}") from exc
+                raise
+            if _names_inode(self.path, fd):
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+                self._fd = fd
+                return
+            os.close(fd)  # its holder removed it on exit after we opened it: take the new file
+        raise OSError(f"could not lock {self.path}: it was removed {LOCK_ATTEMPTS} times while locking")
 
     def release(self) -> None:
-        # The lock file stays: unlinking it would let two later daemons lock two inodes.
+        """Remove the lock file, then unlock (the order the protocol above needs)."""
         if self._fd is None:
             return
+        if _names_inode(self.path, self._fd):  # never a file that replaced ours meanwhile
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
         os.ftruncate(self._fd, 0)
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
@@ -115,9 +134,10 @@ class SocketLock:
 def lock_holder(sock: Path) -> int | None:
     """The pid of the daemon holding ``sock``'s lock (running, or still loading its model), else None."""
     lock = SocketLock(sock)
-    if not lock.path.exists():
+    try:
+        fd = os.open(lock.path, os.O_RDONLY)
+    except FileNotFoundError:  # no daemon, or its lock file was just removed at its exit
         return None
-    fd = os.open(lock.path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
@@ -151,6 +171,15 @@ def claim_socket(sock: Path) -> SocketLock:
         lock.release()
         raise
     return lock
+
+
+def _names_inode(path: Path, fd: int) -> bool:
+    """True when ``path`` is the very file open as ``fd`` (not removed, not replaced)."""
+    try:
+        st, fst = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
 def _read_pid(fd: int) -> int | None:

@@ -45,6 +45,46 @@ def test_second_claim_is_refused_while_the_first_holds_the_lock(tmp_path):
     claim_socket(sock).release()  # free again once released
 
 
+def test_release_removes_the_lock_file(tmp_path):
+    sock = tmp_path / "s.sock"
+    lock = claim_socket(sock)
+    assert lock.path.exists()
+    lock.release()
+    assert not lock.path.exists()
+    claim_socket(sock).release()  # and a later daemon claims afresh
+
+
+def test_a_lock_file_removed_while_locking_is_not_taken(tmp_path, monkeypatch):
+    """The race the removal could open: B opens the lock file, A exits (removes it and
+    unlocks), C claims a new file; B's flock on the removed file then succeeds, but B
+    must see it no longer names the path and fail against C rather than run beside it."""
+    import daemon.paths as paths
+
+    sock = tmp_path / "s.sock"
+    first = claim_socket(sock)
+    later: list = []
+    real_open = os.open
+
+    def open_then_race(path, flags, *mode):
+        fd = real_open(path, flags, *mode)
+        if not later:  # B's first open: A exits and C claims before B's flock
+            later.append(None)
+            first.release()
+            later[0] = claim_socket(sock)
+        return fd
+
+    monkeypatch.setattr(paths.os, "open", open_then_race)
+    with pytest.raises(AlreadyRunning):
+        paths.SocketLock(sock).acquire()
+    monkeypatch.undo()
+    try:
+        assert later[0].path.exists() and int(later[0].path.read_text()) == os.getpid()
+        with pytest.raises(AlreadyRunning):  # C still holds the lock file at the path
+            claim_socket(sock)
+    finally:
+        later[0].release()
+
+
 def test_stale_socket_file_is_removed(tmp_path):
     sock = tmp_path / "s.sock"
     s = socket.socket(socket.AF_UNIX)

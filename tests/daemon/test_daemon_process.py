@@ -356,5 +356,6 @@ def test_status_and_stop_cli(daemon):
     assert r.returncode == 0, r.stderr
     assert daemon.proc.wait(30) == 0
     assert not daemon.sock.exists()
+    assert not daemon.sock.with_name(daemon.sock.name + ".lock").exists()  # removed at a clean exit
     r = daemon.cli("status")
     assert r.returncode == 1 and "no daemon" in r.stderr
