@@ -45,6 +45,7 @@ set, other buffers, history) are built outside it.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -101,13 +102,21 @@ class _Buffer:
         return self.keys.match(a, ctx, min_n)
 
 
-@dataclass
+@dataclass(slots=True)  # one per workspace file: slots keep the record small (72 bytes, not ~350)
 class _File:
     stamp: int  # recency for ranking
     used: int  # LRU clock for eviction
     n_tokens: int
     slot: int = -1  # index in the static segment; -1 while in the dynamic set
     tokens: np.ndarray | None = None  # [n] int32, dynamic set only
+
+
+# stats()["index_bytes"]: the Python objects per workspace file besides its tokens: its record
+# with the three integers it holds (past the small-int cache), and, in the dynamic set, the
+# ndarray header of its tokens; per history entry, its tuple and ndarray header.
+_FILE_RECORD_BYTES = sys.getsizeof(_File(0, 0, 0)) + 3 * sys.getsizeof(2**40)
+_ARRAY_HEADER_BYTES = sys.getsizeof(np.zeros(0, np.int32)[:0])  # a view: the header without data
+_HISTORY_ENTRY_BYTES = sys.getsizeof((None, None)) + _ARRAY_HEADER_BYTES
 
 
 def _folder_prefix(root: str | os.PathLike) -> str:
@@ -773,14 +782,20 @@ class NgramIndex:
 
     # ---- stats ------------------------------------------------------------
     def stats(self) -> dict:
+        """Counts and sizes. ``index_bytes`` estimates the memory the index holds: every token
+        array (static segment with its sort and per-file arrays, dynamic set, history, buffers
+        with their chunk cuts and key indexes, cached scan sets) and the per-file bookkeeping
+        (path strings, file records, the dict and key list holding them: ``_file_bytes``).
+        Not counted: buffer texts (the daemon's documents hold the same strings), the
+        bookkeeping of readers in flight, and the interpreter's own overhead."""
         with self._lock:
             seg = self._static
             static_bytes = 0 if seg is None else seg.nbytes + self._static_live.nbytes + self._static_stamps.nbytes
-            dyn_bytes = sum(f.tokens.nbytes for f in self._files.values() if f.tokens is not None)
-            hist_bytes = sum(t.nbytes for t, _ in self._history)
+            dyn_bytes = sum(f.tokens.nbytes + _ARRAY_HEADER_BYTES for f in self._files.values() if f.tokens is not None)
+            hist_bytes = sum(t.nbytes + _HISTORY_ENTRY_BYTES for t, _ in self._history)
             buf_bytes = sum(b.doc.nbytes + (b.keys.nbytes if b.keys else 0) for b in self._buffers.values())
             cache_bytes = sum(v[1].nbytes for v in self._cache.values())
-            index_bytes = static_bytes + dyn_bytes + hist_bytes + buf_bytes + cache_bytes
+            index_bytes = static_bytes + dyn_bytes + hist_bytes + buf_bytes + cache_bytes + self._file_bytes()
             indexed = self._indexed_tokens()
             return {
                 "indexed_tokens": indexed,
@@ -799,3 +814,12 @@ class NgramIndex:
                 "evicted_files": self._evicted,
                 "merges": self._merges,
             }
+
+    def _file_bytes(self) -> int:
+        """The Python objects that track workspace files (lock held): each live file's path
+        string and record, the dict holding them, and the static segment's key list (with
+        the paths of its removed files, which only it still holds)."""
+        dead = (k for k, alive in zip(self._static_keys, self._static_live.tolist()) if not alive)
+        return (sys.getsizeof(self._files) + sum(map(sys.getsizeof, self._files))
+                + len(self._files) * _FILE_RECORD_BYTES
+                + sys.getsizeof(self._static_keys) + sum(map(sys.getsizeof, dead)))

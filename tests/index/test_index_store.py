@@ -229,6 +229,28 @@ def test_eviction_keeps_the_bound_and_drops_least_recently_used(tmp_path):
     assert s["bytes_per_token"] > 0 and s["index_bytes"] > 0
 
 
+def test_index_bytes_counts_the_per_file_bookkeeping(tmp_path):
+    """Many small files: their paths and records outweigh their tokens, and index_bytes says so,
+    in the dynamic set and the static segment alike, until a merge drops the removed ones."""
+    files = [tmp_path / (f"{i:03d}_" + "n" * 200 + ".py") for i in range(50)]
+    for p in files:
+        p.write_text("a\n")
+    idx = chars()
+    assert idx.index_workspace(tmp_path)["indexed"] == 50
+    path_bytes = sum(len(os.fspath(p)) for p in files)
+    for step in ("dynamic", "static", "removed"):
+        s = idx.stats()
+        assert s["index_bytes"] > path_bytes + 50 * 64 + s["workspace_tokens"] * 4, step
+        if step == "dynamic":
+            idx.merge()
+        elif step == "static":
+            for p in files:  # tombstoned: the static segment still holds their paths
+                idx.remove_file(p)
+            assert idx.stats()["static_dead_tokens"] == 100
+    idx.merge()
+    assert idx.stats()["index_bytes"] < path_bytes // 2
+
+
 def test_f0_survives_eviction_when_used(tmp_path):
     cfg = IndexConfig(min_n=2, max_match=8, max_indexed_tokens=60, merge_tokens=1000)
     idx = chars(cfg)
