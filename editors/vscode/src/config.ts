@@ -227,3 +227,22 @@ export function resolveServerPath(
       "(pip install -e .), or put `ngramd` on PATH.",
   };
 }
+
+/** What `WorkspaceConfiguration.inspect` tells about one setting (the parts used here). */
+export interface InspectedSetting {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/**
+ * The scope a command must write a setting to for the write to take effect: the
+ * workspace's when the workspace (or a folder of it) sets it, since that value wins
+ * over the user's; else the user's (global) settings.
+ */
+export function settingScope(inspected: InspectedSetting | undefined): "workspace" | "global" {
+  if (inspected && (inspected.workspaceValue !== undefined || inspected.workspaceFolderValue !== undefined)) {
+    return "workspace";
+  }
+  return "global";
+}

@@ -23,7 +23,15 @@ import {
   TransportKind,
 } from "vscode-languageclient/node";
 
-import { initializationOptions, needsRestart, NgramdSettings, readSettings, resolveServerPath, serverArgs } from "./config";
+import {
+  initializationOptions,
+  needsRestart,
+  NgramdSettings,
+  readSettings,
+  resolveServerPath,
+  serverArgs,
+  settingScope,
+} from "./config";
 import { CLIENT_COMMANDS, rewriteCodeActionArgs, rewriteResolveNeedsInstruction, SERVER_COMMANDS } from "./commands";
 import {
   daemonStopped,
@@ -38,6 +46,13 @@ import {
 const STATUS_POLL_MS = 5000;
 
 let client: LanguageClient | undefined;
+// Disposes the current client's state listener with the client (one per client).
+let clientStateListener: vscode.Disposable | undefined;
+// Starts, stops and restarts run one after another: two overlapping restarts (a
+// settings change while the restart command runs) would otherwise both start a client,
+// one of them orphaned: a second server process, a second inline completion provider.
+let lifecycle: Promise<void> = Promise.resolve();
+let deactivated = false;
 let settings: NgramdSettings;
 let statusItem: vscode.StatusBarItem;
 let pollTimer: NodeJS.Timeout | undefined;
@@ -81,7 +96,16 @@ function showStatus(view: StatusView): void {
   statusItem.show();
 }
 
-async function startClient(context: vscode.ExtensionContext): Promise<void> {
+function serialized(step: () => Promise<void>): Promise<void> {
+  const next = lifecycle.then(step, step);
+  lifecycle = next.catch(() => undefined);
+  return next;
+}
+
+async function startClient(): Promise<void> {
+  if (deactivated) {
+    return;
+  }
   const resolved = resolveServerPath(settings.serverPath, workspaceFolderPaths(), process.env, {
     platform: process.platform,
     isExecutable,
@@ -128,6 +152,19 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
             return item;
           }
           data["instruction"] = instruction;
+          try {
+            return await next(item, token);
+          } catch (err) {
+            // vscode-languageclient turns the server's ContentModified (the document was
+            // edited while the daemon rewrote it) into a CancellationError, which VS Code
+            // drops without a word: the user's instruction would vanish unexplained.
+            if (err instanceof vscode.CancellationError && !token.isCancellationRequested) {
+              void vscode.window.showWarningMessage(
+                "ngramd: the document changed while it was rewritten; nothing was replaced. Ask again.");
+              return item;
+            }
+            throw err;
+          }
         }
         return next(item, token);
       },
@@ -151,15 +188,13 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
   };
   client = new LanguageClient("ngramd", "ngramd", serverOptions, clientOptions);
   client.registerProposedFeatures();
-  context.subscriptions.push(
-    client.onDidChangeState((e) => {
-      if (e.newState === State.Running) {
-        void refreshStatus();
-      } else if (e.newState === State.Stopped) {
-        showStatus(errorView("language server stopped"));
-      }
-    }),
-  );
+  clientStateListener = client.onDidChangeState((e) => {
+    if (e.newState === State.Running) {
+      void refreshStatus();
+    } else if (e.newState === State.Stopped) {
+      showStatus(errorView("language server stopped"));
+    }
+  });
   showStatus({ text: "$(loading~spin) ngramd", tooltip: "ngramd: starting", state: "starting" });
   try {
     await client.start();
@@ -171,6 +206,8 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
 async function stopClient(): Promise<void> {
   const c = client;
   client = undefined;
+  clientStateListener?.dispose();
+  clientStateListener = undefined;
   if (c) {
     try {
       await c.stop();
@@ -180,16 +217,22 @@ async function stopClient(): Promise<void> {
   }
 }
 
-async function restartClient(context: vscode.ExtensionContext): Promise<void> {
-  await stopClient();
-  await startClient(context);
+function restartClient(): Promise<void> {
+  return serialized(async () => {
+    await stopClient();
+    await startClient();
+  });
 }
 
-async function serverCommand(command: string, args: unknown[] = []): Promise<unknown> {
+function runningClient(): LanguageClient {
   if (!client || client.state !== State.Running) {
-    throw new Error("the ngramd language server is not running");
+    throw new Error("the ngramd language server is not running (see the ngramd output; ngramd: Restart Language Server)");
   }
-  return client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
+  return client;
+}
+
+async function serverCommand(command: string, args: unknown[] = [], token?: vscode.CancellationToken): Promise<unknown> {
+  return runningClient().sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token);
 }
 
 async function refreshStatus(): Promise<unknown> {
@@ -220,8 +263,13 @@ async function showStatusCommand(): Promise<void> {
 async function toggleCommand(): Promise<void> {
   const cfg = vscode.workspace.getConfiguration("ngramd");
   // The setting is the single source of truth; its change reaches the server through
-  // workspace/didChangeConfiguration (see onDidChangeConfiguration below).
-  await cfg.update("enable", !settings.enable, vscode.ConfigurationTarget.Global);
+  // workspace/didChangeConfiguration (see onDidChangeConfiguration below). It is written
+  // where its effective value comes from: a Global write under a workspace value is void.
+  const target =
+    settingScope(cfg.inspect("enable")) === "workspace"
+      ? vscode.ConfigurationTarget.Workspace
+      : vscode.ConfigurationTarget.Global;
+  await cfg.update("enable", !settings.enable, target);
 }
 
 /** The user's instruction for a rewrite; undefined when the input box is dismissed. */
@@ -234,6 +282,7 @@ function askInstruction(): Thenable<string | undefined> {
 }
 
 async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range, versionArg?: number): Promise<void> {
+  runningClient(); // before the prompt: an instruction typed for nothing is lost
   const editor = vscode.window.activeTextEditor;
   let uri = uriArg;
   let range = rangeArg;
@@ -251,16 +300,30 @@ async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range, versionA
   if (instruction === undefined) {
     return;
   }
-  const lspRange = client!.code2ProtocolConverter.asRange(range);
+  const c = runningClient();
+  const lspRange = c.code2ProtocolConverter.asRange(range);
   await vscode.window.withProgress(
-    { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: false },
-    async () => {
+    // cancelling sends $/cancelRequest, which the server passes on to the daemon
+    { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: true },
+    async (_progress, token) => {
       const before = applyEditsSeen;
       // the server refuses (ContentModified) a range of another version than the document's
-      const result = await serverCommand(SERVER_COMMANDS.rewriteSelection, [uri, lspRange, instruction, version ?? null]);
+      const args = [uri, lspRange, instruction, version ?? null];
+      let result: unknown;
+      try {
+        result = await serverCommand(SERVER_COMMANDS.rewriteSelection, args, token);
+      } catch (err) {
+        if (token.isCancellationRequested) {
+          return; // the user cancelled: the refusal that follows is expected, not an error
+        }
+        throw err;
+      }
+      if (token.isCancellationRequested) {
+        return;
+      }
       // The server may apply the edit itself (workspace/applyEdit) or only return it.
       if (shouldApplyReturnedEdit(result, before, applyEditsSeen)) {
-        const edit = await client!.protocol2CodeConverter.asWorkspaceEdit(result as never);
+        const edit = await c.protocol2CodeConverter.asWorkspaceEdit(result as never);
         if (edit && !(await vscode.workspace.applyEdit(edit))) {
           throw new Error("the rewrite could not be applied (the document changed meanwhile?)");
         }
@@ -290,7 +353,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(CLIENT_COMMANDS.status, guarded(showStatusCommand)),
     vscode.commands.registerCommand(CLIENT_COMMANDS.toggle, guarded(toggleCommand)),
     vscode.commands.registerCommand(CLIENT_COMMANDS.rewriteSelection, guarded(rewriteCommand)),
-    vscode.commands.registerCommand(CLIENT_COMMANDS.restart, guarded(() => restartClient(context))),
+    vscode.commands.registerCommand(CLIENT_COMMANDS.restart, guarded(restartClient)),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (!e.affectsConfiguration("ngramd")) {
         return;
@@ -298,7 +361,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       const before = settings;
       settings = currentSettings();
       if (needsRestart(before, settings)) {
-        await restartClient(context);
+        await restartClient();
       } else if (client && client.state === State.Running) {
         await client.sendNotification(DidChangeConfigurationNotification.type, {
           settings: { ngramd: initializationOptions(settings) },
@@ -325,12 +388,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   pollTimer = setInterval(() => void poll(), STATUS_POLL_MS);
   context.subscriptions.push({ dispose: () => pollTimer && clearInterval(pollTimer) });
 
-  await startClient(context);
+  deactivated = false;
+  await serialized(startClient);
 }
 
 export async function deactivate(): Promise<void> {
   if (pollTimer) {
     clearInterval(pollTimer);
   }
-  await stopClient();
+  deactivated = true; // a restart queued meanwhile starts nothing
+  await serialized(stopClient);
 }

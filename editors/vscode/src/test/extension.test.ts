@@ -53,3 +53,107 @@ test("the status poll observes: it asks the server not to start a daemon, and pa
   await pollOnce();
   assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, afterStop + 1);
 });
+
+test("toggle flips the effective setting, also when the workspace sets ngramd.enable", async () => {
+  h.config.workspace.enable = true;
+  await activate();
+  await h.commands.get("ngramd.toggleCompletions")!();
+  const cfg = (h.vscode.workspace as { getConfiguration: (s: string) => { get: (k: string) => unknown } }).getConfiguration("ngramd");
+  assert.equal(cfg.get("enable"), false, "a Global write under a workspace value changes nothing");
+  await h.commands.get("ngramd.toggleCompletions")!();
+  assert.equal(cfg.get("enable"), true);
+  // no workspace value: the user's (global) setting is written
+  delete h.config.workspace.enable;
+  await h.commands.get("ngramd.toggleCompletions")!();
+  assert.equal(h.config.global.enable, false);
+});
+
+test("restarts that overlap leave exactly one language server running", async () => {
+  await activate();
+  const restart = h.commands.get("ngramd.restart")!;
+  await Promise.all([restart(), restart(), restart()]);
+  await settle();
+  const running = h.clients.filter((c) => c.state === 2);
+  assert.equal(running.length, 1, `${running.length} clients running (each one a server process)`);
+  for (const c of h.clients.slice(0, -1)) {
+    assert.equal(c.state, 1, "every older client is stopped");
+    assert.equal(c.stateListenerCount, 0, "and its state listener disposed");
+  }
+});
+
+test("rewrite without a running server says so before asking for an instruction", async () => {
+  h.config.global.serverPath = "/nonexistent/ngramd";
+  await activate();
+  assert.equal(h.clients.length, 0);
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 1 },
+    selection: { isEmpty: false, start: {}, end: {} },
+  };
+  h.inputBoxAnswers.push("add types");
+  await h.commands.get("ngramd.rewrite")!();
+  assert.equal(h.inputBoxes, 0, "the user is not asked for an instruction that cannot be used");
+  assert.equal(h.messages.length >= 1, true);
+  assert.match(h.messages.at(-1)!.text, /not running/);
+});
+
+test("a rewrite can be cancelled from its progress notification", async () => {
+  await activate();
+  const client = h.clients[0];
+  let progressOptions: { cancellable?: boolean } | undefined;
+  const cancelled = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
+  (h.vscode.window as Record<string, unknown>).withProgress = async (
+    opts: { cancellable?: boolean },
+    task: (p: unknown, token: unknown) => Promise<unknown>,
+  ) => {
+    progressOptions = opts;
+    return task({ report() {} }, cancelled);
+  };
+  h.answer = async () => null;
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  h.inputBoxAnswers.push("add types");
+  await h.commands.get("ngramd.rewrite")!();
+  assert.equal(progressOptions?.cancellable, true);
+  const [req] = client.commandRequests(SERVER_COMMANDS.rewriteSelection);
+  assert.equal(req.params.arguments![3], 4, "the version taken before the prompt");
+  assert.equal(req.token, cancelled, "the progress' token reaches the request ($/cancelRequest)");
+});
+
+test("a rewrite the user cancelled shows no error", async () => {
+  await activate();
+  const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
+  (h.vscode.window as Record<string, unknown>).withProgress = async (_o: unknown, task: (p: unknown, t: unknown) => Promise<unknown>) =>
+    task({ report() {} }, token);
+  h.answer = async () => {
+    token.isCancellationRequested = true; // the user pressed Cancel meanwhile
+    throw Object.assign(new Error("Request got cancelled"), { code: -32800 });
+  };
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 1 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  h.inputBoxAnswers.push("add types");
+  await h.commands.get("ngramd.rewrite")!();
+  assert.deepEqual(h.messages, []);
+});
+
+test("a light-bulb rewrite refused because the document changed tells the user", async () => {
+  await activate();
+  const middleware = h.clients[0].clientOptions.middleware as Record<string, Function>;
+  const item = {
+    kind: { value: "refactor.rewrite" },
+    data: { uri: "file:///a.py", range: { start: {}, end: {} }, instruction: null, version: 3 },
+  };
+  h.inputBoxAnswers.push("add types");
+  const token = { isCancellationRequested: false };
+  // vscode-languageclient turns the server's ContentModified on codeAction/resolve into a CancellationError
+  const CancellationError = h.vscode.CancellationError as new () => Error;
+  const result = await middleware.resolveCodeAction(item, token, async () => {
+    throw new CancellationError();
+  });
+  assert.equal(result, item, "the action is left without an edit");
+  assert.equal(h.messages.length, 1, "VS Code drops a cancelled resolve silently: the extension must say why");
+  assert.match(h.messages[0].text, /changed/);
+});

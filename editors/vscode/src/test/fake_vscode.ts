@@ -145,6 +145,12 @@ export function loadExtension(): Harness {
       constructor(readonly id: string) {}
     },
     CodeAction,
+    CancellationError: class extends Error {
+      constructor() {
+        super("Canceled");
+        this.name = "Canceled";
+      }
+    },
     window: {
       createOutputChannel: () => ({ appendLine() {}, show() {}, dispose() {} }),
       createStatusBarItem: () => statusItem,
