@@ -147,8 +147,10 @@ class WorkspaceWatcher:
         # them on the flusher thread)
         self._folders_lock = threading.Lock()
         self._stop = threading.Event()
+        # Bumped from watchdog's thread, the flusher and the forget threads: only through _count.
         self.counts = {"events": 0, "flushes": 0, "reindexed": 0, "removed": 0,
                        "ignored": 0, "shadowed": 0, "forgotten": 0}
+        self._counts_lock = threading.Lock()
         self._flusher = threading.Thread(target=self._flush_loop, name="ngramd-watch", daemon=True)
         self._flusher.start()
 
@@ -227,7 +229,7 @@ class WorkspaceWatcher:
         def forget() -> None:
             lower_this_thread()
             try:
-                self.counts["forgotten"] += self.index.forget_root(root, covered)
+                self._count("forgotten", self.index.forget_root(root, covered))
             except Exception:
                 log.exception("dropping the files of %s failed", root)
 
@@ -264,6 +266,11 @@ class WorkspaceWatcher:
         return {"folders": [{k: v for k, v in dict(s).items() if not k.startswith("_")} for s in states],
                 "events": dict(self.counts), "pending": len(self._pending)}
 
+    def _count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name``: a ``+=`` from two threads at once could lose one."""
+        with self._counts_lock:
+            self.counts[name] += n
+
     # -- events ---------------------------------------------------------------------------
 
     def _on_event(self, path: str) -> None:
@@ -273,7 +280,7 @@ class WorkspaceWatcher:
                 self._first_pending = now
             self._pending.add(path)
             self._last_event = now
-            self.counts["events"] += 1
+            self._count("events")
             self._cond.notify()
 
     def _flush_loop(self) -> None:
@@ -304,7 +311,7 @@ class WorkspaceWatcher:
                     self._cond.wait(min(self.debounce_s - quiet, self.max_delay_s - waited))
                     continue
                 batch, self._pending = self._pending, set()
-            self.counts["flushes"] += 1
+            self._count("flushes")
             for path in sorted(batch):
                 try:
                     self._apply(Path(path))
@@ -327,18 +334,18 @@ class WorkspaceWatcher:
             self._check_root(root)
             return
         if ignorer is None or ignorer.ignored(path):
-            self.counts["ignored"] += 1
+            self._count("ignored")
             return
         if path.name == ".gitignore":  # what the folder ignores changed: the scan decides again
             state = self.folders.get(root)
             if state is not None:
                 self._scan(root, state)
         if self.is_open(path):
-            self.counts["shadowed"] += 1
+            self._count("shadowed")
             return
         if path.is_file():  # a symlink to a file too, as the scan indexes it
             if self.index.index_file(path):
-                self.counts["reindexed"] += 1
+                self._count("reindexed")
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
                 holder = None if root in self.folders else self._root_of(path)
                 held = root in self.folders or (holder is not None and not self._ignorers[holder].ignored(path))
@@ -350,7 +357,7 @@ class WorkspaceWatcher:
             # A file, or a whole folder: one moved out of the tree gets a lone delete
             # event for itself and none for its files.
             self.index.remove_tree(path)
-            self.counts["removed"] += 1
+            self._count("removed")
 
     def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
         """The watched directory itself was deleted, and its watch with it (watchdog's thread).

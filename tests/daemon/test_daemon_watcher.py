@@ -1,6 +1,8 @@
 """Workspace watching with a recording fake index: events, bursts, .gitignore, open buffers."""
 
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -248,3 +250,33 @@ def test_a_failing_folder_check_does_not_stop_file_events(watched, monkeypatch):
     (root / "after.py").write_text("after = 1\n")
     wait_until(lambda: index.files.get(str(root / "after.py")) == "after = 1\n")
     wait_until(lambda: len(calls) >= 2, timeout=3 * watcher_module.GONE_POLL_S)  # still polling
+
+
+class _SlowCounts(dict):
+    """Counters whose reads take a while: an unguarded ``+=`` from two threads loses one."""
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        time.sleep(0.2)
+        return value
+
+
+def test_counters_bumped_from_two_threads_lose_nothing(tmp_path):
+    roots = [tmp_path / "one", tmp_path / "two"]
+    for r in roots:
+        r.mkdir()
+        (r / "a.py").write_text("a = 1\n")
+    index = FakeIndex()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    try:
+        for r in roots:
+            w.add_folder(r)
+        wait_until(lambda: len(index.files) == 2 and all(f["state"] == "ready" for f in w.status()["folders"]))
+        w.counts = _SlowCounts(w.counts)
+        for r in roots:  # each forgets its file on a thread of its own, at the same time
+            assert w.remove_folder(r)
+        wait_until(lambda: not any(t.name == "ngramd-forget" for t in threading.enumerate()))
+        assert sum(entry[0] == "forget" for entry in index.log) == 2
+        assert w.status()["events"]["forgotten"] == 2
+    finally:
+        w.stop()
