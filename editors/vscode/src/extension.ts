@@ -281,12 +281,18 @@ function askInstruction(): Thenable<string | undefined> {
   });
 }
 
-async function rewriteCommand(uriArg?: string, rangeArg?: vscode.Range, versionArg?: number): Promise<void> {
+/**
+ * Arguments: `(uri, range, version)` from the rewrite code action (rewriteCodeActionArgs);
+ * from the palette none, from the editor's context menu the document's Uri (and maybe
+ * more context): both rewrite the active editor's selection.
+ */
+async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, versionArg?: number): Promise<void> {
   runningClient(); // before the prompt: an instruction typed for nothing is lost
   const editor = vscode.window.activeTextEditor;
-  let uri = uriArg;
-  let range = rangeArg;
-  let version = versionArg;
+  const fromCodeAction = typeof uriArg === "string" && rangeArg !== undefined;
+  let uri = fromCodeAction ? (uriArg as string) : undefined;
+  let range = fromCodeAction ? rangeArg : undefined;
+  let version = fromCodeAction ? versionArg : undefined;
   if (!uri || !range) {
     if (!editor || editor.selection.isEmpty) {
       void vscode.window.showInformationMessage("ngramd: select the code to rewrite first.");

@@ -157,3 +157,23 @@ test("a light-bulb rewrite refused because the document changed tells the user",
   assert.equal(h.messages.length, 1, "VS Code drops a cancelled resolve silently: the extension must say why");
   assert.match(h.messages[0].text, /changed/);
 });
+
+test("rewrite from the editor's context menu (a Uri argument) rewrites the selection", async () => {
+  await activate();
+  h.answer = async () => null;
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 2 },
+    selection: { isEmpty: false, start: { line: 1, character: 0 }, end: { line: 1, character: 5 } },
+  };
+  h.inputBoxAnswers.push("add types");
+  // VS Code passes a menu command the document's Uri (and, in some menus, more context)
+  const documentUri = { scheme: "file", path: "/a.py", toString: () => "file:///a.py" };
+  await h.commands.get("ngramd.rewrite")!(documentUri, { groupId: 0 });
+  const [req] = h.clients[0].commandRequests(SERVER_COMMANDS.rewriteSelection);
+  assert.ok(req, `no rewrite request; messages: ${JSON.stringify(h.messages)}`);
+  const [uri, range, instruction, version] = req.params.arguments!;
+  assert.equal(uri, "file:///a.py", "the uri is sent as a string");
+  assert.deepEqual(range, h.window.activeTextEditor && (h.window.activeTextEditor as { selection: unknown }).selection);
+  assert.equal(instruction, "add types");
+  assert.equal(version, 2);
+});
