@@ -21,7 +21,9 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,10 +143,9 @@ def encode_template(tokenizer: Any, text: str) -> list[int]:
     """Token ids of text the daemon wrote itself (a rendered chat template): special-token strings
     in it are the special tokens, the text between them is encoded as ``encode_plain`` does
     (as the tokenizer does: added tokens split the text before pre-tokenization)."""
-    specials = {tok.content: int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special}
-    if not specials:
+    specials, pattern = _special_tokens(tokenizer)
+    if pattern is None:
         return encode_plain(tokenizer, [text])[0]
-    pattern = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
     pieces: list[str] = []  # plain text between the specials
     found: list[int] = []
     pos = 0
@@ -159,6 +160,35 @@ def encode_template(tokenizer: Any, text: str) -> list[int]:
         ids.append(special)
         ids.extend(piece)
     return ids
+
+
+# tokenizer -> (its len() when read, special-token string -> id, the pattern matching them):
+# built once per tokenizer, not per call (the added-token table is rebuilt on each access)
+_SPECIALS_CACHE: weakref.WeakKeyDictionary[Any, tuple[int, dict[str, int], re.Pattern[str] | None]] = (
+    weakref.WeakKeyDictionary())
+_SPECIALS_LOCK = threading.Lock()
+
+
+def _special_tokens(tokenizer: Any) -> tuple[dict[str, int], re.Pattern[str] | None]:
+    """The tokenizer's special tokens by string and a pattern matching any of them (longest
+    first; None without any). Cached per tokenizer; read again if its size changed (tokens added)."""
+    size = len(tokenizer)
+    with _SPECIALS_LOCK:
+        try:
+            cached = _SPECIALS_CACHE.get(tokenizer)
+        except TypeError:  # not weak-referenceable: no cache
+            cached = None
+    if cached is not None and cached[0] == size:
+        return cached[1], cached[2]
+    specials = {tok.content: int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special}
+    pattern = (re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
+               if specials else None)
+    with _SPECIALS_LOCK:
+        try:
+            _SPECIALS_CACHE[tokenizer] = (size, specials, pattern)
+        except TypeError:
+            pass
+    return specials, pattern
 
 
 def _build_byte_table(tokenizer: Any, n: int) -> list[bytes]:
