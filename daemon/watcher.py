@@ -9,7 +9,8 @@ Vocabulary:
   ``max_delay_s`` of continuous events), so each file is re-indexed once.
 - *ignored*: inside ``.git`` or ignored by the ``.gitignore`` files in the folder
   and the directories between it and the file, by git's rule (the deepest matching
-  pattern decides: ``workspace.gitignored``, shared with the scan's walk).
+  pattern decides: ``workspace.gitignored``, shared with the scan's walk); or a
+  symlink to a file outside the folder (``workspace.links_outside``, as the scan).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
@@ -42,7 +43,7 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
 from watchdog.observers import Observer
 
 from daemon.priority import lower_this_thread
-from index.workspace import gitignored, read_gitignore
+from index.workspace import gitignored, links_outside, read_gitignore
 
 log = logging.getLogger("ngramd.watcher")
 GONE_POLL_S = 2.0  # how often a gone folder is looked for again
@@ -344,6 +345,10 @@ class WorkspaceWatcher:
             self._count("shadowed")
             return
         if path.is_file():  # a symlink to a file too, as the scan indexes it
+            if links_outside(path, str(root)):  # the scan does not index it either (a link retargeted out leaves)
+                self._count("ignored")
+                self.index.remove_file(path)
+                return
             if self.index.index_file(path):
                 self._count("reindexed")
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it

@@ -7,6 +7,9 @@ pattern decides; the watcher uses the same function). The walk follows directory
 symlinks that stay inside the folder (by real path), never the same directory
 twice: a revisit is counted as ``symlink_loop`` when the link points at one of
 its own parents, else as ``duplicate``; a link leaving the folder as ``outside_root``.
+File symlinks follow the same rule, on either path (git lists a link as a file): one
+whose target lies outside the folder is not indexed (``outside_root``), so that no
+link drafts from files out of the workspace (the watcher asks ``links_outside`` too).
 
 Reading (``read_text``) drops a leading UTF-8 byte order mark and refuses, with a ``SkipFile`` that says why: files over
 the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
@@ -168,6 +171,26 @@ def _walk_files(root: Path, counts: Counter) -> list[Path]:
     return files
 
 
+def links_outside(path: str | os.PathLike, real_folder: str) -> bool:
+    """Whether ``path`` resolves, through its symlinks, to a place outside the folder whose real
+    path is ``real_folder`` (a dangling link: by where it points)."""
+    return not _is_within(os.path.realpath(path), real_folder)
+
+
+def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
+    """``files`` but the symlinks whose target lies outside ``root``, counted as ``outside_root``.
+    Only a listed file can be a link: the walk follows no directory link out of the folder,
+    and git lists a link as a file without following it."""
+    real_root = os.path.realpath(root)
+    kept = []
+    for f in files:
+        if os.path.islink(f) and links_outside(f, real_root):
+            counts["outside_root"] += 1
+        else:
+            kept.append(f)
+    return kept
+
+
 def _is_within(path: str, folder: str) -> bool:
     """Whether real path ``path`` is ``folder`` or lies under it."""
     return path == folder or path.startswith(os.path.join(folder, ""))
@@ -182,4 +205,4 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
     files = _git_files(root)
     if files is None:
         files = _walk_files(root, counts)
-    return sorted(files)
+    return sorted(_drop_links_out(files, root, counts))

@@ -280,3 +280,20 @@ def test_counters_bumped_from_two_threads_lose_nothing(tmp_path):
         assert w.status()["events"]["forgotten"] == 2
     finally:
         w.stop()
+
+
+def test_a_symlink_to_a_file_outside_the_folder_is_not_indexed(watched, tmp_path_factory):
+    """As the scan: a file link out of the folder is not indexed; one retargeted out leaves."""
+    w, index, root, _ = watched
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.py").write_text("secret = 1\n")
+    (root / "out.py").symlink_to(outside / "secret.py")
+    (root / "in.py").symlink_to(root / "a.py")
+    (root / "zz.py").write_text("z = 1\n")  # handled after both links (batches go in path order)
+    wait_until(lambda: str(root / "zz.py") in index.files)
+    assert index.files.get(str(root / "in.py")) == "a = 1\n"
+    assert str(root / "out.py") not in index.files
+    (root / "in.tmp").symlink_to(outside / "secret.py")
+    (root / "in.tmp").replace(root / "in.py")  # retargeted out of the folder
+    wait_until(lambda: str(root / "in.py") not in index.files)
+    assert str(root / "out.py") not in index.files

@@ -330,3 +330,31 @@ def test_a_leading_byte_order_mark_is_not_indexed(tmp_path):
     assert idx.index_file(tmp_path / "b.py")  # the watcher's path
     got = {os.path.basename(k): text(f.tokens) for k, f in idx._files.items()}
     assert got == {"a.py": "ab1\n", "b.py": "cd3\ufeff\n"}
+
+
+@pytest.mark.parametrize("with_git", [False, True])
+def test_file_links_out_of_the_folder_are_not_indexed(tmp_path, with_git):
+    """As with directory links: a file link whose target lies outside the folder is not indexed
+    (walk and git ls-files alike); a link inside is; a link retargeted out leaves at a rescan."""
+    if with_git and shutil.which("git") is None:
+        pytest.skip("git not installed")
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (ws / "a.py").write_text("a = 1\n")
+    (outside / "secret.py").write_text("secret = 1\n")
+    os.symlink(outside / "secret.py", ws / "out.py")
+    os.symlink(outside / "missing.py", ws / "dangling.py")  # points out too
+    os.symlink(ws / "a.py", ws / "in.py")
+    if with_git:
+        subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    counts = Counter()
+    assert _names(ws, discover(ws, counts)) == ["a.py", "in.py"]
+    assert counts["outside_root"] == 2
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
+    assert idx.index_workspace(ws)["indexed"] == 2
+    os.remove(ws / "in.py")
+    os.symlink(outside / "secret.py", ws / "in.py")  # retargeted out of the folder
+    out = idx.index_workspace(ws)
+    assert out["removed"] == 1 and out["outside_root"] == 3
+    assert sorted(os.path.basename(k) for k in idx._files) == ["a.py"]
