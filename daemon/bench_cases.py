@@ -193,8 +193,9 @@ def parse_case(obj: Any, base_dir: Path | None = None, where: str = "case") -> B
         path = workspace / rel
         if not path.is_file():
             raise BenchCaseError(f"{where}: no file {path}")
-        try:  # bytes, not read_text: universal newlines would drop the \r that offsets count
-            text = path.read_bytes().decode("utf-8")
+        try:  # bytes, not read_text: universal newlines would drop the \r that offsets count;
+            # utf-8-sig: a leading byte order mark is not text (editors, the CLI and the index drop it)
+            text = path.read_bytes().decode("utf-8-sig")
         except (OSError, UnicodeDecodeError) as exc:
             raise BenchCaseError(f"{where}: cannot read {path}: {exc}") from exc
 

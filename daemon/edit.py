@@ -115,9 +115,10 @@ def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
         return max_tokens
     need = len(ep.prompt_ids) + len(ep.draft_ids)
     if need > limit:
-        raise ValueError(f"the selection is too long to rewrite: the prompt ({len(ep.prompt_ids)} tokens) and the "
-                         f"unchanged selection ({len(ep.draft_ids)} tokens) need {need} positions, the model has "
-                         f"{limit}; select less")
+        raise ValueError(f"the edit is too long to rewrite: the prompt ({len(ep.prompt_ids)} tokens: the file "
+                         f"around the selection, the selection and the instruction) and the unchanged selection "
+                         f"({len(ep.draft_ids)} tokens) need {need} positions, the model has {limit}; "
+                         f"select less or shorten the instruction")
     return min(max_tokens, limit - len(ep.prompt_ids))
 
 

@@ -178,5 +178,5 @@ class FrameReader:
         except msgpack.BufferFull as exc:
             raise FrameTooLarge(self._limit) from exc
         except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
-            raise RpcError(PARSE_ERROR, f"malformed msgpack: {exc or type(exc).__name__}") from exc
+            raise RpcError(PARSE_ERROR, f"malformed msgpack: {str(exc) or type(exc).__name__}") from exc
         return out

@@ -137,3 +137,10 @@ def test_bad_json_message_names_the_column_once(tmp_path, workspace):
     with pytest.raises(BenchCaseError) as info:
         load_cases(path)
     assert "at at" not in str(info.value) and "column" in str(info.value)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_text_nor_counted_in_offsets(tmp_path):
+    """As in the editors, the CLI and the index (and the cases --make-cases writes from it)."""
+    (tmp_path / "m.py").write_bytes("\ufeffa = 1\nb = 2\n".encode("utf-8"))
+    case = parse_case(good(tmp_path, file="m.py", offset=6, anchor="b = 2"))
+    assert case.text == "a = 1\nb = 2\n" and case.offset == 6

@@ -103,3 +103,11 @@ def test_completer_edit_delegates_to_run_edit(tiny_completer, tiny_runtime):
     assert via_completer.token_ids == direct.token_ids and len(direct.token_ids) > 0
     with pytest.raises(EditRangeError):
         tiny_completer.edit(EditRequest(uri="u", text="abc", start=2, end=1, instruction="x"))
+
+
+def test_a_huge_instruction_is_not_blamed_on_the_selection(tiny_completer, tiny_runtime):
+    req = EditRequest(uri="file:///w/stats.py", text=SRC, start=START, end=START + 3,
+                      instruction="rename it " * 3000, max_tokens=1)
+    with pytest.raises(ValueError, match="too long to rewrite") as info:
+        run_edit(tiny_completer, req, threading.Event())
+    assert "shorten the instruction" in str(info.value) and "the selection is too long" not in str(info.value)
