@@ -3,8 +3,10 @@
 Vocabulary:
 - *job*: one model call (``complete`` or ``edit``) for a document ``uri``, with
   its own ``cancel`` Event that the engine checks between verification steps.
-- *supersede*: a new job for a uri cancels every older job for that uri — a
-  queued one is dropped before it runs, the running one has its Event set.
+- *supersede*: a new job for a uri cancels every older job of the same kind for
+  that uri — a queued one is dropped before it runs, the running one has its
+  Event set. Only the same kind: a completion asked while a rewrite of the
+  document runs (the editor asks on every pause) must not throw the rewrite away.
 - *cancelled*: the job's future fails with ``REQUEST_CANCELLED`` (reason in the
   message: "cancelled", "superseded", "client disconnected", "shutdown").
 
@@ -85,12 +87,12 @@ class Worker:
     # -- called from the event loop ---------------------------------------------------
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; older jobs for the same uri are superseded."""
+        """Queue ``job``; older jobs of its kind for the same uri are superseded."""
         with self._cond:
             if self._stopped:
                 job.resolve(error=RpcError(REQUEST_CANCELLED, "the daemon is shutting down"))
                 return
-            self._cancel_where(lambda j: j.uri == job.uri, "superseded")
+            self._cancel_where(lambda j: j.uri == job.uri and j.kind == job.kind, "superseded")
             if len(self._queue) >= self.max_queued:  # a flood of distinct uris
                 self.counts["refused"] += 1
                 job.resolve(error=RpcError(INTERNAL_ERROR, f"busy: {len(self._queue)} requests queued"))

@@ -1,0 +1,51 @@
+"""Which older jobs a new one supersedes (daemon/worker.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from daemon.rpc import REQUEST_CANCELLED, RpcError
+from daemon.worker import Job, Worker
+
+
+async def _outcomes(kinds_and_uris):
+    """Submit jobs while the first one runs; the outcome of each: "done" or the cancel message."""
+    loop = asyncio.get_running_loop()
+    worker = Worker()
+    started, release = threading.Event(), threading.Event()
+
+    def run(cancel: threading.Event) -> str:
+        started.set()
+        while not release.is_set() and not cancel.is_set():
+            release.wait(0.01)
+        return "ok"
+
+    jobs = [Job(kind=kind, uri=uri, fn=run, future=loop.create_future(), loop=loop) for kind, uri in kinds_and_uris]
+    worker.submit(jobs[0])
+    await asyncio.to_thread(started.wait, 5)
+    for job in jobs[1:]:
+        worker.submit(job)
+    release.set()
+    out = []
+    for job in jobs:
+        try:
+            await asyncio.wait_for(job.future, 5)
+            out.append("done")
+        except RpcError as exc:
+            assert exc.code == REQUEST_CANCELLED
+            out.append(exc.message)
+    worker.stop()
+    return out
+
+
+def test_a_completion_does_not_supersede_a_running_edit_of_the_same_document():
+    assert asyncio.run(_outcomes([("edit", "file:///a.py"), ("complete", "file:///a.py")])) == ["done", "done"]
+
+
+def test_a_newer_job_of_the_same_kind_and_document_supersedes_the_older():
+    out = asyncio.run(_outcomes([("edit", "file:///a.py"), ("complete", "file:///a.py"),
+                                 ("complete", "file:///a.py"), ("edit", "file:///b.py")]))
+    assert out == ["done", "request superseded", "done", "done"]
+    out = asyncio.run(_outcomes([("edit", "file:///a.py"), ("edit", "file:///a.py")]))
+    assert out == ["request superseded", "done"]
