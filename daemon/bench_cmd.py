@@ -30,6 +30,9 @@ from daemon.bench_cases import BenchCaseError, dump_cases, load_cases, make_case
 
 def run(args: Any) -> int:
     if args.make_cases:
+        if args.cases:  # one or the other: running nothing of what --cases names would look like success
+            print("ngramd bench: --make-cases writes cases, --cases runs them: give one of the two", file=sys.stderr)
+            return 2
         return _make(args)
     if not args.cases:
         print("ngramd bench: give --cases CASES.jsonl (or --make-cases WORKSPACE)", file=sys.stderr)

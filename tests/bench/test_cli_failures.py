@@ -61,3 +61,10 @@ def test_a_plot_path_without_a_folder_or_suffix_is_accepted(monkeypatch, tmp_pat
     assert main(["bench", "--cases", os.path.join(os.path.dirname(bench_cmd.__file__), "..", SMOKE),
                  "--plot", "speedups"]) == 0
     assert (tmp_path / "speedups.png").exists() or (tmp_path / "speedups").exists()
+
+
+def test_make_cases_with_cases_is_refused_not_half_done(tmp_path, workspace, capsys):
+    out = tmp_path / "made.jsonl"
+    assert main(["bench", "--cases", str(tmp_path / "x.jsonl"), "--make-cases", str(workspace),
+                 "--out", str(out)]) == 2
+    assert "give one of the two" in capsys.readouterr().err and not out.exists()
