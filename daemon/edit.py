@@ -34,7 +34,7 @@ from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range, clean_answer
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.proposer import IndexProposer, NullProposer
-from daemon.requests import CompletionResult, EditRequest, check_sampling
+from daemon.requests import CompletionResult, EditRequest, check_instruction, check_sampling
 from daemon.stops import StopChecker, StopConfig
 from index.draft import Draft, Source
 
@@ -100,8 +100,7 @@ def validate(req: EditRequest) -> None:
     if not isinstance(req.text, str):
         raise ValueError("text must be a string")
     check_range(req.text, req.start, req.end)
-    if not isinstance(req.instruction, str) or not req.instruction.strip():
-        raise ValueError("the instruction is empty")
+    check_instruction(req.instruction)
     if req.max_tokens is not None and (not isinstance(req.max_tokens, int) or req.max_tokens < 1):
         raise ValueError(f"max_tokens must be a positive integer, got {req.max_tokens!r}")
     check_sampling(req.sampling)

@@ -47,6 +47,14 @@ def check_sampling(sampling: "SamplingParams", names: tuple[str, str] = ("temper
             raise ValueError(f"{name} {exc}") from None
 
 
+def check_instruction(value: object) -> str:
+    """An edit's instruction when it has some non-blank text; else ValueError (the RPC checks it
+    before queueing, the engine for in-process callers)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("the instruction is empty")
+    return value
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 means greedy

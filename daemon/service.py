@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 from daemon import package_version
 from daemon.documents import DocumentStore, parse_changes
 from daemon.requests import (
-    CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_sampling,
+    CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
@@ -224,9 +224,17 @@ class Service:
         max_tokens = _opt_int(p, "maxTokens", None, 1, MAX_TOKENS_LIMIT)  # None: the engine's default
         if not callable(getattr(self.completer, "edit", None)):
             raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'edit'")
+        for name in ("stop", "multiline"):  # completion options: an edit ends with its rewritten selection
+            if name in p:
+                raise RpcError(INVALID_PARAMS, f"'edit' does not take {name!r}: an edit stops at the end "
+                                               f"of the rewritten selection")
         req = EditRequest(uri=uri, text=text, start=start, end=end, instruction=instruction,
                           max_tokens=max_tokens, sampling=_sampling(p),
                           speculate=_opt(p, "speculate", bool, True))
+        try:  # here, before queueing: a bad request must not supersede or wait behind good ones
+            check_instruction(instruction)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
         return await self._run_job("edit", conn, p, lambda cancel: self.completer.edit(req, cancel))
 
     async def _m_cancel(self, conn: int, p: dict) -> Any:

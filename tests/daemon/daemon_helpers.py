@@ -42,6 +42,18 @@ class FakeCompleter:
         return CompletionResult(text, [ord(c) for c in text], req.text[:req.offset], stats,
                                 stop_reason="max_tokens")
 
+    def edit(self, req: Any, cancel: threading.Event | None = None) -> CompletionResult:
+        """The selection upper-cased (blocks like ``complete`` on ``BLOCK``)."""
+        self.calls.append(req.uri)
+        if "BLOCK" in req.text:
+            self.started.set()
+            assert cancel is not None
+            cancel.wait(30)
+            return CompletionResult("", [], "", GenerationStats(), cancelled=True, stop_reason="cancelled")
+        text = req.text[req.start:req.end].upper()
+        return CompletionResult(text, [ord(c) for c in text], "", GenerationStats(generated=len(text)),
+                                stop_reason="eos")
+
 
 class FakeIndex:
     """Records the calls the service makes; ``index_workspace`` lists files."""

@@ -1,0 +1,28 @@
+"""The `edit` method's parameters are checked before the request is queued."""
+
+from __future__ import annotations
+
+from daemon_helpers import wait_until
+
+from daemon.rpc import INVALID_PARAMS
+
+
+def test_an_invalid_edit_does_not_supersede_the_running_request(inproc):
+    with inproc.client() as c:
+        c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
+        running = c.send("complete", {"uri": "b", "offset": 0})
+        wait_until(lambda: inproc.completer.started.is_set())
+        resp = c.wait_response(c.send("edit", {"uri": "b", "start": 0, "end": 5, "instruction": "  "}))
+        assert resp.error["code"] == INVALID_PARAMS and "instruction is empty" in resp.error["message"]
+        assert c.call("status")["requests"]["running"] is not None  # still running, not superseded
+        assert c.call("cancel", {"uri": "b"}) == {"cancelled": 1}
+        c.wait_response(running)
+
+
+def test_completion_options_on_an_edit_are_refused_not_ignored(inproc):
+    with inproc.client() as c:
+        c.call("open", {"uri": "a", "text": "abc def", "version": 1})
+        for extra in ({"stop": ["\n"]}, {"multiline": False}):
+            resp = c.wait_response(c.send("edit", {"uri": "a", "start": 0, "end": 3, "instruction": "up", **extra}))
+            assert resp.error["code"] == INVALID_PARAMS and "does not take" in resp.error["message"]
+        assert c.call("edit", {"uri": "a", "start": 0, "end": 3, "instruction": "up"})["text"] == "ABC"
