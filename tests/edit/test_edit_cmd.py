@@ -88,4 +88,4 @@ def test_cli_selection_too_long_for_the_model_is_a_clear_error(tmp_path, capsys)
                "--model", "tiny", "--device", "cpu"])
     assert rc == 2
     err = capsys.readouterr().err
-    assert "ngramd edit: error: the selection is too long" in err and "Traceback" not in err
+    assert "ngramd edit: error: the edit is too long" in err and "Traceback" not in err
