@@ -66,7 +66,8 @@ def test_plugin_against_fake_server(tmp_path: Path) -> None:
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "returned edit", "document version",
                      "changed during the prompt", "past the last line", "twice at once", "CRLF",
-                     "typing in Insert mode", "Replace mode", "another window", "<C-c>"):
+                     "typing in Insert mode", "Replace mode", "<BS> after an accept", "another window",
+                     "<C-c>"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
 
 
