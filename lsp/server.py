@@ -167,15 +167,21 @@ class NgramdServer(LanguageServer):
             self.link.send("open", self._open_params(doc))
 
     async def _on_connect(self, conn: RpcConnection) -> None:
-        """A new daemon connection: say hello, then re-send every open buffer.
+        """A new daemon connection: say hello, then re-send every open buffer and any
+        workspace folder change made while the hello was in flight.
 
         The opens are written synchronously after the last await, so they precede any
         sync message sent once the link is ready.
         """
-        info = await conn.request("initialize", {"client": CLIENT_NAME,
-                                                 "workspaceFolders": self.folder_paths()},
+        folders = self.folder_paths()
+        info = await conn.request("initialize", {"client": CLIENT_NAME, "workspaceFolders": folders},
                                   timeout=60.0)
         self.daemon_info = info if isinstance(info, dict) else {}
+        now = self.folder_paths()
+        if now != folders:  # changed meanwhile: that workspaceFolders was dropped (not ready)
+            conn.send("workspaceFolders", {"added": [p for p in now if p not in folders],
+                                           "removed": [p for p in folders if p not in now]}
+                      ).add_done_callback(_log_failure)
         try:
             docs = list(self.workspace.text_documents.values())
         except RuntimeError:
@@ -362,4 +368,4 @@ class NgramdServer(LanguageServer):
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
-        log.warning("daemon refused a re-sent document: %s", fut.exception())
+        log.warning("daemon refused re-sent state: %s", fut.exception())

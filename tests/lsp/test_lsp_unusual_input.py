@@ -5,6 +5,7 @@ request without saying so."""
 
 from __future__ import annotations
 
+import asyncio
 
 from lsprotocol import types
 
@@ -42,3 +43,30 @@ async def test_lone_surrogate_in_a_selected_completion_text(fake, sock, lsp_clie
     assert [i.insert_text for i in result.items] == [f"b{LONE}" + fake.proposal]
     call = fake.methods("complete")[-1]
     assert call["text"] == "a = b\ufffd\n" and call["offset"] == len("a = b\ufffd")
+
+
+async def test_folders_changed_while_connecting_reach_the_daemon(fake, sock, lsp_client, tmp_path):
+    """A folder added (and one removed) while the daemon's ``initialize`` is in flight:
+    the folder list went out before, and ``workspaceFolders`` was dropped (not ready),
+    so the daemon never indexed the new folder."""
+    answer = fake._handle
+
+    async def slow_initialize(method, params):
+        if method == "initialize":
+            await asyncio.sleep(0.5)
+        return await answer(method, params)
+
+    fake._handle = slow_initialize
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    client = await lsp_client(sock, root=str(old))
+    client.workspace_did_change_workspace_folders(types.DidChangeWorkspaceFoldersParams(
+        event=types.WorkspaceFoldersChangeEvent(added=[types.WorkspaceFolder(uri=new.as_uri(), name="new")],
+                                                removed=[types.WorkspaceFolder(uri=old.as_uri(), name="old")])))
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    assert status["connected"] is True
+    known = set(fake.methods("initialize")[-1]["workspaceFolders"])
+    for change_ in fake.methods("workspaceFolders"):
+        known = (known | set(change_["added"])) - set(change_["removed"])
+    assert known == {str(new)}
