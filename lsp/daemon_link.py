@@ -9,7 +9,10 @@ States::
 
 - ``call`` waits for ``ready`` (bounded by its timeout, while connecting goes on in
   the background) and then for the answer. When the daemon dies, only the requests
-  in flight on the lost connection fail; a reconnect starts at once.
+  in flight on the lost connection fail; a reconnect starts at once, but it only
+  connects: a daemon is started by the next request (``call``) or ``start`` (the
+  editor's ``initialized``), never by the loss itself, so ``ngramd stop`` sticks
+  until the user asks for a completion.
 - ``send`` is fire-and-forget for document sync: on a ready connection it writes
   now (so sync messages keep their order); otherwise it drops the message, because
   ``on_connect`` re-sends the whole state (every open buffer) on the next connection.
@@ -48,6 +51,7 @@ class DaemonLink:
         self._on_connect = on_connect
         self._conn: RpcConnection | None = None
         self._connecting: asyncio.Task[RpcConnection] | None = None
+        self._connect_spawns = True  # whether the attempt in _connecting may start a daemon
         self._procs: list[subprocess.Popen] = []
         self._no_spawn_until = 0.0
         self._no_spawn_reason = ""
@@ -60,6 +64,11 @@ class DaemonLink:
     def ready(self) -> bool:
         return self._conn is not None and not self._conn.closed
 
+    @property
+    def connecting(self) -> bool:
+        """A connect attempt (which may be starting a daemon) is in flight."""
+        return self._connecting is not None and not self._connecting.done()
+
     # -- public ---------------------------------------------------------------------
 
     def start(self) -> None:
@@ -68,12 +77,24 @@ class DaemonLink:
             self._ensure_task()
 
     async def connection(self, timeout: float) -> RpcConnection:
+        """The ready connection, connecting (and starting a daemon if none answers) first."""
         if self.ready:
             assert self._conn is not None
             return self._conn
         if self._closing:
             raise DaemonUnavailable("the LSP is shutting down")
+        deadline = time.monotonic() + timeout
         task = self._ensure_task()
+        if self._connect_spawns:
+            return await self._wait_connect(task, timeout)
+        try:  # a reconnect that only connects is in flight: if it finds no daemon, start one
+            return await self._wait_connect(task, timeout)
+        except DaemonUnavailable:
+            if not task.done() or self._closing:
+                raise
+        return await self._wait_connect(self._ensure_task(), max(0.01, deadline - time.monotonic()))
+
+    async def _wait_connect(self, task: asyncio.Task[RpcConnection], timeout: float) -> RpcConnection:
         try:
             return await asyncio.wait_for(asyncio.shield(task), timeout)
         except asyncio.TimeoutError as exc:
@@ -126,15 +147,18 @@ class DaemonLink:
 
     # -- internals --------------------------------------------------------------------
 
-    def _ensure_task(self) -> asyncio.Task[RpcConnection]:
+    def _ensure_task(self, spawn: bool = True) -> asyncio.Task[RpcConnection]:
+        """The connect attempt in flight, or a new one; ``spawn=False``: connect only
+        (``connection`` follows a failed connect-only attempt with one that may spawn)."""
         if self._connecting is None or self._connecting.done():
-            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            self._connect_spawns = spawn
+            self._connecting = asyncio.get_running_loop().create_task(self._connect(spawn))
             self._connecting.add_done_callback(_retrieve)
         return self._connecting
 
-    async def _connect(self) -> RpcConnection:
+    async def _connect(self, spawn: bool = True) -> RpcConnection:
         try:
-            conn = await self._open_or_spawn()
+            conn = await self._open_or_spawn(spawn)
             try:
                 if self._on_connect is not None:
                     await self._on_connect(conn)
@@ -152,11 +176,11 @@ class DaemonLink:
             log.warning("%s", exc)
             raise
 
-    async def _open_or_spawn(self) -> RpcConnection:
+    async def _open_or_spawn(self, spawn: bool = True) -> RpcConnection:
         try:
             return await RpcConnection.open(self.socket_path, on_close=self._lost)
         except DaemonUnavailable:
-            if not self.spawn:
+            if not (self.spawn and spawn):
                 raise
         proc = self._live_proc()
         if proc is None:
@@ -212,8 +236,9 @@ class DaemonLink:
         self._conn = None
         self._reap()
         if not self._closing:
-            log.warning("connection to the daemon lost; reconnecting")
-            self._ensure_task()
+            log.warning("connection to the daemon lost; reconnecting (the next request "
+                        "starts a daemon if none answers)")
+            self._ensure_task(spawn=False)  # a stopped daemon stays stopped
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -157,7 +157,9 @@ def register(server: NgramdServer) -> None:
 
     @server.command(STATUS)
     async def status(ls: NgramdServer, *args: Any) -> dict[str, Any]:
-        return await ls.status()
+        # [{"spawn": false}]: an editor's poll, which must never start a daemon
+        observe = bool(args) and isinstance(args[0], dict) and args[0].get("spawn") is False
+        return await ls.status(observe=observe)
 
     @server.command(TOGGLE)
     def toggle(ls: NgramdServer, *args: Any) -> dict[str, Any]:

@@ -312,12 +312,21 @@ class NgramdServer(LanguageServer):
 
     # -- status -----------------------------------------------------------------------
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self, observe: bool = False) -> dict[str, Any]:
+        """The LSP's state and the daemon's ``status``.
+
+        ``observe``: look without starting a daemon (an editor's poll must not undo
+        ``ngramd stop``): with no ready connection, ``daemon`` is only ``{"state":
+        "starting"}`` while a connect attempt is in flight, else ``{"state": "stopped"}``.
+        """
         daemon: Any
-        try:
-            daemon = await self.link.call("status", None, min(self.settings.timeout_ms / 1000, 5.0))
-        except (DaemonUnavailable, DaemonError) as exc:
-            daemon = {"error": str(exc)}
+        if observe and not self.link.ready:
+            daemon = {"state": "starting" if self.link.connecting else "stopped"}
+        else:
+            try:
+                daemon = await self.link.call("status", None, min(self.settings.timeout_ms / 1000, 5.0))
+            except (DaemonUnavailable, DaemonError) as exc:
+                daemon = {"error": str(exc)}
         return {
             "enabled": self.settings.enabled,
             "settings": self.settings.to_options(),

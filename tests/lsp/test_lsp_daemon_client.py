@@ -144,3 +144,90 @@ async def test_unencodable_request_fails_alone_and_the_connection_goes_on(fake, 
     await conn.request("open", {"uri": "u", "text": "a\ud800b", "version": 1}, timeout=5)
     assert fake.docs["u"]["text"] == "a\ufffdb"
     conn.close()
+
+
+def _spawn_fake_daemons(monkeypatch) -> list:
+    """Make the link's ``spawn_daemon`` start the standalone fake daemon; the started
+    processes are returned in the list (the caller kills them)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import lsp.daemon_link as dl
+
+    procs: list = []
+    script = str(Path(__file__).with_name("lsp_fake_daemon.py"))
+
+    def fake_spawn(path, model, device):
+        procs.append(subprocess.Popen([sys.executable, script, path]))
+        return procs[-1]
+
+    monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
+    return procs
+
+
+async def test_lost_daemon_is_reconnected_without_spawning_until_a_request(sock, monkeypatch):
+    """`ngramd stop` must stick: the loss only reconnects; the next request starts a daemon."""
+    from lsp_fake_daemon import FakeDaemon
+    from lsp_helpers import until
+
+    procs = _spawn_fake_daemons(monkeypatch)
+    first = await FakeDaemon(sock).start()
+    link = DaemonLink(sock, spawn=True, start_timeout=30)
+    try:
+        assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
+        await first.stop()
+        await until(lambda: not link.ready and link._connecting is not None and link._connecting.done(),
+                    what="the reconnect attempt to end")
+        assert procs == [] and link.spawned == 0 and not link.ready
+        assert "cannot connect" in link.last_error
+        # the next request starts a daemon and is answered by it
+        assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+        assert len(procs) == 1 and link.spawned == 1 and link.ready
+    finally:
+        await link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_request_during_a_connect_only_reconnect_starts_a_daemon(sock, monkeypatch):
+    """A request that finds the loss's connect-only attempt in flight does not fail
+    because that attempt found nobody: it follows with one that may start a daemon."""
+    procs = _spawn_fake_daemons(monkeypatch)
+    link = DaemonLink(sock, spawn=True, start_timeout=30)
+    try:
+        link._ensure_task(spawn=False)  # what a lost connection starts
+        assert link.connecting
+        assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+        assert len(procs) == 1 and link.spawned == 1
+    finally:
+        await link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_server_status_observe_starts_nothing(sock, monkeypatch):
+    """``ngramd.status({spawn: false})``: "starting" while a connect is in flight, else
+    "stopped"; never a daemon started."""
+    from lsp_helpers import until
+
+    from lsp.config import Settings
+    from lsp.server import NgramdServer
+
+    procs = _spawn_fake_daemons(monkeypatch)
+    server = NgramdServer(Settings(), sock, spawn=True)
+    try:
+        status = await server.status(observe=True)
+        assert status["connected"] is False and status["daemon"] == {"state": "stopped"}
+        server.link._ensure_task(spawn=False)
+        assert (await server.status(observe=True))["daemon"] == {"state": "starting"}
+        await until(lambda: not server.link.connecting, what="the connect attempt to end")
+        assert (await server.status(observe=True))["daemon"] == {"state": "stopped"}
+        assert procs == [] and server.link.spawned == 0
+    finally:
+        await server.link.close()
+        for p in procs:
+            p.kill()
+            p.wait()

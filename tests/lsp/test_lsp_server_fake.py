@@ -524,3 +524,25 @@ async def test_close_and_reopen_during_the_debounce_makes_the_request_stale(fake
     open_doc(client, URI, "y\n", version=1)
     assert await asyncio.wait_for(fut, 10) is None
     assert fake.methods("complete") == []
+
+
+async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_client):
+    """An editor's status poll ({spawn: false}) reports the stopped daemon and asks for
+    nothing; a plain status still tries to reach the daemon."""
+    client = await lsp_client(sock)
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.status", arguments=[{"spawn": False}]))
+    assert status["connected"] is True and status["daemon"]["daemon"]["server"] == "fake"
+    await fake.stop()
+    for _ in range(200):
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.status", arguments=[{"spawn": False}]))
+        if status["daemon"] == {"state": "stopped"}:
+            break
+        assert status["daemon"] == {"state": "starting"}  # the reconnect attempt in flight
+        await asyncio.sleep(0.02)
+    assert status["connected"] is False and status["daemon"] == {"state": "stopped"}
+    assert status["daemonsStarted"] == 0
+    plain = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    assert "cannot connect" in plain["daemon"]["error"]
