@@ -6,7 +6,9 @@ LSP-style camelCase names:
 
     maxTokens    int    1..1024   tokens a completion may have             (64)
     multiline    bool             allow completions past the current line  (true)
-    temperature  float  0..2      0 is greedy                              (0)
+    temperature  float  0, or 1e-4..100 (the daemon's rule,
+                                  ``daemon.requests.check_temperature``);
+                                  0 is greedy                              (0)
     debounceMs   int    0..2000   wait after a keystroke before asking     (50)
     timeoutMs    int    100..600000  a daemon answer later than this gives
                                   an empty result                          (8000)
@@ -24,13 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from daemon.requests import check_temperature  # torch-free: the daemon's own rule
 
 _FIELDS = {
     # camelCase -> (attribute, type, min, max)
     "maxTokens": ("max_tokens", int, 1, 1024),
     "multiline": ("multiline", bool, None, None),
-    "temperature": ("temperature", float, 0.0, 2.0),
+    "temperature": ("temperature", float, None, None),  # checked by _CHECKS
     "debounceMs": ("debounce_ms", int, 0, 2000),
     "timeoutMs": ("timeout_ms", int, 100, 600_000),
     "model": ("model", str, None, None),
@@ -40,6 +44,9 @@ _FIELDS = {
     "enable": ("enabled", bool, None, None),  # VS Code's setting name, when its section is pulled
 }
 _NULLABLE = {"model", "socket"}
+# Rules the daemon applies to a request: checked here too, so that a value the daemon
+# would refuse on every completion is refused once, when the editor sets it.
+_CHECKS: dict[str, Callable[[Any], Any]] = {"temperature": check_temperature}
 _DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -95,4 +102,9 @@ def _coerce(key: str, value: Any, kind: type, lo: Any, hi: Any, nullable: bool) 
                          f"{kind.__name__}, got {value!r}")
     if lo is not None and not (lo <= value <= hi):
         raise ValueError(f"setting {key!r} must be in [{lo}, {hi}], got {value!r}")
+    if key in _CHECKS:
+        try:
+            _CHECKS[key](value)
+        except ValueError as exc:  # "must be ..., got X": name the setting as the others do
+            raise ValueError(f"setting {key!r} {exc}") from None
     return value

@@ -35,6 +35,20 @@ def test_settings_reject_bad_values_naming_the_key(bad, key):
         Settings().updated(bad)
 
 
+@pytest.mark.parametrize("value", [5e-5, 1e-9, 101.0, float("nan"), float("inf")])
+def test_settings_refuse_a_temperature_the_daemon_refuses(value):
+    """The daemon's rule (0, or 1e-4..100), refused when set, with the other settings' wording."""
+    with pytest.raises(ValueError, match=r"setting 'temperature' must be >= 0 \(0 is greedy"):
+        Settings().updated({"temperature": value})
+
+
+@pytest.mark.parametrize("value", [0, 1e-4, 0.7, 5, 100])
+def test_settings_accept_every_temperature_the_daemon_accepts(value):
+    from daemon.requests import check_temperature
+
+    assert Settings().updated({"temperature": value}).temperature == check_temperature(float(value))
+
+
 def P(line, ch):
     return types.Position(line=line, character=ch)
 

@@ -133,12 +133,18 @@ if suite == "unit" then
       { { keymaps = { nxt = "<C-n>" } }, "keymaps.nxt" },
       { { highlight = false }, "highlight" },
       { { root_markers = ".git" }, "root_markers" },
+      -- the daemon's temperature rule: 0, or 1e-4..100
+      { { temperature = 5e-5 }, "temperature" },
+      { { temperature = 101 }, "temperature" },
+      { { temperature = 0 / 0 }, "temperature" },
     }) do
       ok, err = pcall(config.resolve, bad[1])
       eq(ok, false, vim.inspect(bad[1]))
       assert(tostring(err):find(bad[2], 1, true), tostring(err))
     end
     eq(config.resolve({ keymaps = { trigger = false } }).keymaps.trigger, false, "false disables one key")
+    eq(config.resolve({ temperature = 5 }).temperature, 5, "the daemon accepts up to 100")
+    eq(config.resolve({ temperature = 1e-4 }).temperature, 1e-4)
   end)
 
   test("config.resolve: a misspelled top-level option is an error naming it", function()

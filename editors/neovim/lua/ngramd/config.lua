@@ -84,8 +84,11 @@ function M.resolve(opts)
     "max_tokens must be a number in 1..1024")
   check(type(cfg.debounce_ms) == "number" and cfg.debounce_ms >= 0 and cfg.debounce_ms <= 2000,
     "debounce_ms must be a number in 0..2000")
-  check(type(cfg.temperature) == "number" and cfg.temperature >= 0 and cfg.temperature <= 2,
-    "temperature must be a number in 0..2")
+  -- The daemon's rule (daemon/requests.py check_temperature): a value it refuses would
+  -- fail every completion, so it is refused here, at setup.
+  check(type(cfg.temperature) == "number"
+    and (cfg.temperature == 0 or cfg.temperature >= 1e-4 and cfg.temperature <= 100),
+    "temperature must be 0 (greedy) or a number in 0.0001..100")
   check(cfg.timeout_ms == nil or type(cfg.timeout_ms) == "number" and cfg.timeout_ms >= 100
     and cfg.timeout_ms <= 600000, "timeout_ms must be a number in 100..600000")
   check(cfg.device == nil or cfg.device == "auto" or cfg.device == "cpu" or cfg.device == "cuda",
