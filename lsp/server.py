@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
+NOT_OPEN = "document not open: "  # how the daemon's INVALID_PARAMS for an unknown uri begins
 
 
 @dataclass
@@ -79,6 +80,7 @@ class NgramdServer(LanguageServer):
         self._generations = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._inflight: dict[str, str] = {}
+        self._last_refusal: str | None = None  # the daemon's last refusal shown to the user
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0}
 
@@ -94,7 +96,7 @@ class NgramdServer(LanguageServer):
     def require_document(self, uri: str) -> TextDocument:
         doc = self.open_document(uri)
         if doc is None:
-            raise JsonRpcInvalidParams(f"document not open: {uri}")
+            raise JsonRpcInvalidParams(f"{NOT_OPEN}{uri}")
         return doc
 
     def encoding(self) -> str:
@@ -243,7 +245,7 @@ class NgramdServer(LanguageServer):
                 self.counters["cancelled"] += 1
             else:
                 self.counters["failed"] += 1
-                log.warning("daemon error: %s", exc)
+                self._report_refusal(exc)
             return None
         finally:
             if self._inflight.get(uri) == request_id:
@@ -255,22 +257,34 @@ class NgramdServer(LanguageServer):
             self.counters["empty"] += 1
             return None
         self.counters["completions"] += 1
+        self._last_refusal = None  # a refusal after this one is news again
         log.debug("completion in %.0f ms: %r", (time.monotonic() - started) * 1000, result["text"][:80])
         return Proposal(doc, offset, result["text"], result)
 
     async def _complete(self, uri: str, params: dict[str, Any]) -> Any:
         """``complete``; once re-sends the document and retries if the daemon's copy was
-        stale or missing (CONTENT_MODIFIED / INVALID_PARAMS)."""
+        stale or missing (``_is_out_of_date``); any other refusal is raised as is."""
         timeout = self.settings.timeout_ms / 1000
         deadline = time.monotonic() + timeout
         try:
             return await self.link.call("complete", params, timeout)
         except DaemonError as exc:
-            if exc.code not in (rpc.CONTENT_MODIFIED, rpc.INVALID_PARAMS) or "text" in params:
+            if not _is_out_of_date(exc) or "text" in params:
                 raise
             log.info("daemon's copy of %s is out of date (%s); re-sending", uri, exc.message)
             self.resync(uri)
             return await self.link.call("complete", params, max(0.01, deadline - time.monotonic()))
+
+    def _report_refusal(self, exc: DaemonError) -> None:
+        """Log and show the daemon's refusal of a completion, once until it changes or a
+        completion succeeds: a refused setting fails every keystroke's request alike."""
+        if exc.message == self._last_refusal:
+            log.debug("daemon error (again): %s", exc)
+            return
+        self._last_refusal = exc.message
+        log.warning("daemon error: %s", exc)
+        self.window_show_message(types.ShowMessageParams(
+            type=types.MessageType.Error, message=f"ngramd: the daemon refused the completion: {exc.message}"))
 
     async def edit(self, uri: str, rng: types.Range, instruction: str, version: int | None = None) -> Rewrite:
         """The daemon's rewrite of ``rng``.
@@ -373,6 +387,14 @@ class NgramdServer(LanguageServer):
                 "code": int(types.ErrorCodes.ParseError), "message": f"parse error: {error}"}})
             return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+
+
+def _is_out_of_date(exc: DaemonError) -> bool:
+    """Whether the daemon refused because its copy of the document is stale or missing
+    (daemon/service.py, daemon/documents.py): re-sending the document repairs that, and
+    nothing else; any other INVALID_PARAMS (a refused setting) would be re-sent in vain."""
+    return exc.code == rpc.CONTENT_MODIFIED or (
+        exc.code == rpc.INVALID_PARAMS and exc.message.startswith(NOT_OPEN))
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

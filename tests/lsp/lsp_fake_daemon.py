@@ -27,6 +27,7 @@ class FakeDaemon:
         self.delay = 0.0  # seconds a complete takes (cancellable)
         self.edit_delay = 0.0  # seconds an edit takes (cancellable)
         self.edit_error: tuple[int, str] | None = None
+        self.complete_error: tuple[int, str] | None = None  # (code, message) every complete fails with
         self.docs: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, Any]] = []
         self.cancelled: list[Any] = []
@@ -128,6 +129,8 @@ class FakeDaemon:
 
     async def _complete(self, p: dict) -> Any:
         uri = p["uri"]
+        if self.complete_error is not None:
+            raise rpc.RpcError(*self.complete_error)
         if "text" not in p:
             doc = self.docs.get(uri)
             if doc is None:

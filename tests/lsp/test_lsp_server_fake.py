@@ -546,3 +546,27 @@ async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_cl
     assert status["daemonsStarted"] == 0
     plain = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     assert "cannot connect" in plain["daemon"]["error"]
+
+
+async def test_a_refused_completion_is_reported_once_and_not_resynced(fake, sock, lsp_client):
+    """An INVALID_PARAMS that is not about the document (here a refused setting) is no
+    reason to re-send the buffer and retry: each request is sent once, and the user is
+    told once, not per keystroke. "document not open" still re-sends and retries."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "a = \n")
+    await until(lambda: fake.docs.get(URI), what="open")
+    fake.complete_error = (rpc.INVALID_PARAMS, "'temperature' must be >= 0, got 5e-05")
+    for _ in range(3):
+        assert await client.text_document_inline_completion_async(inline_params(URI, 0, 4)) is None
+    assert len(fake.methods("complete")) == 3 and len(fake.methods("open")) == 1
+    await until(lambda: client.messages, what="error message")
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    assert status["counters"]["failed"] == 3 and status["counters"]["resyncs"] == 0
+    assert [m.message for m in client.messages] == [
+        "ngramd: the daemon refused the completion: 'temperature' must be >= 0, got 5e-05"]
+
+    fake.complete_error = None
+    fake.docs.pop(URI)  # the daemon lost the document: "document not open", re-sent, retried
+    result = await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
+    assert result.items[0].insert_text == fake.proposal
+    assert len(fake.methods("complete")) == 5 and len(fake.methods("open")) == 2
