@@ -1,7 +1,7 @@
 """pygls protocol tweaks: malformed requests answered, incremental changes as offsets,
 commands cancellable.
 
-Three things pygls 2.1 does not do the way ngramd needs:
+Four things pygls 2.1 does not do the way ngramd needs:
 
 1. A request whose params do not validate is logged and dropped by pygls, so the
    editor would wait for an answer forever. Here it gets an ``InvalidParams`` error
@@ -14,6 +14,10 @@ Three things pygls 2.1 does not do the way ngramd needs:
 3. pygls runs a ``workspace/executeCommand`` handler as a task of its own, which the
    editor's ``$/cancelRequest`` never reaches: a rewrite the editor gave up on would
    go on running in the daemon. Here the command runs as the request's own task.
+4. pygls finds a document under any percent-encoding of its uri (``a%20b.py`` and
+   ``a b.py``), the daemon only under the spelling it was sent. Every message to the
+   daemon uses the document's own ``doc.uri`` (its didOpen spelling); for didClose,
+   which pygls handles after forgetting the document, that uri is looked up first.
 """
 
 from __future__ import annotations
@@ -91,6 +95,17 @@ class NgramdProtocol(LanguageServerProtocol):
         result = handler(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
+        """pygls' own, under the uri the document was opened with: pygls finds a document
+        under any percent-encoding of its uri, the daemon only under the one it was sent,
+        and pygls forgets the document before the server's handler could ask for it."""
+        doc = self._server.open_document(params.text_document.uri)  # type: ignore[attr-defined]
+        if doc is not None and doc.uri != params.text_document.uri:
+            params = types.DidCloseTextDocumentParams(
+                text_document=types.TextDocumentIdentifier(uri=doc.uri))
+        yield from super().lsp_text_document__did_close(params)
+
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
         """Apply each edit via the server's ``range_of`` and hand the daemon its offsets."""
@@ -111,7 +126,8 @@ class NgramdProtocol(LanguageServerProtocol):
                 doc.apply_change(change)
                 changes.append({"text": change.text})
         doc.version = params.text_document.version
-        self._server.document_changed(uri, doc.version, changes)  # type: ignore[attr-defined]
+        # doc.uri: the spelling the daemon was sent at didOpen (see did_close)
+        self._server.document_changed(doc.uri, doc.version, changes)  # type: ignore[attr-defined]
 
 
 def is_parse_error(error: BaseException) -> bool:

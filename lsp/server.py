@@ -206,6 +206,7 @@ class NgramdServer(LanguageServer):
         if not self.settings.enabled:
             return None
         doc = self.require_document(uri)
+        uri = doc.uri  # the spelling the daemon knows (the request's may be encoded otherwise)
         generation = self._generation.get(uri, 0)
         if self.settings.debounce_ms:
             await asyncio.sleep(self.settings.debounce_ms / 1000)
@@ -296,6 +297,7 @@ class NgramdServer(LanguageServer):
         editor, or past its timeout) is cancelled in the daemon.
         """
         doc = self.require_document(uri)
+        uri = doc.uri  # the spelling the daemon knows (the request's may be encoded otherwise)
         at = doc.version
         if version is not None and version != at:
             raise JsonRpcContentModified(

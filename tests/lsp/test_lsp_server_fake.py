@@ -570,3 +570,27 @@ async def test_a_refused_completion_is_reported_once_and_not_resynced(fake, sock
     result = await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
     assert result.items[0].insert_text == fake.proposal
     assert len(fake.methods("complete")) == 5 and len(fake.methods("open")) == 2
+
+
+async def test_requests_with_another_uri_spelling_reach_the_daemons_document(fake, sock, lsp_client):
+    """pygls finds `a b.py` under `a%20b.py` too; the daemon knows only the didOpen
+    spelling, which every message to it must use (change, complete, edit, close)."""
+    opened = "file:///tmp/ngl-doc/a%20b.py"
+    other = "file:///tmp/ngl-doc/a b.py"
+    client = await lsp_client(sock)
+    _record_apply_edit(client)
+    open_doc(client, opened, "a = \n")
+    change(client, other, 2, (rng(0, 4, 0, 4), "1"))
+    await until(lambda: fake.docs.get(opened, {}).get("version") == 2, what="change")
+    result = await client.text_document_inline_completion_async(inline_params(other, 0, 5))
+    assert result.items[0].insert_text == fake.proposal
+    assert [c["uri"] for c in fake.methods("complete")] == [opened]
+    edit = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.rewriteSelection", arguments=[
+            other, {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 5}}, None, 2]))
+    assert edit is not None and [c["uri"] for c in fake.methods("edit")] == [opened]
+    assert len(fake.methods("open")) == 1  # nothing re-sent: the daemon's copy was right
+    client.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=other)))
+    await until(lambda: fake.methods("close"), what="close")
+    assert fake.methods("close") == [{"uri": opened}] and opened not in fake.docs
