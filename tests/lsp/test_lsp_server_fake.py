@@ -539,8 +539,7 @@ async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_cl
         status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="ngramd.status", arguments=[{"spawn": False}]))
         if status["daemon"] == {"state": "stopped"}:
-            break
-        assert status["daemon"] == {"state": "starting"}  # the reconnect attempt in flight
+            break  # before: the loss not yet seen, or {"state": "starting"} (the reconnect)
         await asyncio.sleep(0.02)
     assert status["connected"] is False and status["daemon"] == {"state": "stopped"}
     assert status["daemonsStarted"] == 0
