@@ -80,6 +80,7 @@ class NgramdServer(LanguageServer):
         self._generations = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._inflight: dict[str, str] = {}
+        _quiet_pygls_for_closed_documents()
         self._last_refusal: str | None = None  # the daemon's last refusal shown to the user
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0}
@@ -388,7 +389,31 @@ class NgramdServer(LanguageServer):
             self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
                 "code": int(types.ErrorCodes.ParseError), "message": f"parse error: {error}"}})
             return
+        if is_closed_document_error(error):
+            log.info("request for a document that is not open (closed meanwhile?): %s", error)
+            return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+
+
+def is_closed_document_error(error: BaseException | None) -> bool:
+    """A request's InvalidParams for a document that is not open: the editor answered
+    for it already, and it is an expected race (a request sent just before didClose),
+    not a server error."""
+    return isinstance(error, JsonRpcInvalidParams) and str(error.message).startswith(NOT_OPEN)
+
+
+class _ClosedDocumentFilter(logging.Filter):
+    """Drops pygls' own traceback (logged at ERROR) for ``is_closed_document_error``;
+    ``report_server_error`` logs it at INFO instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not is_closed_document_error(record.exc_info[1] if record.exc_info else None)
+
+
+def _quiet_pygls_for_closed_documents() -> None:
+    pygls_log = logging.getLogger("pygls.protocol.json_rpc")
+    if not any(isinstance(f, _ClosedDocumentFilter) for f in pygls_log.filters):
+        pygls_log.addFilter(_ClosedDocumentFilter())
 
 
 def _is_out_of_date(exc: DaemonError) -> bool:

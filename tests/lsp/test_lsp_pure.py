@@ -90,3 +90,27 @@ def test_workspace_edit_forms():
     assert versioned.document_changes[0].edits[0].new_text == "X"
     plain = items.workspace_edit("file:///a", 3, r, "X", versioned=False)
     assert plain.changes["file:///a"][0].range == r
+
+
+def test_a_request_for_a_closed_document_is_not_logged_as_a_server_error(caplog):
+    """An expected race (a request sent just before didClose) is logged at INFO, by
+    report_server_error and not by pygls' own traceback; other errors stay ERROR."""
+    import logging
+
+    from pygls.exceptions import FeatureRequestError, JsonRpcInvalidParams
+
+    from lsp.server import NgramdServer
+
+    server = NgramdServer(Settings(), "/tmp/ngramd-test-unused.sock", spawn=False)
+    closed = JsonRpcInvalidParams("document not open: file:///tmp/gone.py")
+    caplog.set_level(logging.DEBUG)
+    server.report_server_error(closed, FeatureRequestError)
+    try:
+        raise closed
+    except JsonRpcInvalidParams:
+        logging.getLogger("pygls.protocol.json_rpc").exception('Exception occurred for message "1"')
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert "gone.py" in caplog.records[0].getMessage()
+    caplog.clear()
+    server.report_server_error(JsonRpcInvalidParams("'position' is missing"), FeatureRequestError)
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
