@@ -426,6 +426,30 @@ if suite == "fake" then
     eq(lines(), { "alpha [BETA]", "gamma" })
   end)
 
+  test(":NgramdRewrite typed from a charwise selection rewrites the selection", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    vim.api.nvim_feedkeys("0wve:NgramdRewrite return-only loud\r", "xt", false)
+    wait(function()
+      return lines()[1] ~= "alpha beta"
+    end, "the rewrite")
+    eq(lines(), { "alpha [BETA]", "gamma" })
+  end)
+
+  test(":NgramdRewrite after an old selection on its lines takes whole lines (a stale selection)", function()
+    for _, cmd in ipairs({ "1NgramdRewrite return-only loud", "1,1NgramdRewrite return-only loud",
+      "NgramdRewrite return-only loud" }) do
+      set_lines({ "alpha beta", "gamma" }, 1, 0)
+      vim.cmd("normal! 0wve\27") -- select "beta", leave Visual mode
+      vim.api.nvim_win_set_cursor(0, { 2, 0 }) -- work goes on: the selection is history
+      vim.api.nvim_win_set_cursor(0, { 1, 0 })
+      vim.cmd(cmd)
+      wait(function()
+        return lines()[1] ~= "alpha beta"
+      end, "the rewrite: " .. cmd)
+      eq(lines(), { "[ALPHA BETA]", "gamma" }, cmd)
+    end
+  end)
+
   -- ngramd.rewrite(opts) until its callback; returns the error it got, or true
   local function rewrite_and_wait(opts)
     local done

@@ -25,6 +25,32 @@ M.last_status = nil
 local rewrites_in_flight = 0
 local applied_edits = {} -- vim.inspect(edit) -> applyEdit requests not yet matched
 
+-- Where each buffer's last Visual selection was left (ModeChanged out of Visual mode),
+-- bufnr -> { tick = changedtick, cursor = {row, col} }. The marks '< '> are the
+-- selection the user means only while the buffer and the cursor are still as that
+-- selection left them (`v...:` and `v...<Esc>:'<,'>` keep both); Neovim 0.7 does not
+-- say whether a command's range was typed as '<,'>, and the marks stay set for ever.
+local visual_left = {}
+
+local function remember_visual_exit(bufnr)
+  visual_left[bufnr] = {
+    tick = vim.api.nvim_buf_get_changedtick(bufnr),
+    cursor = vim.api.nvim_win_get_cursor(0),
+  }
+end
+
+--- Whether '< '> are a selection left just now in `bufnr`: nothing changed and the
+--- cursor did not move since Visual mode ended.
+local function visual_just_left(bufnr)
+  local left = visual_left[bufnr]
+  if not left or vim.api.nvim_get_current_buf() ~= bufnr then
+    return false
+  end
+  local cursor = vim.api.nvim_win_get_cursor(0)
+  return left.tick == vim.api.nvim_buf_get_changedtick(bufnr)
+    and left.cursor[1] == cursor[1] and left.cursor[2] == cursor[2]
+end
+
 local function on_apply_edit(err, result, ctx, cfg)
   if rewrites_in_flight > 0 and type(result) == "table" and result.edit ~= nil then
     local key = vim.inspect(result.edit)
@@ -171,6 +197,17 @@ function M.setup(opts)
     end,
   })
 
+  vim.api.nvim_create_autocmd("ModeChanged", {
+    group = group,
+    pattern = "*",
+    callback = function(args)
+      local old = vim.v.event and vim.v.event.old_mode or ""
+      if old:match("^[vV\22]") then -- Visual (charwise, linewise, blockwise) left
+        remember_visual_exit(args.buf)
+      end
+    end,
+  })
+
   vim.api.nvim_create_user_command("NgramdStatus", function()
     M.status(function(err, result)
       if err then
@@ -185,7 +222,13 @@ function M.setup(opts)
     notify(M.config.enabled and "completions on" or "completions off")
   end, { desc = "ngramd: turn inline completions on or off" })
   vim.api.nvim_create_user_command("NgramdRewrite", function(args)
-    M.rewrite({ line1 = args.line1, line2 = args.line2, instruction = args.args ~= "" and args.args or nil })
+    M.rewrite({
+      line1 = args.line1,
+      line2 = args.line2,
+      -- a two-address range from the selection just left (:'<,'>): its columns count
+      visual = args.range == 2 and visual_just_left(vim.api.nvim_get_current_buf()),
+      instruction = args.args ~= "" and args.args or nil,
+    })
   end, { range = true, nargs = "*", desc = "ngramd: rewrite the selected lines following an instruction" })
 
   -- Buffers already open when setup runs.
@@ -350,10 +393,10 @@ function M.statusline()
   return rate and string.format("ngramd %d%%", math.floor(rate * 100 + 0.5)) or "ngramd"
 end
 
---- The LSP range of a rewrite: the last visual selection when it lies on lines
---- line1..line2 (characterwise: its columns; linewise: whole lines), else whole lines.
---- Lines past the buffer's end are clamped to it.
-local function rewrite_range(bufnr, line1, line2, encoding)
+--- The LSP range of a rewrite: with `visual` (the command came from the selection just
+--- left), that characterwise selection's columns when it lies on lines line1..line2;
+--- else whole lines. Lines past the buffer's end are clamped to it.
+local function rewrite_range(bufnr, line1, line2, encoding, visual)
   local count = vim.api.nvim_buf_line_count(bufnr)
   line2 = math.max(1, math.min(line2, count))
   line1 = math.max(1, math.min(line1, line2))
@@ -361,7 +404,7 @@ local function rewrite_range(bufnr, line1, line2, encoding)
   local e = vim.api.nvim_buf_get_mark(bufnr, ">")
   local vmode = vim.fn.visualmode()
   local last = vim.api.nvim_buf_get_lines(bufnr, line2 - 1, line2, false)[1] or ""
-  if vmode == "v" and s[1] == line1 and e[1] == line2 then
+  if visual and vmode == "v" and s[1] == line1 and e[1] == line2 then
     local first = vim.api.nvim_buf_get_lines(bufnr, line1 - 1, line1, false)[1] or ""
     -- '> is on the last selected character: the range ends after it.
     local end_byte = math.min(#last, e[2] + 1)
@@ -379,9 +422,11 @@ local function rewrite_range(bufnr, line1, line2, encoding)
   }
 end
 
---- Rewrites lines line1..line2 (or the visual selection on them) with ngramd.rewriteSelection
---- (uri, range, instruction, version: the buffer's LSP version when the range was taken).
---- opts: line1, line2, instruction (asked for when nil), callback(err, result).
+--- Rewrites lines line1..line2 (or, with opts.visual, the visual selection on them) with
+--- ngramd.rewriteSelection (uri, range, instruction, version: the buffer's LSP version
+--- when the range was taken).
+--- opts: line1, line2, visual (use the last selection's columns), range (an LSP range
+--- instead), instruction (asked for when nil), callback(err, result).
 function M.rewrite(opts)
   local bufnr = vim.api.nvim_get_current_buf()
   local client = client_mod.get(bufnr)
@@ -393,7 +438,7 @@ function M.rewrite(opts)
   -- buffer changes meanwhile, the server refuses (ContentModified) instead of rewriting
   -- other text than the one selected.
   local encoding = client.offset_encoding or "utf-16"
-  local range = opts.range or rewrite_range(bufnr, opts.line1, opts.line2, encoding)
+  local range = opts.range or rewrite_range(bufnr, opts.line1, opts.line2, encoding, opts.visual)
   local version = vim.lsp.util.buf_versions[bufnr]
   if type(version) ~= "number" then
     version = vim.NIL -- unknown: the server takes its current copy
