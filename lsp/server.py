@@ -313,7 +313,7 @@ class NgramdServer(LanguageServer):
             try:
                 result = await self.link.call("edit", params, timeout)
             except DaemonError as exc:
-                if exc.code != rpc.CONTENT_MODIFIED:
+                if not _is_out_of_date(exc):  # the daemon's copy is stale or gone: re-send it, once
                     raise
                 self.resync(uri)
                 result = await self.link.call("edit", params, timeout)

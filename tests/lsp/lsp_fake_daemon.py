@@ -110,6 +110,8 @@ class FakeDaemon:
         if method == "edit":
             if self.edit_error is not None:
                 raise rpc.RpcError(*self.edit_error)
+            if p["uri"] not in self.docs:  # the daemon's wording (daemon/documents.py)
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {p['uri']}")
             text = self.docs[p["uri"]]["text"]  # as the daemon: the text when the request arrives
             await self._run((p["uri"], method), p.get("requestId"), self.edit_delay)
             return _result(text[p["start"]:p["end"]].upper())

@@ -264,6 +264,19 @@ async def test_rewrite_errors_are_clear(fake, sock, lsp_client):
     assert err.value.code == types.ErrorCodes.InvalidParams and "range" in err.value.message
 
 
+async def test_rewrite_of_a_document_the_daemon_lost_resends_it_once(fake, sock, lsp_client):
+    """A daemon restarted meanwhile has no copy: the rewrite re-sends the text and goes on."""
+    client = await lsp_client(sock)
+    _record_apply_edit(client)
+    open_doc(client, URI, "x = 1\n")
+    await until(lambda: URI in fake.docs)
+    fake.docs.pop(URI)
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.rewriteSelection", arguments=[URI, {"start": {"line": 0, "character": 0},
+                                                            "end": {"line": 0, "character": 5}}, "upper"]))
+    assert fake.docs[URI]["text"] == "x = 1\n" and len(fake.methods("edit")) == 2
+
+
 async def test_toggle_status_and_configuration(fake, sock, lsp_client):
     client = await lsp_client(sock)
     open_doc(client, URI, "a = \n")

@@ -47,7 +47,7 @@ export const DEFAULTS: Readonly<NgramdSettings> = Object.freeze({
 const BOUNDS: Record<"maxTokens" | "debounceMs" | "temperature" | "timeoutMs", [number, number]> = {
   maxTokens: [1, 1024],
   debounceMs: [0, 2000],
-  temperature: [0, 2],
+  temperature: [0, 100], // the daemon's range; 0 < t < 1e-4 is refused by the server, with a message
   timeoutMs: [100, 600000],
 };
 
@@ -84,7 +84,7 @@ export function readSettings(get: SettingGetter): NgramdSettings {
     debounceMs: num(get("debounceMs"), DEFAULTS.debounceMs, BOUNDS.debounceMs, true),
     temperature: num(get("temperature"), DEFAULTS.temperature, BOUNDS.temperature, false),
     timeoutMs: num(get("timeoutMs"), DEFAULTS.timeoutMs, BOUNDS.timeoutMs, true),
-    device: DEVICES.find((d) => d === get("device")) ?? DEFAULTS.device,
+    device: DEVICES.find((d) => d === str(get("device"), "")) ?? DEFAULTS.device,
     socket: str(get("socket"), DEFAULTS.socket),
   };
 }

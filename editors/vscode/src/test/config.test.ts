@@ -57,6 +57,9 @@ test("initialization options carry the server's keys, leaving out empty model an
   assert.equal(initializationOptions(d).timeoutMs, 600000, "clamped to the server's bounds");
   assert.equal(initializationOptions(d).device, "cuda");
   assert.equal(readSettings(getter({ device: "gpu" })).device, "auto", "an unknown device: the default");
+  assert.equal(readSettings(getter({ device: " cpu " })).device, "cpu", "stray spaces are not a typo");
+  assert.equal(readSettings(getter({ temperature: 7 })).temperature, 7, "the daemon's range goes to 100");
+  assert.equal(readSettings(getter({ temperature: 500 })).temperature, 100);
   const t = readSettings(getter({ model: "tiny", socket: "/tmp/x.sock" }));
   const opts = initializationOptions(t);
   assert.equal(opts.model, "tiny");
