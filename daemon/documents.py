@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
+from daemon.rpc import CONTENT_MODIFIED, DOCUMENT_NOT_OPEN, INVALID_PARAMS, RpcError
 
 
 @dataclass
@@ -138,7 +138,7 @@ class DocumentStore:
     def get(self, uri: str) -> Document:
         doc = self._docs.get(uri)
         if doc is None:
-            raise RpcError(INVALID_PARAMS, f"document not open: {uri[:200]}")
+            raise RpcError(INVALID_PARAMS, f"{DOCUMENT_NOT_OPEN}{uri[:200]}")
         return doc
 
     def open(self, conn: int, uri: str, text: str, version: int, language_id: str = "") -> Document:

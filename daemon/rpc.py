@@ -32,6 +32,11 @@ INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 CONTENT_MODIFIED = -32801  # stale document version
 
+# How the daemon's INVALID_PARAMS for a uri that is not open begins (the uri follows).
+# The LSP tells this refusal (re-send the document and retry) from a refused setting
+# by it, so the daemon (daemon/documents.py) and the LSP must share it.
+DOCUMENT_NOT_OPEN = "document not open: "
+
 
 class RpcError(Exception):
     """An error that travels back to the peer as ``{"code", "message"}``."""

@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
-NOT_OPEN = "document not open: "  # how the daemon's INVALID_PARAMS for an unknown uri begins
 
 
 @dataclass
@@ -97,7 +96,7 @@ class NgramdServer(LanguageServer):
     def require_document(self, uri: str) -> TextDocument:
         doc = self.open_document(uri)
         if doc is None:
-            raise JsonRpcInvalidParams(f"{NOT_OPEN}{uri}")
+            raise JsonRpcInvalidParams(f"{rpc.DOCUMENT_NOT_OPEN}{uri}")
         return doc
 
     def encoding(self) -> str:
@@ -399,7 +398,7 @@ def is_closed_document_error(error: BaseException | None) -> bool:
     """A request's InvalidParams for a document that is not open: the editor answered
     for it already, and it is an expected race (a request sent just before didClose),
     not a server error."""
-    return isinstance(error, JsonRpcInvalidParams) and str(error.message).startswith(NOT_OPEN)
+    return isinstance(error, JsonRpcInvalidParams) and str(error.message).startswith(rpc.DOCUMENT_NOT_OPEN)
 
 
 class _ClosedDocumentFilter(logging.Filter):
@@ -421,7 +420,7 @@ def _is_out_of_date(exc: DaemonError) -> bool:
     (daemon/service.py, daemon/documents.py): re-sending the document repairs that, and
     nothing else; any other INVALID_PARAMS (a refused setting) would be re-sent in vain."""
     return exc.code == rpc.CONTENT_MODIFIED or (
-        exc.code == rpc.INVALID_PARAMS and exc.message.startswith(NOT_OPEN))
+        exc.code == rpc.INVALID_PARAMS and exc.message.startswith(rpc.DOCUMENT_NOT_OPEN))
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

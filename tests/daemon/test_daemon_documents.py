@@ -118,3 +118,26 @@ def test_another_holders_open_resyncs_whatever_its_version():
     store.close(1, "u")  # editor 1 re-opens after closing: a new sequence
     store.open(1, "u", "editor 1 again", 0)
     assert store.get("u").text == "editor 1 again"
+
+
+@pytest.mark.parametrize("method,params", [
+    ("complete", {"offset": 0, "version": 1}),
+    ("change", {"version": 2, "changes": [{"text": "x"}]}),
+    ("edit", {"start": 0, "end": 0, "version": 1}),
+])
+def test_the_services_refusal_of_an_unknown_document_begins_with_the_shared_wording(method, params):
+    """The LSP re-sends a document the daemon lost by recognising this refusal's
+    wording (lsp/server.py ``_is_out_of_date``): the real service must use it."""
+    import asyncio
+
+    from daemon import rpc
+    from daemon.service import Service
+
+    service = Service(None, None)
+    try:
+        with pytest.raises(RpcError) as err:
+            asyncio.run(service.dispatch(1, method, {"uri": "file:///nowhere/x.py", **params}))
+    finally:
+        service.close()
+    assert err.value.code == INVALID_PARAMS
+    assert err.value.message == f"{rpc.DOCUMENT_NOT_OPEN}file:///nowhere/x.py"

@@ -88,7 +88,7 @@ class FakeDaemon:
         if method == "change":
             doc = self.docs.get(p["uri"])
             if doc is None:
-                raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {p['uri']}")
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"{rpc.DOCUMENT_NOT_OPEN}{p['uri']}")
             if p["version"] <= doc["version"]:
                 raise rpc.RpcError(rpc.CONTENT_MODIFIED, "stale version")
             text = doc["text"]
@@ -110,8 +110,8 @@ class FakeDaemon:
         if method == "edit":
             if self.edit_error is not None:
                 raise rpc.RpcError(*self.edit_error)
-            if p["uri"] not in self.docs:  # the daemon's wording (daemon/documents.py)
-                raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {p['uri']}")
+            if p["uri"] not in self.docs:  # the daemon's refusal (daemon/documents.py)
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"{rpc.DOCUMENT_NOT_OPEN}{p['uri']}")
             text = self.docs[p["uri"]]["text"]  # as the daemon: the text when the request arrives
             await self._run((p["uri"], method), p.get("requestId"), self.edit_delay)
             return _result(text[p["start"]:p["end"]].upper())
@@ -136,7 +136,7 @@ class FakeDaemon:
         if "text" not in p:
             doc = self.docs.get(uri)
             if doc is None:
-                raise rpc.RpcError(rpc.INVALID_PARAMS, f"document not open: {uri}")
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"{rpc.DOCUMENT_NOT_OPEN}{uri}")
             if "version" in p and p["version"] != doc["version"]:
                 raise rpc.RpcError(rpc.CONTENT_MODIFIED, "stale version")
         await self._run((uri, "complete"), p.get("requestId"), self.delay)
