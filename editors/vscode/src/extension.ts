@@ -37,11 +37,11 @@ import {
   daemonStopped,
   errorView,
   OBSERVE_STATUS_ARGS,
-  shouldApplyReturnedEdit,
   statusView,
   StatusView,
   validateInstruction,
 } from "./status";
+import { AppliedEdits } from "./applied_edits";
 
 const STATUS_POLL_MS = 5000;
 
@@ -60,8 +60,8 @@ let pollTimer: NodeJS.Timeout | undefined;
 let pollPaused = false;
 let pollInFlight = false;
 let output: vscode.LogOutputChannel;
-// workspace/applyEdit requests the server sent so far (see shouldApplyReturnedEdit).
-let applyEditsSeen = 0;
+// The edits the server sent with workspace/applyEdit while rewrites ran (apply-once rule).
+const appliedEdits = new AppliedEdits();
 
 function currentSettings(): NgramdSettings {
   const cfg = vscode.workspace.getConfiguration("ngramd");
@@ -128,7 +128,7 @@ async function startClient(): Promise<void> {
     middleware: {
       workspace: {
         handleApplyEdit: (params, next) => {
-          applyEditsSeen += 1;
+          appliedEdits.record(params.edit);
           // The client's own handler ignores the token (client.js handleApplyWorkspaceEdit).
           return next(params, CancellationToken.None);
         },
@@ -312,23 +312,27 @@ async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, version
     // cancelling sends $/cancelRequest, which the server passes on to the daemon
     { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: true },
     async (_progress, token) => {
-      const before = applyEditsSeen;
       // the server refuses (ContentModified) a range of another version than the document's
       const args = [uri, lspRange, instruction, version ?? null];
       let result: unknown;
+      let applyReturned: boolean;
+      appliedEdits.begin();
       try {
         result = await serverCommand(SERVER_COMMANDS.rewriteSelection, args, token);
+        // The server may apply the edit itself (workspace/applyEdit) or only return it.
+        applyReturned = appliedEdits.shouldApplyReturned(result);
       } catch (err) {
         if (token.isCancellationRequested) {
           return; // the user cancelled: the refusal that follows is expected, not an error
         }
         throw err;
+      } finally {
+        appliedEdits.end();
       }
       if (token.isCancellationRequested) {
         return;
       }
-      // The server may apply the edit itself (workspace/applyEdit) or only return it.
-      if (shouldApplyReturnedEdit(result, before, applyEditsSeen)) {
+      if (applyReturned) {
         const edit = await c.protocol2CodeConverter.asWorkspaceEdit(result as never);
         if (edit && !(await vscode.workspace.applyEdit(edit))) {
           throw new Error("the rewrite could not be applied (the document changed meanwhile?)");

@@ -214,11 +214,3 @@ export function isWorkspaceEdit(v: unknown): boolean {
   return isObj(v) && (isObj(v["changes"]) || Array.isArray(v["documentChanges"]));
 }
 
-/**
- * Whether the client must apply the WorkspaceEdit a rewrite command returned: only when
- * the server did not already send it with `workspace/applyEdit` while the command ran
- * (`ngramd lsp` does both; applying twice would insert the text twice).
- */
-export function shouldApplyReturnedEdit(result: unknown, applyEditsBefore: number, applyEditsAfter: number): boolean {
-  return applyEditsAfter === applyEditsBefore && isWorkspaceEdit(result);
-}

@@ -177,3 +177,137 @@ test("rewrite from the editor's context menu (a Uri argument) rewrites the selec
   assert.equal(instruction, "add types");
   assert.equal(version, 2);
 });
+
+/**
+ * Rewrites driven through the code action's command path (uri, range, version): the
+ * fake server's `serve(index, req, sendApplyEdit)` answers the index-th rewrite request.
+ * Returns the edits applied, in order, by who applied them: "server" (the client's own
+ * workspace/applyEdit handler) or "extension" (the rewrite applying its returned edit).
+ * The errors shown are left in h.messages.
+ */
+async function overlappingRewrites(
+  serve: (i: number, applyEdit: (edit: unknown) => Promise<unknown>) => Promise<unknown>,
+  instructions: string[],
+): Promise<{ by: string; edit: unknown }[]> {
+  await activate();
+  const client = h.clients[0];
+  const middleware = client.clientOptions.middleware as { workspace: Record<string, Function> };
+  const applied: { by: string; edit: unknown }[] = [];
+  // what vscode-languageclient does on workspace/applyEdit: the middleware, then its handler
+  const applyEdit = (edit: unknown) =>
+    middleware.workspace.handleApplyEdit({ edit, label: "Rewrite" }, async (params: { edit: unknown }) => {
+      applied.push({ by: "server", edit: params.edit });
+      return { applied: true };
+    });
+  (h.vscode.workspace as Record<string, unknown>).applyEdit = async (edit: unknown) => {
+    applied.push({ by: "extension", edit });
+    return true;
+  };
+  let sent = 0;
+  h.answer = async (req) => {
+    if (req.params.command !== SERVER_COMMANDS.rewriteSelection) {
+      return { connected: true, daemon: {} };
+    }
+    return serve(sent++, applyEdit);
+  };
+  h.inputBoxAnswers.push(...instructions);
+  const rewrite = h.commands.get("ngramd.rewrite")!;
+  const range = (line: number) => ({ start: { line, character: 0 }, end: { line, character: 4 } });
+  await Promise.all(instructions.map((_, i) => rewrite("file:///a.py", range(i), 1)));
+  assert.equal(client.commandRequests(SERVER_COMMANDS.rewriteSelection).length, instructions.length);
+  return applied;
+}
+
+function lineEdit(line: number, newText: string) {
+  return { changes: { "file:///a.py": [{ range: { start: { line, character: 0 }, end: { line, character: 4 } }, newText }] } };
+}
+
+/** A promise and its resolve function. */
+function gate(): { opened: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const opened = new Promise<void>((r) => (open = r));
+  return { opened, open };
+}
+
+test("two overlapping rewrites whose server applies both edits: each edit is applied exactly once", async () => {
+  const edits = [lineEdit(0, "ALPHA"), lineEdit(1, "BETA")];
+  const bothSent = gate();
+  const secondApplied = gate();
+  const applied = await overlappingRewrites(async (i, applyEdit) => {
+    if (i === 0) {
+      await bothSent.opened; // the second rewrite starts while the first is in flight
+      await applyEdit(edits[0]);
+      await secondApplied.opened; // the second's applyEdit arrives before the first's reply
+    } else {
+      bothSent.open();
+      await applyEdit(edits[1]);
+      secondApplied.open();
+    }
+    // the returned edit as pygls sends it may order its keys otherwise: matched by content
+    return JSON.parse(JSON.stringify(edits[i]));
+  }, ["loud", "louder"]);
+  assert.deepEqual(h.messages, []);
+  assert.deepEqual(applied, [{ by: "server", edit: edits[1] }, { by: "server", edit: edits[0] }]);
+});
+
+test("a rewrite overlapping another that the server applied still applies its own returned edit", async () => {
+  // The first rewrite's server sends workspace/applyEdit; the second's only returns its edit.
+  const edits = [lineEdit(0, "ALPHA"), lineEdit(1, "BETA")];
+  const bothSent = gate();
+  const firstApplied = gate();
+  const applied = await overlappingRewrites(async (i, applyEdit) => {
+    if (i === 0) {
+      await bothSent.opened;
+      await applyEdit(edits[0]);
+      firstApplied.open();
+    } else {
+      bothSent.open();
+      await firstApplied.opened; // the first's applyEdit arrives while this one is in flight
+    }
+    return edits[i];
+  }, ["loud", "return-only loud"]);
+  assert.deepEqual(h.messages, []);
+  assert.deepEqual(applied, [{ by: "server", edit: edits[0] }, { by: "extension", edit: edits[1] }]);
+});
+
+test("two overlapping rewrites with the same edit, both applied by the server: neither is applied again", async () => {
+  const edit = lineEdit(0, "ALPHA");
+  const bothSent = gate();
+  const applied = await overlappingRewrites(async (i, applyEdit) => {
+    if (i === 0) {
+      await bothSent.opened;
+    } else {
+      bothSent.open();
+    }
+    await applyEdit(edit);
+    return edit;
+  }, ["loud", "loud"]);
+  assert.deepEqual(h.messages, []);
+  assert.deepEqual(applied, [{ by: "server", edit }, { by: "server", edit }]);
+});
+
+test("a rewrite whose server does not send workspace/applyEdit: the returned edit is applied by the extension", async () => {
+  const edit = lineEdit(0, "ALPHA");
+  const applied = await overlappingRewrites(async () => edit, ["loud"]);
+  assert.deepEqual(h.messages, []);
+  assert.deepEqual(applied, [{ by: "extension", edit }]);
+});
+
+test("an applyEdit left unclaimed by a failed rewrite does not stand in for a later rewrite's edit", async () => {
+  const edit = lineEdit(0, "ALPHA");
+  const applied = await overlappingRewrites(async (i, applyEdit) => {
+    if (i === 0) {
+      await applyEdit(edit); // applied, but the request then fails: nothing claims it
+      throw new Error("internal error");
+    }
+    return edit; // the same edit, returned only
+  }, ["loud"]);
+  assert.deepEqual(applied, [{ by: "server", edit }]);
+  assert.equal(h.messages.length, 1);
+  assert.match(h.messages[0].text, /internal error/);
+  h.messages.length = 0;
+  h.inputBoxAnswers.push("loud");
+  await h.commands.get("ngramd.rewrite")!("file:///a.py", { start: { line: 0, character: 0 }, end: { line: 0, character: 4 } }, 1);
+  assert.deepEqual(h.messages, []);
+  assert.deepEqual(applied, [{ by: "server", edit }, { by: "extension", edit }]);
+});

@@ -11,7 +11,6 @@ import {
   errorView,
   isWorkspaceEdit,
   modelName,
-  shouldApplyReturnedEdit,
   statusView,
   validateInstruction,
 } from "../status";
@@ -136,13 +135,6 @@ test("status view of the real server's reply shape", () => {
   assert.equal(down.state, "error");
   const fresh = statusView({ ...LSP_STATUS, daemon: { ...LSP_STATUS.daemon, generation: { drafted: 0, accepted: 0 } } });
   assert.equal(fresh.text, "$(sparkle) ngramd", "nothing drafted yet: no rate");
-});
-
-test("a returned rewrite edit is applied only if the server did not apply it itself", () => {
-  const edit = { changes: { "file:///a": [] } };
-  assert.equal(shouldApplyReturnedEdit(edit, 3, 3), true);
-  assert.equal(shouldApplyReturnedEdit(edit, 3, 4), false);
-  assert.equal(shouldApplyReturnedEdit(null, 3, 3), false);
 });
 
 test("a stopped daemon is shown as stopped (not an error); a lost one stays an error", () => {
