@@ -38,8 +38,15 @@ MAX_HEAL_CHARS = 32
 # SmolLM2's tokenizer on 20K-character dense lines (letters, "aaaa...", base64, CJK, digits,
 # emoji, minified JS, spaces) at every 97th start: at most 2 apart. A step is skipped unencoded
 # only when the count exceeds the budget by more than this (a wrong skip would only shorten the
-# window by a grid step, never overflow the budget: the kept window is always encoded).
+# window by a grid step, never overflow the budget: the kept window is always encoded). Measured
+# for SmolLM2's tokenizer only: with another --model's tokenizer a window could come out a step
+# shorter than the every-step search would give; plain and speculative runs still build the
+# same prompt (the search is deterministic), so exactness does not depend on the bound.
 RETOKENIZE_SLACK = 64
+# Excess (tokens over the budget) from which the first encoding's token offsets are asked for:
+# below about one grid step of ordinary code, one step usually fits and offsets (a third
+# encode) would cost more than they save.
+OFFSETS_FROM_EXCESS = GRID_CHARS // CHARS_PER_TOKEN
 
 _FIM_FAMILIES = (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
                  ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
@@ -130,7 +137,9 @@ def _fit_window(runtime: Any, text: str, start: int, end: int, ids: list[int], b
     that start inside them exceed the budget by more than ``RETOKENIZE_SLACK``.
     """
     first = start
-    starts = _token_starts(runtime.tokenizer, text[start:end], len(ids))  # None: no skipping
+    starts = None  # None: no skipping
+    if len(ids) - budget > OFFSETS_FROM_EXCESS:
+        starts = _token_starts(runtime.tokenizer, text[start:end], len(ids))
 
     def surely_too_long(s: int) -> bool:
         return starts is not None and len(starts) - bisect.bisect_left(starts, s - first) > budget + RETOKENIZE_SLACK

@@ -81,3 +81,23 @@ def test_dense_text_is_encoded_a_few_times_not_once_per_grid_step(tiny, monkeypa
     assert build_prompt(counted, text, len(text), config) == fast
     assert counted.encodes >= 7  # the reference: one encode per grid step of excess
     assert fast_encodes <= 3  # the window, its offsets, the chosen step
+
+
+def test_a_window_slightly_over_budget_asks_no_offsets(tiny, monkeypatch):
+    """Offsets (an encode of their own) are asked for only when the excess is large: a window
+    a few tokens over the budget is fitted with one more encode, as before the skipping."""
+    text = Path(prompt_mod.__file__).read_text(encoding="utf-8") * 2  # ordinary code
+    end = len(text)
+    ids = tiny.encode(text)
+    budget = len(ids) - 50
+    counted = CountingRuntime(tiny)
+    real_starts = prompt_mod._token_starts
+
+    def counting_starts(*args):
+        counted.encodes += 1
+        return real_starts(*args)
+
+    monkeypatch.setattr(prompt_mod, "_token_starts", counting_starts)
+    fitted = prompt_mod._fit_window(counted, text, 0, end, ids, budget)
+    assert counted.encodes == 1  # the first grid step, no offsets
+    assert fitted == encode_every_step(tiny, text, 0, end, ids, budget) and len(fitted) <= budget
