@@ -133,6 +133,16 @@ def _as_tokens(ids, what: str) -> np.ndarray:
     return a.astype(np.int32)
 
 
+def _assert_same_scan_set(got: ScanSet, want: ScanSet) -> None:
+    """``got`` holds what ``want``, built from scratch, holds (for ``_check_invariants``)."""
+    assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
+    assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
+    assert (got.index is None) == (want.index is None)
+    if got.index is not None:
+        assert np.array_equal(got.index.keys, want.index.keys)
+        assert np.array_equal(got.index.pos, want.index.pos)
+
+
 class NgramIndex:
     """See the module docstring. All public methods are thread-safe."""
 
@@ -148,6 +158,12 @@ class NgramIndex:
         self._roots: set[str] = set()  # folders index_workspace has scanned, each ending in a separator
         self._ws_tokens = 0  # live workspace tokens
         self._dyn_tokens = 0
+        # Running totals for stats()["index_bytes"] (a walk over every file, under the lock, took
+        # 27 ms at 200K files while lookups waited): the dynamic set's token arrays with their
+        # headers, the live files' path strings, and the paths only the static key list still holds.
+        self._dyn_bytes = 0
+        self._path_bytes = 0
+        self._dead_path_bytes = 0
         self._static: StaticSegment | None = None
         self._static_keys: list[str] = []
         self._static_live = np.zeros(0, bool)
@@ -155,6 +171,10 @@ class NgramIndex:
         self._static_dead = 0  # tombstoned tokens in the static segment
         self._merging = False
         self._cache: dict[str, object] = {}  # "history", "dynamic", "others": (key, ScanSet)
+        # Part of the "others" and "history" keys: bumped when their sources change without new
+        # stamps (rebuild() re-tokenizes the buffers), so a set built from an older snapshot no
+        # longer matches.
+        self._cache_epoch = 0
         # Bumped on every change to the dynamic set's files. The cached "dynamic" ScanSet is
         # current when built at this version; an older one is still usable: it misses the
         # files added since, and its removed files are tombstoned (see _dynamic_set).
@@ -457,6 +477,8 @@ class NgramIndex:
         self._files[key] = _File(stamp=t, used=t, n_tokens=len(tokens), tokens=tokens)
         self._ws_tokens += len(tokens)
         self._dyn_tokens += len(tokens)
+        self._dyn_bytes += tokens.nbytes + _ARRAY_HEADER_BYTES
+        self._path_bytes += sys.getsizeof(key)
         self._dyn_version += 1
 
     def _remove_all(self, keys: Iterable[str]) -> int:
@@ -472,11 +494,14 @@ class NgramIndex:
         if f is None:
             return
         self._ws_tokens -= f.n_tokens
+        self._path_bytes -= sys.getsizeof(key)
         if f.slot >= 0:
             self._static_live[f.slot] = False
             self._static_dead += f.n_tokens
+            self._dead_path_bytes += sys.getsizeof(self._static_keys[f.slot])
         else:
             self._dyn_tokens -= f.n_tokens
+            self._dyn_bytes -= f.tokens.nbytes + _ARRAY_HEADER_BYTES
             self._dyn_version += 1
             hit = self._cache.get("dynamic")
             if hit is not None:
@@ -537,12 +562,17 @@ class NgramIndex:
             raise
         with self._lock:
             live = np.zeros(len(snap), bool)
+            dead_path_bytes = 0
             for i, (key, f, _) in enumerate(snap):
                 if self._files.get(key) is f:  # unchanged since the snapshot
                     live[i] = True
                     if f.slot < 0:
                         self._dyn_tokens -= f.n_tokens
+                        self._dyn_bytes -= f.tokens.nbytes + _ARRAY_HEADER_BYTES
                     f.slot, f.tokens = i, None
+                else:
+                    dead_path_bytes += sys.getsizeof(key)
+            self._dead_path_bytes = dead_path_bytes
             self._static = seg
             self._static_keys = [key for key, _, _ in snap]
             self._static_live = live
@@ -561,6 +591,7 @@ class NgramIndex:
                 b.doc = b.doc.rebuild(self._tok)
                 b.keys = None  # rebuilt from the new tokens at the next lookup
             self._cache.clear()
+            self._cache_epoch += 1  # a lookup building from the old tokens now installs nothing
         self.merge()
         self._warm_dynamic()
 
@@ -569,20 +600,21 @@ class NgramIndex:
         """The scan sets a lookup from ``current_uri`` uses (lock held): name -> (key, builder).
 
         "others": the open buffers but the current one; "history": the accepted completions.
-        A cached set is current when its key equals this one. Each builder reads a snapshot
+        A cached set is current when its key equals this one (its sources' stamps and the cache
+        epoch, which ``rebuild()`` bumps as it keeps the stamps). Each builder reads a snapshot
         taken here (token arrays are replaced, never changed in place; stamps are copied),
         so it may run outside the lock."""
         sk = (self.cfg.min_n, self.cfg.keyed_min_tokens)
         out: dict[str, tuple[tuple, Callable[[], ScanSet]]] = {}
         others = [(u, b.doc.tokens, b.stamp) for u, b in self._buffers.items() if u != current_uri]
         if others:
-            out["others"] = (tuple((u, st) for u, _, st in others),
+            out["others"] = ((self._cache_epoch, tuple((u, st) for u, _, st in others)),
                              lambda: ScanSet([t for _, t, _ in others], [st for _, _, st in others],
                                              [u for u, _, _ in others], *sk))
         if self._history:
             hist = list(self._history)
             # Stamps rise with each addition and the oldest go first: the ends name the contents.
-            out["history"] = ((hist[0][1], hist[-1][1]),
+            out["history"] = ((self._cache_epoch, hist[0][1], hist[-1][1]),
                               lambda: ScanSet([t for t, _ in hist], [st for _, st in hist], [None] * len(hist), *sk))
         return out
 
@@ -671,7 +703,10 @@ class NgramIndex:
             for name, key, make in stale:
                 built = make()
                 with self._lock:
-                    self._cache[name] = (key, built)
+                    # Install only a set still current for this lookup: else a writer (or rebuild())
+                    # changed its sources meanwhile, and a later lookup may have installed a newer set.
+                    if self._lookup_sets(current_uri).get(name, (None,))[0] == key:
+                        self._cache[name] = (key, built)
         raise AssertionError("unreachable")
 
     def _propose(self, ctx: np.ndarray, k: int, w: int, current_uri: str | None) -> Draft:
@@ -764,6 +799,8 @@ class NgramIndex:
                 b.doc.check(self._tok)
                 if b.keys is not None:
                     b.keys.check(b.doc.tokens)
+            self._check_lookup_sets()
+            assert self._walk_file_bytes() == (self._file_bytes(), self._dyn_bytes)
             hit = self._cache.get("dynamic")
             if hit is not None:  # current or not, its live documents are exactly those still dynamic
                 got = hit[1]
@@ -773,12 +810,20 @@ class NgramIndex:
                 got, snap = hit[1], self._dynamic_snapshot()
                 assert got.dead == 0
                 want = self._make_dynamic(None, snap)  # from scratch
-                assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
-                assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
-                assert (got.index is None) == (want.index is None)
-                if got.index is not None:
-                    assert np.array_equal(got.index.keys, want.index.keys)
-                    assert np.array_equal(got.index.pos, want.index.pos)
+                _assert_same_scan_set(got, want)
+
+    def _check_lookup_sets(self) -> None:
+        """A cached "others" or "history" set whose key is current for some lookup (from any open
+        buffer, or none) equals a fresh build; one current for none is rebuilt before use (lock held)."""
+        for name in ("others", "history"):
+            hit = self._cache.get(name)
+            if hit is None:
+                continue
+            for uri in (None, *self._buffers):
+                want = self._lookup_sets(uri).get(name)
+                if want is not None and want[0] == hit[0]:
+                    _assert_same_scan_set(hit[1], want[1]())
+                    break
 
     # ---- stats ------------------------------------------------------------
     def stats(self) -> dict:
@@ -791,11 +836,10 @@ class NgramIndex:
         with self._lock:
             seg = self._static
             static_bytes = 0 if seg is None else seg.nbytes + self._static_live.nbytes + self._static_stamps.nbytes
-            dyn_bytes = sum(f.tokens.nbytes + _ARRAY_HEADER_BYTES for f in self._files.values() if f.tokens is not None)
             hist_bytes = sum(t.nbytes + _HISTORY_ENTRY_BYTES for t, _ in self._history)
             buf_bytes = sum(b.doc.nbytes + (b.keys.nbytes if b.keys else 0) for b in self._buffers.values())
             cache_bytes = sum(v[1].nbytes for v in self._cache.values())
-            index_bytes = static_bytes + dyn_bytes + hist_bytes + buf_bytes + cache_bytes + self._file_bytes()
+            index_bytes = static_bytes + self._dyn_bytes + hist_bytes + buf_bytes + cache_bytes + self._file_bytes()
             indexed = self._indexed_tokens()
             return {
                 "indexed_tokens": indexed,
@@ -818,8 +862,17 @@ class NgramIndex:
     def _file_bytes(self) -> int:
         """The Python objects that track workspace files (lock held): each live file's path
         string and record, the dict holding them, and the static segment's key list (with
-        the paths of its removed files, which only it still holds)."""
+        the paths of its removed files, which only it still holds). From running totals:
+        constant time, whatever the number of files."""
+        return (sys.getsizeof(self._files) + self._path_bytes + len(self._files) * _FILE_RECORD_BYTES
+                + sys.getsizeof(self._static_keys) + self._dead_path_bytes)
+
+    def _walk_file_bytes(self) -> tuple[int, int]:
+        """``_file_bytes()`` and the dynamic set's array bytes, from a walk over every file (lock
+        held; for ``_check_invariants``, which compares the running totals with it)."""
         dead = (k for k, alive in zip(self._static_keys, self._static_live.tolist()) if not alive)
-        return (sys.getsizeof(self._files) + sum(map(sys.getsizeof, self._files))
-                + len(self._files) * _FILE_RECORD_BYTES
-                + sys.getsizeof(self._static_keys) + sum(map(sys.getsizeof, dead)))
+        file_bytes = (sys.getsizeof(self._files) + sum(map(sys.getsizeof, self._files))
+                      + len(self._files) * _FILE_RECORD_BYTES
+                      + sys.getsizeof(self._static_keys) + sum(map(sys.getsizeof, dead)))
+        dyn_bytes = sum(f.tokens.nbytes + _ARRAY_HEADER_BYTES for f in self._files.values() if f.tokens is not None)
+        return file_bytes, dyn_bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import sys
 import threading
 from collections import OrderedDict
 
@@ -431,3 +432,155 @@ def test_lookup_sets_are_built_outside_the_lock_and_equal_a_fresh_build(monkeypa
         assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
         assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
         assert np.array_equal(got.index.keys, want.index.keys) and np.array_equal(got.index.pos, want.index.pos)
+
+
+def _assert_same_scan_set(got, want) -> None:
+    assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
+    assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
+
+
+def test_a_lookup_building_while_rebuild_runs_does_not_bring_back_the_old_tokens(monkeypatch):
+    """rebuild() repairs a buffer's tokens without changing its stamp. A lookup that snapshotted
+    the other buffers before it, and builds their scan set while it runs, must not install that
+    set: its key would still match, and the pre-rebuild tokens would be served until the next edit."""
+    import index.store as store
+
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
+    idx.open_buffer("a", "xy1 ab")
+    idx.open_buffer("b", "cd2 xy3")
+    idx._buffers["b"].doc.tokens = np.array(ids("cd9 xy3"), np.int32)  # diverged: what rebuild() repairs
+    builds = []
+
+    class RebuildMidBuild(store.ScanSet):
+        def __init__(self, docs, *a, **kw):
+            builds.append([text(d) for d in docs])
+            if len(builds) == 1:
+                idx.rebuild()  # another thread, while this lookup builds unlocked
+            super().__init__(docs, *a, **kw)
+
+    monkeypatch.setattr(store, "ScanSet", RebuildMidBuild)
+    assert branches(idx.propose(ids("cd"), k=1, current_uri="a")) == [("2", 1, Source.OPEN_BUFFER, 2)]
+    assert branches(idx.propose(ids("cd"), k=1, current_uri="a")) == [("2", 1, Source.OPEN_BUFFER, 2)]
+    assert builds == [["cd9 xy3"], ["cd2 xy3"]]  # the pre-rebuild build was dropped, the lookup built again
+    monkeypatch.undo()
+    idx._check_invariants()
+
+
+def test_an_older_lookup_build_does_not_replace_a_newer_one(monkeypatch):
+    """Two lookups build "others": the first snapshotted before an edit of "b", the second after
+    it and installed first. The first one's build is stale and must not replace the current set."""
+    import index.store as store
+
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
+    idx.open_buffer("a", "xy1 ab")
+    idx.open_buffer("b", "cd2 xy3")
+    builds = []
+
+    class Interleaved(store.ScanSet):
+        def __init__(self, docs, *a, **kw):
+            builds.append([text(d) for d in docs])
+            if len(builds) == 1:  # while the first lookup builds: an edit, then a second lookup
+                idx.edit_buffer("b", 0, 0, "Q")
+                assert branches(idx.propose(ids("Qc"), k=1, current_uri="a")) == [("d", 1, Source.OPEN_BUFFER, 2)]
+            super().__init__(docs, *a, **kw)
+
+    monkeypatch.setattr(store, "ScanSet", Interleaved)
+    assert branches(idx.propose(ids("Qc"), k=1, current_uri="a")) == [("d", 1, Source.OPEN_BUFFER, 2)]
+    assert builds == [["cd2 xy3"], ["Qcd2 xy3"]]  # not a third build: the newer set stayed installed
+    monkeypatch.undo()
+    assert idx._cache["others"][0] == idx._lookup_sets("a")["others"][0]
+    idx._check_invariants()
+
+
+def test_check_invariants_compares_the_cached_lookup_sets_with_fresh_builds():
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
+    idx.open_buffer("a", "xy1 ab")
+    idx.open_buffer("b", "cd2 xy3")
+    idx.add_history(ids("hi!"))
+    idx.propose(ids("cd"), k=1, current_uri="a")
+    idx._check_invariants()
+    for name in ("others", "history"):
+        key, good = idx._cache[name]
+        bad = idx._lookup_sets("b")["others"][1]()  # a set with other contents under the current key
+        idx._cache[name] = (key, bad)
+        with pytest.raises(AssertionError):
+            idx._check_invariants()
+        idx._cache[name] = (key, good)
+    idx._check_invariants()
+
+
+def test_file_bytes_running_total_equals_a_walk(tmp_path):
+    """stats()' per-file bookkeeping is a running total kept by every install, removal and
+    merge; _check_invariants compares it with a walk over the files."""
+    idx = chars(IndexConfig(min_n=2, max_match=8, merge_tokens=10**6))
+    paths = [tmp_path / (f"{i:02d}_" + "n" * (i * 7) + ".py") for i in range(30)]
+    for p in paths:
+        p.write_text("ab\n")
+
+    def check():
+        assert (idx._file_bytes(), idx._dyn_bytes) == idx._walk_file_bytes()
+        idx._check_invariants()
+
+    check()
+    assert idx.index_workspace(tmp_path)["indexed"] == 30
+    check()
+    idx.merge()
+    check()
+    for p in paths[:10]:  # tombstoned in the static segment
+        idx.remove_file(p)
+    check()
+    for p in paths[10:15]:  # re-indexed: tombstoned there, live in the dynamic set
+        p.write_text("cd\n")
+        assert idx.index_file(p)
+    check()
+    idx.remove_file(paths[12])  # removed from the dynamic set
+    check()
+    idx.merge()
+    check()
+    assert idx.stats()["workspace_files"] == 19
+    idx.rebuild()
+    check()
+
+
+def test_stats_does_not_walk_the_files(tmp_path, monkeypatch):
+    """stats() runs under the lock every few seconds (editors poll status): its cost must not
+    grow with the number of workspace files. A walk would iterate the files' dict and call
+    sys.getsizeof once per path."""
+    import index.store as store
+
+    class WatchedFiles(dict):
+        walks = 0
+
+        def _walked(self, it):
+            WatchedFiles.walks += 1
+            return it
+
+        def __iter__(self):
+            return self._walked(super().__iter__())
+
+        def values(self):
+            return self._walked(super().values())
+
+        def items(self):
+            return self._walked(super().items())
+
+    def stats_sizeofs(n: int) -> int:
+        root = tmp_path / str(n)
+        root.mkdir()
+        for i in range(n):
+            (root / f"f{i}.py").write_text("ab\n")
+        idx = chars()
+        idx.index_workspace(root)
+        idx.merge()
+        idx.remove_file(root / "f0.py")  # a tombstone in the static segment
+        idx.index_file(root / "f1.py")  # a file in the dynamic set
+        idx._files = WatchedFiles(idx._files)
+        calls = []
+        real = sys.getsizeof
+        monkeypatch.setattr(store.sys, "getsizeof", lambda *a: calls.append(1) or real(*a))
+        assert idx.stats()["workspace_files"] == n - 1
+        monkeypatch.undo()
+        assert WatchedFiles.walks == 0
+        return len(calls)
+
+    assert stats_sizeofs(5) == stats_sizeofs(60)
