@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
+MAX_REFUSALS_SHOWN = 8  # distinct refusals shown between two completions: more is a flood
 
 
 @dataclass
@@ -80,7 +81,7 @@ class NgramdServer(LanguageServer):
         self._generation: dict[str, int] = {}
         self._inflight: dict[str, str] = {}
         _quiet_pygls_for_closed_documents()
-        self._last_refusal: str | None = None  # the daemon's last refusal shown to the user
+        self._refusals_shown: set[str] = set()  # the daemon's refusals shown to the user
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0}
 
@@ -244,6 +245,9 @@ class NgramdServer(LanguageServer):
         except DaemonError as exc:
             if exc.code == rpc.REQUEST_CANCELLED:
                 self.counters["cancelled"] += 1
+            elif exc.code == rpc.CONTENT_MODIFIED:  # still stale after the re-send: the user typed
+                self.counters["stale"] += 1
+                log.info("completion for %s stale after re-sending it: %s", uri, exc.message)
             else:
                 self.counters["failed"] += 1
                 self._report_refusal(exc)
@@ -258,7 +262,7 @@ class NgramdServer(LanguageServer):
             self.counters["empty"] += 1
             return None
         self.counters["completions"] += 1
-        self._last_refusal = None  # a refusal after this one is news again
+        self._refusals_shown.clear()  # a refusal after this one is news again
         log.debug("completion in %.0f ms: %r", (time.monotonic() - started) * 1000, result["text"][:80])
         return Proposal(doc, offset, result["text"], result)
 
@@ -277,12 +281,18 @@ class NgramdServer(LanguageServer):
             return await self.link.call("complete", params, max(0.01, deadline - time.monotonic()))
 
     def _report_refusal(self, exc: DaemonError) -> None:
-        """Log and show the daemon's refusal of a completion, once until it changes or a
-        completion succeeds: a refused setting fails every keystroke's request alike."""
-        if exc.message == self._last_refusal:
-            log.debug("daemon error (again): %s", exc)
+        """Log the daemon's refusal of a completion; show it too when the user can fix it
+        (``_is_users_doing``), once per distinct refusal until a completion succeeds or
+        the settings change: a refused setting fails every keystroke's request alike.
+        Anything else (busy, a document lost meanwhile, an internal error) passes by
+        itself and its message varies per request, so it is only logged."""
+        if not _is_users_doing(exc):
+            log.warning("daemon error: %s", exc)
             return
-        self._last_refusal = exc.message
+        if exc.message in self._refusals_shown or len(self._refusals_shown) >= MAX_REFUSALS_SHOWN:
+            log.debug("daemon error (shown before, or enough shown): %s", exc)
+            return
+        self._refusals_shown.add(exc.message)
         log.warning("daemon error: %s", exc)
         self.window_show_message(types.ShowMessageParams(
             type=types.MessageType.Error, message=f"ngramd: the daemon refused the completion: {exc.message}"))
@@ -365,6 +375,8 @@ class NgramdServer(LanguageServer):
         """
         old, new = self.settings, self.settings.updated(options)
         self.settings = new
+        if new != old:
+            self._refusals_shown.clear()  # the new settings' refusals are news
         socket = self._socket_path(new)
         same_daemon = socket == self.link.socket_path and self.link.ready
         self.link.reconfigure(socket_path=socket, model=new.model, device=new.device)
@@ -421,6 +433,14 @@ def _is_out_of_date(exc: DaemonError) -> bool:
     nothing else; any other INVALID_PARAMS (a refused setting) would be re-sent in vain."""
     return exc.code == rpc.CONTENT_MODIFIED or (
         exc.code == rpc.INVALID_PARAMS and exc.message.startswith(rpc.DOCUMENT_NOT_OPEN))
+
+
+def _is_users_doing(exc: DaemonError) -> bool:
+    """Whether the daemon refused what the user asked for (a setting out of range, a
+    method this daemon lacks), which repeats until the user acts; not a document the
+    daemon lost, which ``_complete`` repairs."""
+    return exc.code == rpc.METHOD_NOT_FOUND or (
+        exc.code == rpc.INVALID_PARAMS and not exc.message.startswith(rpc.DOCUMENT_NOT_OPEN))
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

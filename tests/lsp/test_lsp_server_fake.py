@@ -584,6 +584,40 @@ async def test_a_refused_completion_is_reported_once_and_not_resynced(fake, sock
     assert len(fake.methods("complete")) == 5 and len(fake.methods("open")) == 2
 
 
+async def test_only_refusals_of_the_users_settings_pop_up_each_once(fake, sock, lsp_client):
+    """A window message only for what the user can fix (a refused setting, an unknown
+    method), once per distinct refusal; a retry still stale (the user typed while the
+    document was re-sent) counts as stale and "busy" is only logged, though both
+    messages carry numbers that change per request."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "a = \n")
+    await until(lambda: fake.docs.get(URI), what="open")
+
+    async def complete_refused(code: int, message: str) -> None:
+        fake.complete_error = (code, message)
+        assert await client.text_document_inline_completion_async(inline_params(URI, 0, 4)) is None
+
+    for n in range(3):  # each request is re-sent once after CONTENT_MODIFIED, then given up
+        await complete_refused(rpc.CONTENT_MODIFIED, f"version {n} is not the document's ({n + 1})")
+    for n in range(2):
+        await complete_refused(rpc.INTERNAL_ERROR, f"busy: {n + 3} requests queued")
+    setting = "'temperature' must be >= 0, got 5e-05"
+    for _ in range(3):
+        await complete_refused(rpc.INVALID_PARAMS, setting)
+    await complete_refused(rpc.METHOD_NOT_FOUND, "unknown method 'complete'")
+    await complete_refused(rpc.INVALID_PARAMS, setting)  # shown before: not again
+    await complete_refused(rpc.METHOD_NOT_FOUND, "unknown method 'complete'")
+    await until(lambda: len(client.messages) >= 2, what="two messages")
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    # messages arrive in order: one for a stale or busy refusal would come first
+    assert [m.message for m in client.messages] == [
+        f"ngramd: the daemon refused the completion: {setting}",
+        "ngramd: the daemon refused the completion: unknown method 'complete'"]
+    assert all(m.type == types.MessageType.Error for m in client.messages)
+    assert len(fake.methods("complete")) == 6 + 2 + 6
+    assert status["counters"]["stale"] == 3 and status["counters"]["failed"] == 2 + 6
+
+
 async def test_requests_with_another_uri_spelling_reach_the_daemons_document(fake, sock, lsp_client):
     """pygls finds `a b.py` under `a%20b.py` too; the daemon knows only the didOpen
     spelling, which every message to it must use (change, complete, edit, close)."""
