@@ -51,6 +51,23 @@ def test_speculative_equals_plain_through_completer(completer):
     plain = completer.complete(_req(speculate=False, max_tokens=24))
     spec = completer.complete(_req(speculate=True, max_tokens=24))
     assert spec.token_ids == plain.token_ids and spec.text == plain.text and spec.prompt == plain.prompt
+    assert spec.stats.drafted > 0 and plain.stats.drafted == 0  # speculation ran, and plain did not
+
+
+def test_speculative_equals_plain_when_drafts_are_accepted(tiny):
+    """With an index, the plain answer goes to the history and the speculative run drafts it:
+    most drafts are accepted (the verification path that keeps tokens, not only rejects)."""
+    from index.store import IndexConfig, NgramIndex
+
+    index = NgramIndex(tiny.tokenize_batch, IndexConfig())
+    completer = Completer(tiny, index, EngineConfig(calibrate=False))
+    plain = completer.complete(_req(speculate=False, max_tokens=24))
+    completer.drop_cache("file:///kv.py")
+    spec = completer.complete(_req(speculate=True, max_tokens=24))
+    assert len(plain.token_ids) >= 8
+    assert spec.token_ids == plain.token_ids and spec.text == plain.text and spec.prompt == plain.prompt
+    assert spec.stats.accepted >= len(plain.token_ids) // 2
+    assert spec.stats.forward_passes < plain.stats.forward_passes
 
 
 def test_prompt_backs_off_mid_word_and_forces_the_typed_characters(tiny, completer):
