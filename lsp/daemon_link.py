@@ -12,7 +12,8 @@ States::
   in flight on the lost connection fail; a reconnect starts at once, but it only
   connects: a daemon is started by the next request (``call``) or ``start`` (the
   editor's ``initialized``), never by the loss itself, so ``ngramd stop`` sticks
-  until the user asks for a completion.
+  until the user asks for a completion. ``probe`` (an editor's status poll) only
+  connects too, so a daemon another editor started is found.
 - ``send`` is fire-and-forget for document sync: on a ready connection it writes
   now (so sync messages keep their order); otherwise it drops the message, because
   ``on_connect`` re-sends the whole state (every open buffer) on the next connection.
@@ -69,12 +70,29 @@ class DaemonLink:
         """A connect attempt (which may be starting a daemon) is in flight."""
         return self._connecting is not None and not self._connecting.done()
 
+    @property
+    def starting(self) -> bool:
+        """The attempt in flight may start a daemon (not a reconnect that only connects)."""
+        return self.connecting and self._connect_spawns and self.spawn
+
     # -- public ---------------------------------------------------------------------
 
     def start(self) -> None:
         """Begin connecting in the background (no-op when ready or connecting)."""
         if not self.ready and not self._closing:
             self._ensure_task()
+
+    async def probe(self, timeout: float) -> bool:
+        """Whether a daemon is connected, after connecting to one that already runs (one
+        another editor started), never starting one: with nothing in flight, a
+        connect-only attempt starts; a connect-only attempt is awaited up to ``timeout``,
+        one that may spawn is not (it can take minutes)."""
+        if self.ready or self._closing:
+            return self.ready
+        task = self._ensure_task(spawn=False)  # the attempt in flight, if any, as it is
+        if not self._connect_spawns:
+            await asyncio.wait({task}, timeout=timeout)  # its failure is the answer: not ready
+        return self.ready
 
     async def connection(self, timeout: float) -> RpcConnection:
         """The ready connection, connecting (and starting a daemon if none answers) first."""

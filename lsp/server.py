@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
+PROBE_S = 1.0  # how long an observing status waits to connect to a running daemon
 MAX_REFUSALS_SHOWN = 8  # distinct refusals shown between two completions: more is a flood
 
 
@@ -342,12 +343,13 @@ class NgramdServer(LanguageServer):
         """The LSP's state and the daemon's ``status``.
 
         ``observe``: look without starting a daemon (an editor's poll must not undo
-        ``ngramd stop``): with no ready connection, ``daemon`` is only ``{"state":
-        "starting"}`` while a connect attempt is in flight, else ``{"state": "stopped"}``.
+        ``ngramd stop``), but connect to one that runs (another editor may have started
+        it); with none connected, ``daemon`` is only ``{"state": "starting"}`` while an
+        attempt that may start one is in flight, else ``{"state": "stopped"}``.
         """
         daemon: Any
-        if observe and not self.link.ready:
-            daemon = {"state": "starting" if self.link.connecting else "stopped"}
+        if observe and not await self.link.probe(PROBE_S):
+            daemon = {"state": "starting" if self.link.starting else "stopped"}
         else:
             try:
                 daemon = await self.link.call("status", None, min(self.settings.timeout_ms / 1000, 5.0))

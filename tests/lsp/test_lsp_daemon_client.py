@@ -209,8 +209,8 @@ async def test_request_during_a_connect_only_reconnect_starts_a_daemon(sock, mon
 
 
 async def test_server_status_observe_starts_nothing(sock, monkeypatch):
-    """``ngramd.status({spawn: false})``: "starting" while a connect is in flight, else
-    "stopped"; never a daemon started."""
+    """``ngramd.status({spawn: false})`` with no daemon: "stopped", also while the
+    reconnect after a loss (which only connects) is in flight; never a daemon started."""
     from lsp_helpers import until
 
     from lsp.config import Settings
@@ -221,13 +221,64 @@ async def test_server_status_observe_starts_nothing(sock, monkeypatch):
     try:
         status = await server.status(observe=True)
         assert status["connected"] is False and status["daemon"] == {"state": "stopped"}
-        server.link._ensure_task(spawn=False)
-        assert (await server.status(observe=True))["daemon"] == {"state": "starting"}
+        server.link._ensure_task(spawn=False)  # what a lost connection starts
+        assert server.link.connecting and not server.link.starting
+        assert (await server.status(observe=True))["daemon"] == {"state": "stopped"}
         await until(lambda: not server.link.connecting, what="the connect attempt to end")
         assert (await server.status(observe=True))["daemon"] == {"state": "stopped"}
         assert procs == [] and server.link.spawned == 0
     finally:
         await server.link.close()
+
+
+async def test_server_status_observe_says_starting_only_while_a_daemon_may_be_started(sock, monkeypatch):
+    """"starting" (the editor shows a spinner and keeps polling) only while the attempt
+    in flight may start a daemon, as the editor's ``initialized`` does."""
+    from lsp_helpers import until
+
+    from lsp.config import Settings
+    from lsp.server import NgramdServer
+
+    procs = _spawn_fake_daemons(monkeypatch)
+    server = NgramdServer(Settings(), sock, spawn=True)
+    try:
+        server.link.start()
+        assert server.link.starting
+        assert (await server.status(observe=True))["daemon"] == {"state": "starting"}
+        await until(lambda: server.link.ready, timeout=30, what="the started daemon")
+        status = await server.status(observe=True)
+        assert status["daemon"]["daemon"]["server"] == "fake" and len(procs) == 1
+    finally:
+        await server.link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_server_status_observe_connects_to_a_daemon_started_elsewhere(sock, monkeypatch):
+    """A poll finds a daemon another editor started (connect only, nothing started)."""
+    from lsp_fake_daemon import FakeDaemon
+
+    from lsp.config import Settings
+    from lsp.server import NgramdServer
+
+    procs = _spawn_fake_daemons(monkeypatch)
+    server = NgramdServer(Settings(), sock, spawn=True)
+    other = None
+    try:
+        assert (await server.status(observe=True))["daemon"] == {"state": "stopped"}
+        other = await FakeDaemon(sock).start()  # another editor's daemon
+        for _ in range(100):  # each poll waits up to PROBE_S for its connect attempt
+            status = await server.status(observe=True)
+            if status["connected"]:
+                break
+        assert status["connected"] is True and status["daemon"]["daemon"]["server"] == "fake"
+        assert procs == [] and server.link.spawned == 0 and server.link.connects == 1
+        assert len(other.methods("initialize")) == 1
+    finally:
+        await server.link.close()
+        if other is not None:
+            await other.stop()
         for p in procs:
             p.kill()
             p.wait()

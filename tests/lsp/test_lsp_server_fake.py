@@ -541,7 +541,8 @@ async def test_close_and_reopen_during_the_debounce_makes_the_request_stale(fake
 
 async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_client):
     """An editor's status poll ({spawn: false}) reports the stopped daemon and asks for
-    nothing; a plain status still tries to reach the daemon."""
+    nothing; a plain status still tries to reach the daemon; a poll finds a daemon
+    started again."""
     client = await lsp_client(sock)
     await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
@@ -552,12 +553,20 @@ async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_cl
         status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="ngramd.status", arguments=[{"spawn": False}]))
         if status["daemon"] == {"state": "stopped"}:
-            break  # before: the loss not yet seen, or {"state": "starting"} (the reconnect)
+            break  # before: the loss not yet seen
         await asyncio.sleep(0.02)
     assert status["connected"] is False and status["daemon"] == {"state": "stopped"}
     assert status["daemonsStarted"] == 0
     plain = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     assert "cannot connect" in plain["daemon"]["error"]
+    await fake.start()  # a daemon started by another editor: the poll finds it
+    for _ in range(100):
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.status", arguments=[{"spawn": False}]))
+        if status["connected"]:
+            break
+        await asyncio.sleep(0.02)
+    assert status["connected"] is True and status["daemon"]["daemon"]["server"] == "fake"
 
 
 async def test_a_refused_completion_is_reported_once_and_not_resynced(fake, sock, lsp_client):
