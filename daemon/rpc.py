@@ -87,6 +87,11 @@ class Notification:
 Message = Request | Response | Notification
 
 
+# The daemon's last notification to every client when it exits because it was asked to
+# (`shutdown`, SIGTERM/SIGINT); a daemon that dies sends none.
+EXITING = "exiting"
+
+
 def pack_request(msgid: int, method: str, params: Any) -> bytes:
     return msgpack.packb([REQUEST, msgid, method, params], use_bin_type=True)
 

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from daemon.paths import is_socket
 from daemon.rpc import (
-    DEFAULT_MAX_MESSAGE_BYTES, INTERNAL_ERROR, Notification, Request, Response,
+    DEFAULT_MAX_MESSAGE_BYTES, EXITING, INTERNAL_ERROR, Notification, Request, Response,
     RpcError, decode, msgid_of, pack_notification, pack_response, FrameReader,
 )
 
@@ -120,6 +120,11 @@ class Server:
                    if t is not asyncio.current_task()]
         if pending:
             await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+        # Tell every client that this exit was asked for (shutdown, SIGTERM/SIGINT): an editor
+        # then waits for its next request to start a daemon, where a crash (no notice) gets one
+        # started again at once.
+        notice = pack_notification(EXITING, {"reason": "shutdown"})
+        await asyncio.gather(*(conn.send(notice) for conn in list(self.connections.values())))
         for conn in list(self.connections.values()):
             conn.closed = True
             conn.writer.close()
