@@ -59,6 +59,7 @@ class RpcConnection:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._closed = False
+        self.exit_announced = False  # the daemon said it is exiting because it was asked to
         self._frames = rpc.FrameReader()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -155,6 +156,9 @@ class RpcConnection:
             msg = rpc.decode(obj)
         except rpc.RpcError as exc:
             log.warning("ignoring a malformed message from the daemon: %s", exc.message)
+            return
+        if isinstance(msg, rpc.Notification) and msg.method == rpc.EXITING:
+            self.exit_announced = True
             return
         if not isinstance(msg, rpc.Response):
             log.debug("ignoring %s from the daemon", type(msg).__name__)

@@ -8,11 +8,12 @@ States::
          +------------------- connection lost ---------------------+
 
 - ``call`` waits for ``ready`` (bounded by its timeout, while connecting goes on in
-  the background) and then for the answer. When the daemon dies, only the requests
-  in flight on the lost connection fail; a reconnect starts at once, but it only
-  connects: a daemon is started by the next request (``call``) or ``start`` (the
-  editor's ``initialized``), never by the loss itself, so ``ngramd stop`` sticks
-  until the user asks for a completion. ``probe`` (an editor's status poll) only
+  the background) and then for the answer. When the connection is lost, only the
+  requests in flight on it fail and a reconnect starts at once. A daemon that died
+  (no notice) is started again at once when none answers; one that announced its
+  exit (``exiting``: ``ngramd stop``, SIGTERM) is not: the reconnect only connects,
+  and a daemon is started by the next request (``call``) or ``start`` (the editor's
+  ``initialized``), so ``ngramd stop`` sticks until the user asks for a completion. ``probe`` (an editor's status poll) only
   connects too, so a daemon another editor started is found.
 - ``send`` is fire-and-forget for document sync: on a ready connection it writes
   now (so sync messages keep their order); otherwise it drops the message, because
@@ -253,10 +254,15 @@ class DaemonLink:
             return
         self._conn = None
         self._reap()
-        if not self._closing:
-            log.warning("connection to the daemon lost; reconnecting (the next request "
-                        "starts a daemon if none answers)")
-            self._ensure_task(spawn=False)  # a stopped daemon stays stopped
+        if self._closing:
+            return
+        if conn.exit_announced:  # stopped on request (`ngramd stop`): it stays stopped
+            log.warning("the daemon was stopped; reconnecting (the next request starts a daemon "
+                        "if none answers)")
+            self._ensure_task(spawn=False)
+        else:  # it died: start one again now, so that it is loading before the next request
+            log.warning("connection to the daemon lost; reconnecting (starting a daemon if none answers)")
+            self._ensure_task(spawn=True)
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

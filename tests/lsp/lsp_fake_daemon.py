@@ -41,8 +41,17 @@ class FakeDaemon:
         self._server = await asyncio.start_unix_server(self._serve, self.path)
         return self
 
-    async def stop(self) -> None:
-        """Close the socket and every connection, like a daemon that died."""
+    async def stop(self, announce: bool = False) -> None:
+        """Close the socket and every connection, like a daemon that died; ``announce``: like
+        one that was stopped (``ngramd stop``), which first tells every client it is exiting."""
+        if announce:
+            for w in list(self._writers):
+                w.write(rpc.pack_notification(rpc.EXITING, {"reason": "shutdown"}))
+            for w in list(self._writers):
+                try:
+                    await w.drain()
+                except ConnectionError:
+                    pass
         if self._server is not None:
             self._server.close()
             self._server = None

@@ -176,7 +176,7 @@ async def test_lost_daemon_is_reconnected_without_spawning_until_a_request(sock,
     link = DaemonLink(sock, spawn=True, start_timeout=30)
     try:
         assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
-        await first.stop()
+        await first.stop(announce=True)  # `ngramd stop`
         await until(lambda: not link.ready and link._connecting is not None and link._connecting.done(),
                     what="the reconnect attempt to end")
         assert procs == [] and link.spawned == 0 and not link.ready
@@ -184,6 +184,27 @@ async def test_lost_daemon_is_reconnected_without_spawning_until_a_request(sock,
         # the next request starts a daemon and is answered by it
         assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
         assert len(procs) == 1 and link.spawned == 1 and link.ready
+    finally:
+        await link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_a_daemon_that_died_is_started_again_without_waiting_for_a_request(sock, monkeypatch):
+    """No `exiting` notice: a crash, not a stop. The link starts a daemon at once (DESIGN:
+    "If the daemon dies, `ngramd lsp` restarts it"), so it loads before the next request."""
+    from lsp_fake_daemon import FakeDaemon
+    from lsp_helpers import until
+
+    procs = _spawn_fake_daemons(monkeypatch)
+    first = await FakeDaemon(sock).start()
+    link = DaemonLink(sock, spawn=True, start_timeout=30)
+    try:
+        assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
+        await first.stop()  # died: no notice
+        await until(lambda: link.ready and link.spawned == 1, timeout=30, what="a daemon started again")
+        assert len(procs) == 1
     finally:
         await link.close()
         for p in procs:

@@ -548,7 +548,7 @@ async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_cl
     status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="ngramd.status", arguments=[{"spawn": False}]))
     assert status["connected"] is True and status["daemon"]["daemon"]["server"] == "fake"
-    await fake.stop()
+    await fake.stop(announce=True)  # `ngramd stop`
     for _ in range(200):
         status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="ngramd.status", arguments=[{"spawn": False}]))
