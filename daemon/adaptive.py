@@ -115,7 +115,8 @@ class CostModel:
         from daemon.model import cache_root
 
         # v5: packed weights (daemon/fast_linear.py) made passes of 3+ tokens cheaper
-        key = f"v5|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        # v6: packed calls padded to fixed row counts (a pass of 5 costs what one of 6 does)
+        key = f"v6|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}

@@ -34,6 +34,18 @@ WX_ROWS = {"head": frozenset(range(1, 9)), "layer": frozenset(range(1, 5))}
 PACKED_WX_ROWS = {"head": frozenset({1, 2}), "layer": frozenset({1, 2})}
 PACK_BATCH_HINT = 8  # oneDNN picks its weight layout for this many rows; any row count works
 PACK_MAX_BYTES = 1 << 30  # the packed copy doubles the linear weights' memory: only up to this size
+# oneDNN builds and keeps a kernel for every row count it is called with (~0.6 MB each, and
+# calls with ever new counts kept growing memory: +3.2 GB for the default model after two
+# sweeps of passes of 1..200 tokens, docs/benchmarks.md), so a call's row count comes from a
+# fixed set: every count up to 16 (the common verification passes), then steps of at most
+# 25%, up to PACK_BLOCK (the prefill chunk); a call is padded with zero rows up to the next
+# bucket, and longer inputs go in blocks of PACK_BLOCK. Rows of a linear are independent,
+# so the padding changes no output row.
+PACK_BLOCK = 512
+PACK_BUCKETS = tuple(range(3, 17)) + tuple(
+    step * k for step in (4, 8, 16, 32, 64) for k in (5, 6, 7, 8))  # 20, 24, 28, 32, 40, ..., 448, 512
+assert PACK_BUCKETS[-1] == PACK_BLOCK
+_BUCKET_SET = frozenset(PACK_BUCKETS)
 
 
 def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: frozenset[int],
@@ -48,7 +60,7 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         return F.linear(x, weight, bias)
     if n not in rows:
         if packed is not None and n:
-            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            return packed_linear(x, packed, bias, n)
         return F.linear(x, weight, bias)
     flat = x.reshape(n, x.shape[-1])  # [n, in]
     if n == 1:  # a matrix-vector product is as slow as F.linear; two equal rows take the fast path
@@ -57,6 +69,29 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if bias is not None:
         out = out + bias
     return out.contiguous().reshape(*x.shape[:-1], weight.shape[0])
+
+
+def onednn_linear(*args):  # torch.ops.mkldnn._linear_pointwise, by a name tests can watch
+    return torch.ops.mkldnn._linear_pointwise(*args)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
+    """oneDNN's linear on ``packed`` for x [..., in] holding ``n`` rows, called only with row
+    counts from ``PACK_BUCKETS`` (blocks of ``PACK_BLOCK``, the last one zero-padded)."""
+    if n in _BUCKET_SET:  # one call, as it comes (most passes)
+        return onednn_linear(x, packed, bias, "none", [], "")
+    flat = x.reshape(n, x.shape[-1])  # [n, in]
+    outs = []
+    for start in range(0, n, PACK_BLOCK):
+        block = flat[start: start + PACK_BLOCK]  # [m, in]
+        m = block.shape[0]
+        size = next(b for b in PACK_BUCKETS if b >= m)
+        if size > m:
+            block = torch.cat([block, block.new_zeros(size - m, block.shape[1])])  # [size, in]
+        # [1, size, in], as the engine's own calls come: one kernel per row count, not two
+        outs.append(onednn_linear(block[None], packed, bias, "none", [], "")[0, :m])
+    out = outs[0] if len(outs) == 1 else torch.cat(outs)  # [n, out]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def can_pack(weights: list[torch.Tensor]) -> bool:

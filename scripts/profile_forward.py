@@ -47,7 +47,14 @@ VARIANTS = {  # name: (cache class, head rows, layer rows, attention, packed wei
     "layers_all": ("inplace", TABLE["head"], UP_TO_32, fast_attention.NAME, False),
     "packed": ("inplace", PACKED["head"], PACKED["layer"], fast_attention.NAME, True),
     "packed_wx4": ("inplace", PACKED["head"], frozenset(range(1, 5)), fast_attention.NAME, True),
+    # packed weights called with any row count, as before the row buckets (fast_linear.PACK_BUCKETS)
+    "packed_any_rows": ("inplace", PACKED["head"], PACKED["layer"], fast_attention.NAME, True),
 }
+BUCKETED_LINEAR = fast_linear.packed_linear
+
+
+def _packed_any_rows(x, packed, bias, n):  # one oneDNN call with all n rows (a kernel kept per n)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 PACKS: dict[object, object] = {}  # FastLinear -> its packed weight, taken off for unpacked variants
 
 
@@ -63,6 +70,7 @@ def run_pass(rt, cache, ids: torch.Tensor, ctx: int, n: int, variant: str) -> fl
     fast_linear.PACKED_WX_ROWS.update(head=head, layer=layer)
     for module, weight in PACKS.items():
         module.packed = weight if packed else None
+    fast_linear.packed_linear = _packed_any_rows if variant == "packed_any_rows" else BUCKETED_LINEAR
     if rt.model.config._attn_implementation != attention:
         rt.model.set_attn_implementation(attention)
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ needs_onednn = pytest.mark.skipif(not fast_linear.can_pack([torch.zeros(2, 2)]),
 
 
 @needs_onednn
-@pytest.mark.parametrize("n", [3, 5, 8, 17, 64])
+@pytest.mark.parametrize("n", [3, 5, 8, 17, 64, 65, 300, 700])  # in a bucket, padded, in blocks
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_packed_linear_equals_f_linear(n, with_bias):
     g = torch.Generator().manual_seed(n)
@@ -41,6 +41,31 @@ def test_packed_linear_equals_f_linear(n, with_bias):
     got = linear_rows(x, w, b, frozenset({1, 2}), fast_linear.pack(w))
     assert got.shape == (1, n, 300) and got.is_contiguous()
     torch.testing.assert_close(got, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_onednn_sees_only_the_bucket_row_counts_and_padding_changes_no_row(monkeypatch):
+    """oneDNN keeps a kernel per row count it is called with (memory that was never given
+    back): every call's count is one of PACK_BUCKETS, and a padded call's rows equal an
+    unpadded call's."""
+    w = torch.randn(64, 32, generator=torch.Generator().manual_seed(1))
+    packed = fast_linear.pack(w)
+    seen = []
+    real = fast_linear.onednn_linear
+
+    def watch(x, *rest):
+        seen.append(x.shape[-2])
+        return real(x, *rest)
+
+    monkeypatch.setattr(fast_linear, "onednn_linear", watch)
+    for n in list(range(3, 80)) + [131, 511, 513, 1100]:
+        x = torch.randn(1, n, 32, generator=torch.Generator().manual_seed(n))
+        got = fast_linear.packed_linear(x, packed, None, n)
+        assert got.shape == (1, n, 64)
+        if n <= fast_linear.PACK_BLOCK:  # padding alone: the same rows as a call with n rows
+            assert torch.equal(got, real(x, packed, None, "none", [], ""))
+    assert set(seen) <= set(fast_linear.PACK_BUCKETS)
+    assert len(set(seen)) <= len(fast_linear.PACK_BUCKETS) < 40
 
 
 @needs_onednn
