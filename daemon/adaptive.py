@@ -41,9 +41,20 @@ class CostModel:
     sizes: list[int] = field(default_factory=lambda: [1, 64])
     ms: list[float] = field(default_factory=lambda: [70.0, 260.0])  # DESIGN.md's CPU figures as a prior
     online: bool = True  # fold measured passes in (``observe``); False: a fixed curve, deterministic
+    # row counts a pass is padded to (ModelRuntime.padded_pass_rows): a pass of 17 tokens
+    # costs what one of 20 does, so the policy sees drafts up to the bucket as free
+    pad_to: tuple[int, ...] = ()
 
     def __call__(self, n: int) -> float:
-        return float(np.interp(n, self.sizes, self.ms))
+        return float(self.many(np.array([n]))[0])
+
+    def many(self, ns: np.ndarray) -> np.ndarray:
+        """ms of passes of ``ns`` [k] new tokens each (padding included): [k]."""
+        if self.pad_to:
+            buckets = np.asarray(self.pad_to)
+            inside = (ns >= buckets[0]) & (ns <= buckets[-1])
+            ns = np.where(inside, buckets[np.minimum(np.searchsorted(buckets, ns), len(buckets) - 1)], ns)
+        return np.interp(ns, self.sizes, self.ms)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": [int(x) for x in self.sizes], "ms": [round(float(x), 3) for x in self.ms]}
@@ -177,7 +188,7 @@ def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0) 
     if len(values) == 0:
         return 0
     # expected tokens per ms for m = 1..n; one vectorised pass (the edit policy sizes up to 64 on every pass)
-    rates = (1.0 + np.cumsum(values)) / np.interp(np.arange(2, len(values) + 2), cost.sizes, cost.ms)
+    rates = (1.0 + np.cumsum(values)) / cost.many(np.arange(2, len(values) + 2))
     best = int(np.argmax(rates))  # the first of equal rates: the shorter draft
     return best + 1 if rates[best] > min_gain / cost(1) else 0
 

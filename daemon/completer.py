@@ -50,6 +50,8 @@ class Completer:
         # calibrate=False: the prior curve, fixed (no measuring at load nor online), so that
         # draft decisions do not depend on timing (tests)
         self.cost = CostModel.cached(runtime) if self.cfg.calibrate else CostModel(online=False)
+        pad_rows = getattr(runtime, "padded_pass_rows", None)
+        self.cost.pad_to = tuple(pad_rows()) if callable(pad_rows) else ()
         self.policy = DraftPolicy(self.cost, self.cfg.adaptive)
         self.pool = KVPool(self.cfg.max_caches)
         self.totals = GenerationStats()

@@ -36,3 +36,18 @@ def test_policy_drafts_less_when_passes_of_several_tokens_turn_out_expensive():
     cheap_k = sum(len(t) for _, t in cheap.choose(draft, 16))
     dear_k = sum(len(t) for _, t in dear.choose(draft, 16))
     assert cheap_k > 0 and dear_k == 0  # at the measured costs no draft pays: plain decoding
+
+
+def test_padded_passes_cost_their_bucket_and_the_policy_fills_the_bucket():
+    """With packed weights a pass of 17 tokens runs as one of 20 (daemon/fast_linear.py): the
+    cost model says so, and a draft that pays for 20 rows uses them."""
+    from daemon.adaptive import best_count
+    from daemon.fast_linear import PACK_BUCKETS
+
+    plain = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False)
+    padded = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False, pad_to=PACK_BUCKETS)
+    assert padded(17) == padded(20) == plain(20) > plain(17) and padded(2) == plain(2)
+    assert list(padded.many(np.array([1, 16, 17, 19, 20, 65]))) == [plain(n) for n in (1, 16, 20, 20, 20, 65)]
+    values = [0.97 ** (i + 1) for i in range(40)]  # a long draft that keeps being accepted
+    m = best_count(values, padded)
+    assert m > 0 and 1 + m in PACK_BUCKETS
