@@ -124,9 +124,12 @@ class Completer:
         return result
 
     def drop_cache(self, uri: str) -> None:
-        """Forget the KV cache of ``uri`` (document closed, or a cold measurement wanted)."""
+        """Forget the KV caches of ``uri``, its edits' too (document closed, or a cold measurement wanted)."""
+        from daemon.edit import edit_cache_key
+
         with self._lock:
             self.pool.drop(uri)
+            self.pool.drop(edit_cache_key(uri))
 
     def stats(self) -> dict[str, Any]:
         """Totals over all requests, the cost model and the learnt acceptance rates."""

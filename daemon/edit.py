@@ -106,6 +106,11 @@ def validate(req: EditRequest) -> None:
     check_sampling(req.sampling)
 
 
+def edit_cache_key(uri: str) -> str:
+    """The KV cache of a document's edit prompts, kept apart from its completions' (``uri``)."""
+    return f"{uri}#edit"
+
+
 def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
     """``max_tokens`` cut to the positions the model has after the prompt; ValueError when the
     prompt and an unchanged answer (the draft) do not fit at all."""
@@ -147,7 +152,7 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     stopper = StopChecker(StopConfig(max_tokens=max_tokens, stop_strings=ep.stop, eos_ids=completer.eos_ids,
                                      block_end=False),  # a rewritten range may dedent
                           runtime.token_bytes)
-    out, stats = completer.decode(f"{req.uri}#edit",  # the edit prompt's KV, apart from completions'
+    out, stats = completer.decode(edit_cache_key(req.uri),  # the edit prompt's KV, apart from completions'
                                   ep.prompt_ids, proposer, policy, stopper, req.sampling, None, cancel,
                                   propose_k=pcfg.k_max, t0=t0,
                                   sync=(req.uri, req.text) if req.speculate else None)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from daemon.edit import run_edit
+from daemon.edit import edit_cache_key, run_edit
 from daemon.edit_prompt import EditRangeError
 from daemon.requests import EditRequest, SamplingParams
 
@@ -111,3 +111,14 @@ def test_a_huge_instruction_is_not_blamed_on_the_selection(tiny_completer, tiny_
     with pytest.raises(ValueError, match="too long to rewrite") as info:
         run_edit(tiny_completer, req, threading.Event())
     assert "shorten the instruction" in str(info.value) and "the selection is too long" not in str(info.value)
+
+
+def test_closing_a_document_drops_its_edit_cache_too(tiny_completer, tiny_runtime):
+    """The daemon drops a closed document's KV caches (drop_cache): the edit prompt's one is
+    kept apart from the completions', and must go as well (the pool holds a few per model)."""
+    uri = "file:///w/closing.py"
+    run_edit(tiny_completer, EditRequest(uri=uri, text=SRC, start=START, end=END, instruction="x",
+                                         max_tokens=2), threading.Event())
+    assert edit_cache_key(uri) in tiny_completer.pool._caches
+    tiny_completer.drop_cache(uri)
+    assert edit_cache_key(uri) not in tiny_completer.pool._caches and uri not in tiny_completer.pool._caches
