@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import pytest_asyncio
 
 from daemon import rpc
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
@@ -166,67 +167,58 @@ def _spawn_fake_daemons(monkeypatch) -> list:
     return procs
 
 
-async def test_lost_daemon_is_reconnected_without_spawning_until_a_request(sock, monkeypatch):
+@pytest_asyncio.fixture
+async def spawning_link(sock, monkeypatch):
+    """(a DaemonLink that may start daemons, the fake daemons it started); all gone afterwards."""
+    procs = _spawn_fake_daemons(monkeypatch)
+    link = DaemonLink(sock, spawn=True, start_timeout=30)
+    yield link, procs
+    await link.close()
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+async def test_lost_daemon_is_reconnected_without_spawning_until_a_request(sock, spawning_link):
     """`ngramd stop` must stick: the loss only reconnects; the next request starts a daemon."""
     from lsp_fake_daemon import FakeDaemon
     from lsp_helpers import until
 
-    procs = _spawn_fake_daemons(monkeypatch)
+    link, procs = spawning_link
     first = await FakeDaemon(sock).start()
-    link = DaemonLink(sock, spawn=True, start_timeout=30)
-    try:
-        assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
-        await first.stop(announce=True)  # `ngramd stop`
-        await until(lambda: not link.ready and link._connecting is not None and link._connecting.done(),
-                    what="the reconnect attempt to end")
-        assert procs == [] and link.spawned == 0 and not link.ready
-        assert "cannot connect" in link.last_error
-        # the next request starts a daemon and is answered by it
-        assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
-        assert len(procs) == 1 and link.spawned == 1 and link.ready
-    finally:
-        await link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
+    assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
+    await first.stop(announce=True)  # `ngramd stop`
+    await until(lambda: not link.ready and link._connecting is not None and link._connecting.done(),
+                what="the reconnect attempt to end")
+    assert procs == [] and link.spawned == 0 and not link.ready
+    assert "cannot connect" in link.last_error
+    # the next request starts a daemon and is answered by it
+    assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+    assert len(procs) == 1 and link.spawned == 1 and link.ready
 
 
-async def test_a_daemon_that_died_is_started_again_without_waiting_for_a_request(sock, monkeypatch):
+async def test_a_daemon_that_died_is_started_again_without_waiting_for_a_request(sock, spawning_link):
     """No `exiting` notice: a crash, not a stop. The link starts a daemon at once (DESIGN:
     "If the daemon dies, `ngramd lsp` restarts it"), so it loads before the next request."""
     from lsp_fake_daemon import FakeDaemon
     from lsp_helpers import until
 
-    procs = _spawn_fake_daemons(monkeypatch)
+    link, procs = spawning_link
     first = await FakeDaemon(sock).start()
-    link = DaemonLink(sock, spawn=True, start_timeout=30)
-    try:
-        assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
-        await first.stop()  # died: no notice
-        await until(lambda: link.ready and link.spawned == 1, timeout=30, what="a daemon started again")
-        assert len(procs) == 1
-    finally:
-        await link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
+    assert (await link.call("status", None, 5))["daemon"]["server"] == "fake"
+    await first.stop()  # died: no notice
+    await until(lambda: link.ready and link.spawned == 1, timeout=30, what="a daemon started again")
+    assert len(procs) == 1
 
 
-async def test_request_during_a_connect_only_reconnect_starts_a_daemon(sock, monkeypatch):
+async def test_request_during_a_connect_only_reconnect_starts_a_daemon(spawning_link):
     """A request that finds the loss's connect-only attempt in flight does not fail
     because that attempt found nobody: it follows with one that may start a daemon."""
-    procs = _spawn_fake_daemons(monkeypatch)
-    link = DaemonLink(sock, spawn=True, start_timeout=30)
-    try:
-        link._ensure_task(spawn=False)  # what a lost connection starts
-        assert link.connecting
-        assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
-        assert len(procs) == 1 and link.spawned == 1
-    finally:
-        await link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
+    link, procs = spawning_link
+    link._ensure_task(spawn=False)  # what a stopped daemon's loss starts
+    assert link.connecting
+    assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+    assert len(procs) == 1 and link.spawned == 1
 
 
 async def test_server_status_observe_starts_nothing(sock, monkeypatch):
