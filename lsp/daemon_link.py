@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 SPAWN_BACKOFF_S = 10.0
 POLL_S = 0.1
+# A daemon this link started that answered and then dropped its connection is dying: its
+# process may outlive the socket for a moment (exit tears down files first). Wait this long
+# for it to be gone before starting the next, instead of taking its exit for a failed start.
+DYING_WAIT_S = 5.0
 
 
 class DaemonLink:
@@ -60,6 +64,7 @@ class DaemonLink:
         self._closing = False
         self.connects = 0  # connections made ready (a reconnect counts)
         self.spawned = 0  # daemons this link started
+        self._answered: set[int] = set()  # pids of started daemons that answered once
         self.last_error: str = ""
 
     @property
@@ -202,6 +207,8 @@ class DaemonLink:
             if not (self.spawn and spawn):
                 raise
         proc = self._live_proc()
+        if proc is not None and proc.pid in self._answered:  # it served, then went: let it go first
+            proc = await self._outlive(proc)
         if proc is None:
             if time.monotonic() < self._no_spawn_until:
                 raise DaemonUnavailable(f"no daemon on {self.socket_path}; {self._no_spawn_reason}")
@@ -214,12 +221,22 @@ class DaemonLink:
             self.spawned += 1
         return await self._wait_for(proc)
 
+    async def _outlive(self, proc: subprocess.Popen) -> subprocess.Popen | None:
+        """None once ``proc`` (a daemon that answered and then dropped us) has exited; ``proc``
+        itself if it is still there after DYING_WAIT_S (then it is waited for as any start)."""
+        deadline = time.monotonic() + DYING_WAIT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S / 2)
+        return self._live_proc() if proc.poll() is None else None
+
     async def _wait_for(self, proc: subprocess.Popen) -> RpcConnection:
         """Poll the socket until the daemon answers, exits, or start_timeout passes."""
         deadline = time.monotonic() + self.start_timeout
         while True:
             try:
-                return await RpcConnection.open(self.socket_path, on_close=self._lost)
+                conn = await RpcConnection.open(self.socket_path, on_close=self._lost)
+                self._answered.add(proc.pid)
+                return conn
             except DaemonUnavailable:
                 pass
             code = proc.poll()
@@ -248,6 +265,7 @@ class DaemonLink:
     def _reap(self) -> None:
         """Forget (and wait for) daemons this link started that have exited: no zombies."""
         self._procs = [p for p in self._procs if p.poll() is None]
+        self._answered &= {p.pid for p in self._procs}  # a pid may be reused
 
     def _lost(self, conn: RpcConnection) -> None:
         if conn is not self._conn:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from typing import Any
 
@@ -177,8 +178,14 @@ def _result(text: str) -> dict[str, Any]:
 
 
 async def _main(path: str) -> None:
-    await FakeDaemon(path).start()
-    await asyncio.Event().wait()
+    daemon = await FakeDaemon(path).start()
+    dying = asyncio.Event()
+    # SIGUSR1: die slowly, as a killed process can: the socket and connections go first,
+    # the process a second later
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dying.set)
+    await dying.wait()
+    await daemon.stop()
+    await asyncio.sleep(1.0)
 
 
 if __name__ == "__main__":

@@ -211,6 +211,21 @@ async def test_a_daemon_that_died_is_started_again_without_waiting_for_a_request
     assert len(procs) == 1
 
 
+async def test_a_started_daemon_that_dies_slowly_is_replaced_without_backing_off(spawning_link):
+    """The process outlives its socket for a moment (as a killed one can): its exit is not a
+    failed start (which would refuse to start daemons for SPAWN_BACKOFF_S), a new one starts."""
+    import signal
+
+    from lsp_helpers import until
+
+    link, procs = spawning_link
+    assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+    assert len(procs) == 1
+    procs[0].send_signal(signal.SIGUSR1)  # closes its socket now, exits a second later
+    await until(lambda: link.ready and link.spawned == 2, timeout=30, what="a second daemon")
+    assert procs[0].poll() is not None and "the last start failed" not in (link.last_error or "")
+
+
 async def test_request_during_a_connect_only_reconnect_starts_a_daemon(spawning_link):
     """A request that finds the loss's connect-only attempt in flight does not fail
     because that attempt found nobody: it follows with one that may start a daemon."""
