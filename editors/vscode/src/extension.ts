@@ -56,6 +56,7 @@ let deactivated = false;
 let settings: NgramdSettings;
 let statusItem: vscode.StatusBarItem;
 let pollTimer: NodeJS.Timeout | undefined;
+let statusSeq = 0; // the newest status request; older replies are not shown
 // The poll pauses while the daemon is stopped (see daemonStopped) and never overlaps itself.
 let pollPaused = false;
 let pollInFlight = false;
@@ -239,13 +240,20 @@ async function refreshStatus(): Promise<unknown> {
   if (!client || client.state !== State.Running) {
     return undefined;
   }
+  // Replies can come back out of order (a poll and the user's status command): only the
+  // newest request's reply is shown, so an older one never overwrites a newer state.
+  const seq = ++statusSeq;
   try {
     const result = await serverCommand(SERVER_COMMANDS.status, [...OBSERVE_STATUS_ARGS]);
-    pollPaused = daemonStopped(result);
-    showStatus(statusView({ enabled: settings.enable, ...(result as object) }));
+    if (seq === statusSeq) {
+      pollPaused = daemonStopped(result);
+      showStatus(statusView({ enabled: settings.enable, ...(result as object) }));
+    }
     return result;
   } catch (err) {
-    showStatus(errorView(String(err)));
+    if (seq === statusSeq) {
+      showStatus(errorView(String(err)));
+    }
     return undefined;
   }
 }

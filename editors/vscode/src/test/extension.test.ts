@@ -311,3 +311,25 @@ test("an applyEdit left unclaimed by a failed rewrite does not stand in for a la
   assert.deepEqual(h.messages, []);
   assert.deepEqual(applied, [{ by: "server", edit }, { by: "extension", edit }]);
 });
+
+test("a slow status reply does not overwrite a newer one", async () => {
+  await activate();
+  let releaseSlow: (v: unknown) => void = () => {};
+  let calls = 0;
+  h.answer = async () => {
+    calls += 1;
+    if (calls === 1) {  // the first request (a poll) answers last, with an old state
+      return new Promise((resolve) => { releaseSlow = resolve; });
+    }
+    return { connected: true, daemon: {} };
+  };
+  mock.timers.tick(POLL_MS); // the poll's request, left pending
+  await settle();
+  await h.commands.get("ngramd.showStatus")!(); // the user's request, answered at once
+  const newer = h.statusItem.tooltip;
+  releaseSlow({ connected: false, daemon: { state: "stopped" } });
+  await settle();
+  assert.equal(calls, 2);
+  assert.equal(h.statusItem.tooltip, newer, "the older reply is not shown");
+  assert.doesNotMatch(h.statusItem.tooltip, /stopped/);
+});
