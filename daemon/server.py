@@ -124,7 +124,9 @@ class Server:
         # then waits for its next request to start a daemon, where a crash (no notice) gets one
         # started again at once.
         notice = pack_notification(EXITING, {"reason": "shutdown"})
-        await asyncio.gather(*(conn.send(notice) for conn in list(self.connections.values())))
+        sends = [asyncio.ensure_future(conn.send(notice)) for conn in list(self.connections.values())]
+        if sends:  # bounded: a client that reads nothing cannot hold the exit up
+            await asyncio.wait(sends, timeout=SHUTDOWN_GRACE_S)
         for conn in list(self.connections.values()):
             conn.closed = True
             conn.writer.close()
