@@ -20,6 +20,7 @@ speculative decoding see the same arithmetic for the same row count.
 
 from __future__ import annotations
 
+import bisect
 import logging
 
 import torch
@@ -85,7 +86,7 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     for start in range(0, n, PACK_BLOCK):
         block = flat[start: start + PACK_BLOCK]  # [m, in]
         m = block.shape[0]
-        size = next(b for b in PACK_BUCKETS if b >= m)
+        size = PACK_BUCKETS[bisect.bisect_left(PACK_BUCKETS, m)]
         if size > m:
             block = torch.cat([block, block.new_zeros(size - m, block.shape[1])])  # [size, in]
         # [1, size, in], as the engine's own calls come: one kernel per row count, not two
@@ -124,6 +125,14 @@ def packed_bytes(model: nn.Module) -> int:
     """Bytes held by the packed weight copies ``install`` made (0 when none): memory on top of the model."""
     return sum(m.packed.numel() * m.packed.element_size() for m in model.modules()
                if getattr(m, "packed", None) is not None)
+
+
+def pass_row_buckets(model: nn.Module) -> tuple[int, ...]:
+    """The row counts a pass of 3+ tokens is padded to (``PACK_BUCKETS``) when the model's
+    linears are, or will be, packed by ``install``; () when they run as they come."""
+    if any(isinstance(m, FastLinear) for m in model.modules()):  # installed: what it did
+        return PACK_BUCKETS if packed_bytes(model) else ()
+    return PACK_BUCKETS if can_pack([m.weight for m in model.modules() if type(m) is nn.Linear]) else ()
 
 
 def install(model: nn.Module, head: nn.Module | None, packed: bool = True) -> int:

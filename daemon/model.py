@@ -65,14 +65,9 @@ class ModelRuntime:
     def padded_pass_rows(self) -> tuple[int, ...]:
         """Row counts a pass of 3+ tokens is padded to (daemon/fast_linear.PACK_BUCKETS) where
         the fast paths will use packed weights; () where a pass runs as it comes (GPU, big models)."""
-        import torch.nn as nn
-
         from daemon import fast_linear
 
-        if not self.fast_paths:
-            return ()
-        weights = [m.weight for m in self.model.modules() if isinstance(m, nn.Linear)]
-        return fast_linear.PACK_BUCKETS if fast_linear.can_pack(weights) else ()
+        return fast_linear.pass_row_buckets(self.model) if self.fast_paths else ()
 
     # --- tokenizer -------------------------------------------------------------------
     @property

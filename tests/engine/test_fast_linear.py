@@ -155,3 +155,14 @@ def test_gqa_attention_equals_sdpa_with_tree_mask(monkeypatch):
     assert gqa_calls == [True] * 4  # 2 layers x (chain, tree): the copy-free path, not the fallback
     torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outs[0][1], outs[1][1], atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_pass_row_buckets_follow_what_install_does_or_will_do():
+    model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
+    assert fast_linear.pass_row_buckets(model) == fast_linear.PACK_BUCKETS  # will be packed
+    fast_linear.install(model, model[1], packed=False)
+    assert fast_linear.pass_row_buckets(model) == ()  # installed without packing: rows run as they come
+    other = nn.Sequential(nn.Linear(16, 32))
+    fast_linear.install(other, None)
+    assert fast_linear.pass_row_buckets(other) == fast_linear.PACK_BUCKETS
