@@ -34,12 +34,18 @@ def test_only_the_calling_thread_and_its_children_are_lowered():
 
 
 PROBE = """
-import os, threading
+import os, threading, time
 from daemon.model import load_runtime
 from daemon.priority import lower_this_thread
 rt = load_runtime("tiny", device="cpu")
-t = threading.Thread(target=lambda: (lower_this_thread(), rt.tokenize_batch(["a b"] * 8)))
+lowered = []
+t = threading.Thread(target=lambda: (lowered.append(threading.get_native_id()), lower_this_thread(),
+                                     rt.tokenize_batch(["a b"] * 8)))
 t.start(); t.join()
+# join() returns before the OS thread is gone: wait until the lowered thread itself has left
+deadline = time.monotonic() + 10
+while os.path.exists(f"/proc/self/task/{lowered[0]}") and time.monotonic() < deadline:
+    time.sleep(0.01)
 print(sorted({os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")}))
 """
 
