@@ -25,14 +25,29 @@ FAKE_SERVER = ROOT / "tests" / "editors" / "fake_lsp_server.py"
 PLUGIN = ROOT / "editors" / "neovim"
 
 
-def _nvim() -> str:
-    nvim = shutil.which("nvim")
-    if not nvim:
-        pytest.skip("nvim not found on PATH (editors/ci.sh installs Debian's neovim)")
-    return nvim
+# The system's Neovim (Debian's 0.7 in CI) and newer ones from Debian's archive, fetched by
+# editors/ci.sh with editors/fetch_neovim.sh (0.10 from trixie, the newest from sid): the
+# plugin has code paths per version (0.8 vim.lsp.start, 0.10 inline virtual text,
+# 0.11 client method calls, 0.12 position encodings and vim.lsp.inline_completion).
+FETCHED = ROOT / "editors" / ".neovim"
+NVIMS = ["system", "trixie", "sid"]
 
 
-def run_suite(tmp_path: Path, suite: str, cmd: list[str] | None = None, timeout_ms: int = 10000,
+@pytest.fixture(params=NVIMS)
+def nvim(request: pytest.FixtureRequest) -> str:
+    if request.param == "system":
+        found = shutil.which("nvim")
+        if not found:
+            pytest.skip("nvim not found on PATH (editors/ci.sh installs Debian's neovim)")
+        return found
+    wrapper = FETCHED / request.param / "nvim"
+    if not os.access(wrapper, os.X_OK):
+        pytest.skip(f"{wrapper} is missing: `bash editors/fetch_neovim.sh {request.param}` fetches it "
+                    "(editors/ci.sh does, where Debian's archive can be reached)")
+    return str(wrapper)
+
+
+def run_suite(nvim: str, tmp_path: Path, suite: str, cmd: list[str] | None = None, timeout_ms: int = 10000,
               process_timeout: int = 120) -> list[str]:
     out = tmp_path / f"{suite}.out"
     env = dict(os.environ, NGRAMD_TEST_SUITE=suite, NGRAMD_TEST_DIR=str(tmp_path / "work"),
@@ -41,7 +56,7 @@ def run_suite(tmp_path: Path, suite: str, cmd: list[str] | None = None, timeout_
     if cmd is not None:
         env["NGRAMD_TEST_CMD"] = json.dumps(cmd)
     proc = subprocess.run(
-        [_nvim(), "--headless", "-u", "NONE", "-i", "NONE", "-n",
+        [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n",
          "--cmd", f"set rtp^={PLUGIN}", "-c", f"luafile {RUN_LUA}"],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=process_timeout)
@@ -54,21 +69,34 @@ def run_suite(tmp_path: Path, suite: str, cmd: list[str] | None = None, timeout_
     return [line[3:] for line in lines if line.startswith("ok ")]
 
 
-def test_lua_units(tmp_path: Path) -> None:
-    passed = run_suite(tmp_path, "unit")
+def test_lua_units(nvim: str, tmp_path: Path) -> None:
+    passed = run_suite(nvim, tmp_path, "unit")
     assert len(passed) >= 10, passed
 
 
-def test_plugin_against_fake_server(tmp_path: Path) -> None:
-    passed = run_suite(tmp_path, "fake", [sys.executable, str(FAKE_SERVER)])
+def test_plugin_against_fake_server(nvim: str, tmp_path: Path) -> None:
+    passed = run_suite(nvim, tmp_path, "fake", [sys.executable, str(FAKE_SERVER)])
     # Every test in the fake suite, by name fragment, so that none silently drops out.
-    for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "UTF-16",
+    for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "negotiated encoding",
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "typed from a charwise selection", "stale selection", "returned edit", "document version",
                      "changed during the prompt", "past the last line", "twice at once", "CRLF",
                      "typing in Insert mode", "Replace mode", "<BS> after an accept", "another window",
                      "<C-c>"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
+
+
+@pytest.mark.parametrize("fetched", ["sid"])
+def test_plugin_native_inline_completion(fetched: str, tmp_path: Path) -> None:
+    """Neovim >= 0.12 draws suggestions with the built-in vim.lsp.inline_completion."""
+    wrapper = FETCHED / fetched / "nvim"
+    if not os.access(wrapper, os.X_OK):
+        pytest.skip(f"{wrapper} is missing: `bash editors/fetch_neovim.sh {fetched}` fetches it")
+    version = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, timeout=60).stdout
+    if not any(f"NVIM v0.{minor}." in version for minor in range(12, 30)):
+        pytest.skip(f"Debian {fetched}'s Neovim is older than 0.12: {version.splitlines()[:1]}")
+    passed = run_suite(str(wrapper), tmp_path, "native", [sys.executable, str(FAKE_SERVER)])
+    assert any("suggest() asks again without accepting" in p for p in passed), passed
 
 
 @pytest.fixture
@@ -84,9 +112,8 @@ def real_lsp(tmp_path: Path):
                        cwd=ROOT, capture_output=True, timeout=60)
 
 
-def test_plugin_against_real_server_tiny_model(tmp_path: Path, real_lsp: list[str]) -> None:
-    _nvim()
+def test_plugin_against_real_server_tiny_model(nvim: str, tmp_path: Path, real_lsp: list[str]) -> None:
     # The daemon loads torch and the tiny model on first use: allow minutes on a busy CPU.
-    passed = run_suite(tmp_path, "real", real_lsp, timeout_ms=240_000, process_timeout=400)
+    passed = run_suite(nvim, tmp_path, "real", real_lsp, timeout_ms=240_000, process_timeout=400)
     assert any("reaches the buffer" in p for p in passed), passed
     assert any("daemon's figures" in p for p in passed), passed

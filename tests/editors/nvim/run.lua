@@ -1,7 +1,8 @@
 -- Headless Neovim tests of the ngramd plugin. Run by tests/editors/test_neovim.py:
 --   nvim --headless -u NONE -i NONE -n --cmd "set rtp^=editors/neovim" -c "luafile tests/editors/nvim/run.lua"
 -- Environment:
---   NGRAMD_TEST_SUITE  "unit" (pure modules), "fake" (tests/editors/fake_lsp_server.py) or
+--   NGRAMD_TEST_SUITE  "unit" (pure modules), "fake" (tests/editors/fake_lsp_server.py),
+--                      "native" (the same with Neovim 0.12's vim.lsp.inline_completion) or
 --                      "real" (`ngramd lsp --model tiny`)
 --   NGRAMD_TEST_CMD    JSON list: the server command (fake, real)
 --   NGRAMD_TEST_DIR    a scratch folder
@@ -224,7 +225,7 @@ vim.notify = function(msg, level)
 end
 
 vim.cmd("filetype on") -- -u NONE leaves detection off; users have it on
-ngramd.setup({ cmd = cmd, filetypes = { "python" }, debounce_ms = 20, native = false })
+ngramd.setup({ cmd = cmd, filetypes = { "python" }, debounce_ms = 20, native = suite == "native" })
 ghost.require_insert = false -- the synchronous tests drive the functions in Normal mode,
 vim.o.virtualedit = "onemore" -- where the cursor may then stand after the line's end as in Insert mode
 
@@ -303,11 +304,16 @@ if suite == "fake" then
     eq(#vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, {}), 0, "ghost cleared")
   end)
 
-  test("positions are sent in UTF-16 code units", function()
+  test("positions are sent in the negotiated encoding's code units", function()
+    -- Neovim 0.7-0.11 offer only UTF-16; 0.12 offers UTF-8 first, which the server takes.
     local line = "x = '\240\159\152\128\195\169' #pos" -- x = '😀é' #pos
+    local want = ({ ["utf-16"] = " 14", ["utf-8"] = " 17", ["utf-32"] = " 13" })[client().offset_encoding]
     set_lines({ line }, 1, #line)
     suggest_and_wait()
-    eq(ghost.shown(buf), " 14", "server saw UTF-16 column 14 (17 bytes)")
+    eq(ghost.shown(buf), want, "server saw the column in " .. client().offset_encoding .. " units")
+    if vim.fn.has("nvim-0.12") == 0 then
+      eq(client().offset_encoding, "utf-16", "the encoding before Neovim 0.12")
+    end
   end)
 
   test("several suggestions: next and prev cycle", function()
@@ -568,6 +574,59 @@ if suite == "real" then
 end
 
 run_all()
+
+if suite == "native" then
+  -- Neovim >= 0.12, the built-in vim.lsp.inline_completion against the fake server, with real
+  -- keystrokes (processed once this script returns to the main loop, hence the timers).
+  local name = "native: typing shows the built-in's suggestion, suggest() asks again without accepting, <Tab> accepts"
+  local ns = vim.api.nvim_create_namespace("nvim.lsp.inline_completion")
+  local want = { "def add(a, b):", "    return a + b", "# done" }
+  local deadline = vim.loop.now() + timeout
+  local stage = "waiting for the suggestion"
+  local function shown()
+    return #vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, {}) > 0
+  end
+  local function requests()
+    return #execute("ngramd.status", {}).triggers
+  end
+  local poll
+  poll = function()
+    local ok, err = pcall(function()
+      if vim.loop.now() > deadline then
+        error("timed out " .. stage .. "; lines " .. vim.inspect(lines()) .. " mode " .. vim.fn.mode())
+      end
+      if stage == "waiting for the suggestion" and shown() then
+        local before, asked = lines(), requests()
+        eq(ngramd.suggest(), true, "suggest() in an enabled buffer")
+        wait(function()
+          return requests() > asked
+        end, "the request suggest() asks for")
+        eq(lines(), before, "buffer after suggest() (it must not accept)")
+        wait(shown, "the suggestion after suggest()")
+        stage = "waiting for the accept"
+        vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Tab>", true, false, true), "t", false)
+      elseif stage == "waiting for the accept" and vim.deep_equal(lines(), want) then
+        stage = "done"
+      end
+    end)
+    if not ok then
+      failed = failed + 1
+      log("not ok " .. name .. ": " .. tostring(err):gsub("\n", " | "))
+      return finish()
+    end
+    if stage == "done" then
+      passed = passed + 1
+      log("ok " .. name)
+      vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)
+      return vim.defer_fn(finish, 20)
+    end
+    vim.defer_fn(poll, 20)
+  end
+  set_lines({ "def add(a, b):", "    " }, 2, 4)
+  vim.api.nvim_feedkeys("Aret", "t", false)
+  vim.defer_fn(poll, 20)
+  return
+end
 
 if suite ~= "fake" then
   finish()

@@ -93,6 +93,7 @@ local function set_keymaps(bufnr, native)
         vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(keys.accept, true, false, true), "n", false)
       end
     end, "accept suggestion")
+    map(keys.trigger, M.suggest, "request a suggestion")
     return
   end
   local accept_key = keys.accept
@@ -242,9 +243,17 @@ end
 
 -- Suggestions (fallback path; on the native path these call the built-in module).
 
+--- Asks for a suggestion at the cursor now; false where suggestions are off for the buffer.
 function M.suggest()
   if M.native then
-    return vim.lsp.inline_completion.get()
+    -- The built-in module has no public "request now" (its `get` accepts): it requests,
+    -- debounced, on CursorMovedI in the buffers where it is enabled, so fire that.
+    local bufnr = vim.api.nvim_get_current_buf()
+    if not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+      return false
+    end
+    vim.api.nvim_exec_autocmds("CursorMovedI", { buffer = bufnr, modeline = false })
+    return true
   end
   return ghost.request(vim.api.nvim_get_current_buf(), 1)
 end
