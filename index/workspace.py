@@ -9,7 +9,9 @@ twice: a revisit is counted as ``symlink_loop`` when the link points at one of
 its own parents, else as ``duplicate``; a link leaving the folder as ``outside_root``.
 File symlinks follow the same rule, on either path (git lists a link as a file): one
 whose target lies outside the folder is not indexed (``outside_root``), so that no
-link drafts from files out of the workspace (the watcher asks ``links_outside`` too).
+link drafts from files out of the workspace (the watcher asks ``links_outside`` too);
+nor is a file git lists under a folder that is now a link out. A link to a file that
+is itself listed is a ``duplicate``: the text is indexed once, under the target's path.
 
 Reading (``read_text``) drops a leading UTF-8 byte order mark and refuses, with a ``SkipFile`` that says why: files over
 the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
@@ -178,14 +180,30 @@ def links_outside(path: str | os.PathLike, real_folder: str) -> bool:
 
 
 def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
-    """``files`` but the symlinks whose target lies outside ``root``, counted as ``outside_root``.
-    Only a listed file can be a link: the walk follows no directory link out of the folder,
-    and git lists a link as a file without following it."""
+    """``files`` less the ones that resolve out of ``root`` (``outside_root``) and the symlinks
+    to a file that is itself listed (``duplicate``: its text is indexed once, under its own path).
+
+    A file resolves elsewhere when it is a link or a folder on its way is one. The walk follows
+    no directory link out of the folder, but ``git ls-files`` lists a tracked file even when the
+    folder it was in is now a link, so the folders count too: one ``realpath`` per folder."""
     real_root = os.path.realpath(root)
-    kept = []
+    real_dirs: dict[Path, str] = {}
+    resolved: list[tuple[Path, str, bool]] = []  # (file, its real path, whether a link leads there)
     for f in files:
-        if os.path.islink(f) and links_outside(f, real_root):
+        real_dir = real_dirs.get(f.parent)
+        if real_dir is None:
+            real_dir = real_dirs[f.parent] = os.path.realpath(f.parent)
+        real = os.path.realpath(f) if os.path.islink(f) else os.path.join(real_dir, f.name)
+        if not _is_within(real, real_root):
             counts["outside_root"] += 1
+            continue
+        linked = real != os.path.join(real_root, os.path.relpath(f, root))
+        resolved.append((f, real, linked))
+    listed_directly = {real for _, real, linked in resolved if not linked}
+    kept = []
+    for f, real, linked in resolved:
+        if linked and real in listed_directly:
+            counts["duplicate"] += 1
         else:
             kept.append(f)
     return kept

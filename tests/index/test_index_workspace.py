@@ -342,19 +342,67 @@ def test_file_links_out_of_the_folder_are_not_indexed(tmp_path, with_git):
     ws.mkdir()
     outside.mkdir()
     (ws / "a.py").write_text("a = 1\n")
+    (ws / ".gitignore").write_text("hidden.py\n")
+    (ws / "hidden.py").write_text("h = 1\n")
     (outside / "secret.py").write_text("secret = 1\n")
     os.symlink(outside / "secret.py", ws / "out.py")
     os.symlink(outside / "missing.py", ws / "dangling.py")  # points out too
-    os.symlink(ws / "a.py", ws / "in.py")
+    os.symlink(ws / "hidden.py", ws / "in.py")  # inside, to a file not listed itself
     if with_git:
         subprocess.run(["git", "init", "-q", str(ws)], check=True)
     counts = Counter()
-    assert _names(ws, discover(ws, counts)) == ["a.py", "in.py"]
+    assert _names(ws, discover(ws, counts)) == [".gitignore", "a.py", "in.py"]
     assert counts["outside_root"] == 2
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
-    assert idx.index_workspace(ws)["indexed"] == 2
+    assert idx.index_workspace(ws)["indexed"] == 3
     os.remove(ws / "in.py")
     os.symlink(outside / "secret.py", ws / "in.py")  # retargeted out of the folder
     out = idx.index_workspace(ws)
     assert out["removed"] == 1 and out["outside_root"] == 3
-    assert sorted(os.path.basename(k) for k in idx._files) == ["a.py"]
+    assert sorted(os.path.basename(k) for k in idx._files) == [".gitignore", "a.py"]
+
+
+@pytest.mark.parametrize("with_git", [False, True])
+def test_a_link_to_a_listed_file_is_indexed_once(tmp_path, with_git):
+    """The text is indexed under the target's own path; the link is counted as a ``duplicate``."""
+    if with_git and shutil.which("git") is None:
+        pytest.skip("git not installed")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.py").write_text("unique_a = 1\n")
+    (tmp_path / "sub" / "b.py").write_text("unique_b = 2\n")
+    os.symlink(tmp_path / "a.py", tmp_path / "link_a.py")
+    os.symlink("../a.py", tmp_path / "sub" / "rel_a.py")  # a relative link, from a subfolder
+    os.symlink(tmp_path / "sub" / "b.py", tmp_path / "link_b.py")
+    if with_git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    counts = Counter()
+    assert _names(tmp_path, discover(tmp_path, counts)) == ["a.py", "sub/b.py"]
+    assert counts == {"duplicate": 3}
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
+    out = idx.index_workspace(tmp_path)
+    assert out["indexed"] == 2 and out["duplicate"] == 3
+    assert sorted(os.path.relpath(k, tmp_path) for k in idx._files) == ["a.py", "sub/b.py"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_tracked_file_under_a_folder_now_linked_out_is_not_indexed(tmp_path):
+    """git lists a tracked ``sub/a.py`` after ``sub`` became a link out of the folder: it is
+    not itself a link, but its folder is, so no draft may come from the file it reaches."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (ws / "keep.py").write_text("kept = 1\n")
+    (ws / "sub" / "a.py").write_text("side = 0\n")
+    git = ["git", "-C", str(ws), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "init"], check=True)
+    shutil.rmtree(ws / "sub")
+    (outside / "a.py").write_text("SECRET_OUT = 1\n")
+    os.symlink(outside, ws / "sub")
+    counts = Counter()
+    assert _names(ws, discover(ws, counts)) == ["keep.py"]
+    assert counts["outside_root"] == 2  # the link ``sub`` (listed as untracked) and ``sub/a.py``
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
+    assert idx.index_workspace(ws)["indexed"] == 1
+    assert sorted(os.path.basename(k) for k in idx._files) == ["keep.py"]
