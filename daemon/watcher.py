@@ -10,7 +10,8 @@ Vocabulary:
 - *ignored*: inside ``.git`` or ignored by the ``.gitignore`` files in the folder
   and the directories between it and the file, by git's rule (the deepest matching
   pattern decides: ``workspace.gitignored``, shared with the scan's walk); or a
-  symlink to a file outside the folder (``workspace.links_outside``, as the scan).
+  symlink to a file outside the folder (``workspace.links_outside``, as the scan),
+  or to a file of the folder that is not ignored (indexed once, under its own path).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
@@ -349,6 +350,10 @@ class WorkspaceWatcher:
                 self._count("ignored")
                 self.index.remove_file(path)
                 return
+            if _links_to_a_held_file(path, ignorer):  # indexed once, under the target's own path
+                self._count("ignored")
+                self.index.remove_file(path)
+                return
             if self.index.index_file(path):
                 self._count("reindexed")
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
@@ -414,6 +419,13 @@ class WorkspaceWatcher:
             self._observer.join(5)
         except Exception:
             log.exception("stopping the observer")
+
+
+def _links_to_a_held_file(path: Path, ignorer: Ignorer) -> bool:
+    """Whether ``path`` (under a resolved folder) reaches, through a symlink, a file of the folder
+    that is not ignored: the scan indexes that file under its own path and the link not at all."""
+    real = os.path.realpath(path)
+    return real != os.fspath(path) and not ignorer.ignored(Path(real))
 
 
 def _inode(path: Path) -> tuple[int, int] | None:

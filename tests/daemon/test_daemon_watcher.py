@@ -234,11 +234,36 @@ def test_a_folder_moved_away_as_a_whole_leaves_the_index(watched, tmp_path_facto
 
 def test_a_symlink_to_a_file_is_indexed_like_the_scan_does(watched):
     w, index, root, _ = watched
-    (root / "target.txt").write_text("t = 1\n")
-    (root / "link.py").symlink_to(root / "target.txt")
+    (root / "ignored").mkdir()
+    (root / "ignored" / "target.txt").write_text("t = 1\n")  # not indexed itself: the link is
+    (root / "link.py").symlink_to(root / "ignored" / "target.txt")
     wait_until(lambda: index.files.get(str(root / "link.py")) == "t = 1\n")
     (root / "link.py").unlink()
     wait_until(lambda: str(root / "link.py") not in index.files)
+
+
+def test_a_symlink_to_a_file_the_folder_holds_is_not_indexed_again(watched):
+    """As the scan: the text is indexed once, under the target's own path."""
+    w, index, root, _ = watched
+    (root / "sub").mkdir()
+    (root / "link.py").symlink_to(root / "a.py")
+    (root / "sub" / "rel.py").symlink_to("../a.py")
+    (root / "zz.py").write_text("z = 1\n")  # handled after both links (batches go in path order)
+    wait_until(lambda: str(root / "zz.py") in index.files)
+    assert str(root / "link.py") not in index.files and str(root / "sub" / "rel.py") not in index.files
+    assert index.files[str(root / "a.py")] == "a = 1\n"
+
+
+def test_a_file_under_a_folder_link_out_of_the_folder_is_not_indexed(watched, tmp_path_factory):
+    """The file is no link itself, a folder on its way is: it reaches outside all the same."""
+    w, index, root, _ = watched
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret.py").write_text("secret = 1\n")
+    (root / "sub").symlink_to(outside)
+    w.reindex_from_disk(root / "sub" / "secret.py")  # as when a buffer of it closes
+    (root / "zz.py").write_text("z = 1\n")
+    wait_until(lambda: str(root / "zz.py") in index.files)
+    assert str(root / "sub" / "secret.py") not in index.files
 
 
 def test_a_failing_folder_check_does_not_stop_file_events(watched, monkeypatch):
@@ -295,10 +320,12 @@ def test_a_symlink_to_a_file_outside_the_folder_is_not_indexed(watched, tmp_path
     outside = tmp_path_factory.mktemp("outside")
     (outside / "secret.py").write_text("secret = 1\n")
     (root / "out.py").symlink_to(outside / "secret.py")
-    (root / "in.py").symlink_to(root / "a.py")
+    (root / "ignored").mkdir()
+    (root / "ignored" / "hidden.py").write_text("h = 1\n")
+    (root / "in.py").symlink_to(root / "ignored" / "hidden.py")  # inside, to a file not indexed itself
     (root / "zz.py").write_text("z = 1\n")  # handled after both links (batches go in path order)
     wait_until(lambda: str(root / "zz.py") in index.files)
-    assert index.files.get(str(root / "in.py")) == "a = 1\n"
+    assert index.files.get(str(root / "in.py")) == "h = 1\n"
     assert str(root / "out.py") not in index.files
     (root / "in.tmp").symlink_to(outside / "secret.py")
     (root / "in.tmp").replace(root / "in.py")  # retargeted out of the folder
