@@ -197,6 +197,7 @@ async function startClient(): Promise<void> {
     }
   });
   showStatus({ text: "$(loading~spin) ngramd", tooltip: "ngramd: starting", state: "starting" });
+  pollPaused = false; // a new server: watch it until it says its daemon is stopped
   try {
     await client.start();
   } catch (err) {

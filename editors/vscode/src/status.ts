@@ -108,6 +108,8 @@ export function daemonState(result: unknown): string {
   return "unknown";
 }
 
+const STARTING_STATES = new Set(["starting", "loading", "indexing", "connecting"]);
+
 /**
  * Arguments of every status request this extension sends: observe, never start a
  * daemon (a `ngramd stop` must not be undone by looking at the status bar). The server
@@ -119,9 +121,15 @@ export const OBSERVE_STATUS_ARGS: readonly unknown[] = Object.freeze([Object.fre
  * Whether a status reply says the server has no daemon now (stopped, or gone): the
  * periodic poll then pauses until something else (a completion, the user) reaches the
  * server, so that a server which ignores `spawn: false` is not made to start one either.
+ * A daemon that is starting (`connected: false` while the server loads one) is not
+ * stopped: the poll goes on, so that the spinner turns into the running state.
  */
 export function daemonStopped(result: unknown): boolean {
-  return isObj(result) && (result["connected"] === false || daemonState(result) === "stopped");
+  if (!isObj(result)) {
+    return false;
+  }
+  const state = daemonState(result);
+  return !STARTING_STATES.has(state) && (result["connected"] === false || state === "stopped");
 }
 
 /** The model's name: `model` (string or { name }) at the top level or under `daemon`. */
@@ -142,7 +150,6 @@ export function modelName(result: unknown): string | undefined {
 }
 
 const OK_STATES = new Set(["running", "ok", "ready", "connected", "up", "idle", "busy"]);
-const STARTING_STATES = new Set(["starting", "loading", "indexing", "connecting"]);
 
 export function formatPercent(rate: number): string {
   return `${Math.round(rate * 100)}%`;

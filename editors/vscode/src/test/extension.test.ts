@@ -333,3 +333,38 @@ test("a slow status reply does not overwrite a newer one", async () => {
   assert.equal(h.statusItem.tooltip, newer, "the older reply is not shown");
   assert.doesNotMatch(h.statusItem.tooltip, /stopped/);
 });
+
+test("a daemon that is starting keeps being polled until it runs", async () => {
+  // what `ngramd lsp` answers an observing status while it loads a daemon (at start, or after a crash)
+  h.answer = async () => ({ connected: false, daemon: { state: "starting" } });
+  await activate();
+  const client = h.clients[0];
+  await pollOnce();
+  assert.equal(h.statusItem.text, "$(loading~spin) ngramd");
+  const whileStarting = client.commandRequests(SERVER_COMMANDS.status).length;
+  h.answer = async () => ({ connected: true, daemon: {} }); // the model loaded
+  await pollOnce();
+  assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, whileStarting + 1, "the poll went on");
+  assert.match(h.statusItem.text, /sparkle/);
+});
+
+test("a restart watches the new server even when the old one's daemon was stopped", async () => {
+  h.answer = async () => ({ connected: false, daemon: { state: "stopped" } });
+  await activate();
+  await pollOnce(); // paused now
+  let calls = 0;
+  h.answer = async () => {
+    calls += 1;
+    if (calls === 1) { // the new server's first status (when it runs) fails: the poll must still ask again
+      throw new Error("busy");
+    }
+    return { connected: true, daemon: {} };
+  };
+  await h.commands.get("ngramd.restart")!();
+  await settle();
+  const client = h.clients[h.clients.length - 1];
+  const asked = client.commandRequests(SERVER_COMMANDS.status).length;
+  await pollOnce();
+  assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, asked + 1);
+  assert.match(h.statusItem.text, /sparkle/);
+});

@@ -148,3 +148,10 @@ test("a stopped daemon is shown as stopped (not an error); a lost one stays an e
   assert.equal(daemonStopped(undefined), false);
   assert.equal(statusView({ connected: false, daemon: { error: "cannot connect" } }).state, "error");
 });
+
+test("a daemon that is starting is not stopped: not connected yet, but the poll must watch it come up", () => {
+  const starting = { connected: false, daemon: { state: "starting" } }; // lsp/server.py status while it loads one
+  assert.equal(daemonStopped(starting), false);
+  assert.equal(statusView(starting).state, "starting");
+  assert.equal(daemonStopped({ connected: false, daemon: "loading" }), false);
+});
