@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: any left is lone
 REPLACEMENT = "\ufffd"
+# The daemon's notice of an error in a message it could not answer (docs/rpc.md "Errors");
+# with ``fatal: true`` it closes the connection next (bytes it cannot read past).
+ERROR_NOTICE = "error"
 
 
 class DaemonError(Exception):
@@ -60,6 +63,7 @@ class RpcConnection:
         self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._closed = False
         self.exit_announced = False  # the daemon said it is exiting because it was asked to
+        self.fatal_error: str | None = None  # why the daemon is closing this connection, if it said
         self._frames = rpc.FrameReader()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -159,6 +163,15 @@ class RpcConnection:
             return
         if isinstance(msg, rpc.Notification) and msg.method == rpc.EXITING:
             self.exit_announced = True
+            return
+        if isinstance(msg, rpc.Notification) and msg.method == ERROR_NOTICE:
+            params = msg.params if isinstance(msg.params, dict) else {}
+            message = str(params.get("message") or params)
+            if params.get("fatal"):
+                self.fatal_error = message
+                log.error("the daemon is closing the connection: %s", message)
+            else:
+                log.warning("the daemon reported an error: %s", message)
             return
         if not isinstance(msg, rpc.Response):
             log.debug("ignoring %s from the daemon", type(msg).__name__)

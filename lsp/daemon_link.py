@@ -18,10 +18,18 @@ States::
 - ``send`` is fire-and-forget for document sync: on a ready connection it writes
   now (so sync messages keep their order); otherwise it drops the message, because
   ``on_connect`` re-sends the whole state (every open buffer) on the next connection.
-- Spawning is single-flight: while a daemon this link started is alive and loading,
-  no second one is started; after a daemon exits without ever answering, or cannot
-  be started at all (e.g. its socket's folder cannot be created), spawning backs off
-  for ``SPAWN_BACKOFF_S`` and calls fail with that reason meanwhile.
+- Spawning is single-flight: while a daemon this link started is alive (loading, or
+  dying after it served), no second one is started; after a daemon exits without ever
+  answering, or cannot be started at all (e.g. its socket's folder cannot be created),
+  spawning backs off for ``SPAWN_BACKOFF_S`` and calls fail with that reason meanwhile.
+  A daemon that served and then exited is no failed start, nor is one that exits with
+  ``EXIT_ALREADY_RUNNING`` (another editor's daemon is starting): its socket is waited
+  for while that daemon holds the lock.
+- A connection the daemon refused (its ``fatal`` error notice, e.g. a document over its
+  ``--max-message-bytes``, which ``on_connect`` would send again) or that closed soon
+  after it was made ready, twice running, is not reconnected at once: connecting backs
+  off (``RECONNECT_BACKOFF_S``, doubling) and calls fail with that reason meanwhile; the
+  first call after it reconnects.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ import asyncio
 import logging
 import subprocess
 import time
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from daemon.paths import lock_holder
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.spawn import spawn_daemon
 
@@ -39,10 +49,15 @@ log = logging.getLogger(__name__)
 
 SPAWN_BACKOFF_S = 10.0
 POLL_S = 0.1
-# A daemon this link started that answered and then dropped its connection is dying: its
-# process may outlive the socket for a moment (exit tears down files first). Wait this long
-# for it to be gone before starting the next, instead of taking its exit for a failed start.
-DYING_WAIT_S = 5.0
+# `ngramd serve`'s exit status when another daemon holds the socket's lock (running or
+# still loading): daemon/serve_cmd.py (not imported: the LSP stays light)
+EXIT_ALREADY_RUNNING = 3
+# A connection lost sooner than this after it was made ready, without an `exiting` notice,
+# is an early drop; the second in a row (or any fatal notice) delays the next connect by
+# RECONNECT_BACKOFF_S, doubled from the third on, up to RECONNECT_BACKOFF_MAX_S.
+STABLE_S = 10.0
+RECONNECT_BACKOFF_S = 1.0
+RECONNECT_BACKOFF_MAX_S = 60.0
 
 
 class DaemonLink:
@@ -61,6 +76,10 @@ class DaemonLink:
         self._procs: list[subprocess.Popen] = []
         self._no_spawn_until = 0.0
         self._no_spawn_reason = ""
+        self._ready_since = 0.0  # when the connection in _conn was made ready
+        self._early_drops = 0  # connections lost early in a row (see STABLE_S)
+        self._no_connect_until = 0.0
+        self._no_connect_reason = ""
         self._closing = False
         self.connects = 0  # connections made ready (a reconnect counts)
         self.spawned = 0  # daemons this link started
@@ -154,6 +173,7 @@ class DaemonLink:
         self.device = device
         if socket_path and socket_path != self.socket_path:
             self.socket_path = socket_path
+            self._early_drops, self._no_connect_until = 0, 0.0  # another daemon: a clean slate
             conn, self._conn = self._conn, None
             if self._connecting is not None:
                 self._connecting.cancel()
@@ -182,6 +202,8 @@ class DaemonLink:
 
     async def _connect(self, spawn: bool = True) -> RpcConnection:
         try:
+            if time.monotonic() < self._no_connect_until:
+                raise DaemonUnavailable(self._no_connect_reason)
             conn = await self._open_or_spawn(spawn)
             try:
                 if self._on_connect is not None:
@@ -192,6 +214,7 @@ class DaemonLink:
             # No await between on_connect's last (synchronous) write and this line, so
             # no sync message can slip between the re-sent state and "ready".
             self._conn = conn
+            self._ready_since = time.monotonic()
             self.connects += 1
             self.last_error = ""
             return conn
@@ -206,32 +229,32 @@ class DaemonLink:
         except DaemonUnavailable:
             if not (self.spawn and spawn):
                 raise
-        proc = self._live_proc()
-        if proc is not None and proc.pid in self._answered:  # it served, then went: let it go first
-            proc = await self._outlive(proc)
-        if proc is None:
-            if time.monotonic() < self._no_spawn_until:
-                raise DaemonUnavailable(f"no daemon on {self.socket_path}; {self._no_spawn_reason}")
-            log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
-            try:
-                proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
-            except OSError as exc:  # e.g. the socket's folder cannot be created, the log not opened
-                raise self._back_off(f"cannot start a daemon on {self.socket_path}: {exc}") from exc
-            self._procs.append(proc)
-            self.spawned += 1
-        return await self._wait_for(proc)
+        while True:
+            proc = self._live_proc()  # one this link started that still runs: never a second
+            if proc is None:
+                if time.monotonic() < self._no_spawn_until:
+                    raise DaemonUnavailable(f"no daemon on {self.socket_path}; {self._no_spawn_reason}")
+                log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
+                try:
+                    proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
+                except OSError as exc:  # e.g. the socket's folder cannot be created, the log not opened
+                    raise self._back_off(f"cannot start a daemon on {self.socket_path}: {exc}") from exc
+                self._procs.append(proc)
+                self.spawned += 1
+            conn = await self._wait_for(proc)
+            if conn is not None:
+                return conn
+            # proc is gone without failing to start: start the next one
 
-    async def _outlive(self, proc: subprocess.Popen) -> subprocess.Popen | None:
-        """None once ``proc`` (a daemon that answered and then dropped us) has exited; ``proc``
-        itself if it is still there after DYING_WAIT_S (then it is waited for as any start)."""
-        deadline = time.monotonic() + DYING_WAIT_S
-        while proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(POLL_S / 2)
-        return self._live_proc() if proc.poll() is None else None
+    async def _wait_for(self, proc: subprocess.Popen) -> RpcConnection | None:
+        """Poll the socket until a daemon answers, ``proc`` exits, or start_timeout passes.
 
-    async def _wait_for(self, proc: subprocess.Popen) -> RpcConnection:
-        """Poll the socket until the daemon answers, exits, or start_timeout passes."""
+        None when ``proc`` exited and that was no failed start: it had served (it was
+        dying: its process may outlive its socket, e.g. while threads are joined), or it
+        found another daemon starting (EXIT_ALREADY_RUNNING) that went away unanswered.
+        """
         deadline = time.monotonic() + self.start_timeout
+        served = proc.pid in self._answered  # read now: _reap forgets the pid once it exits
         while True:
             try:
                 conn = await RpcConnection.open(self.socket_path, on_close=self._lost)
@@ -245,11 +268,48 @@ class DaemonLink:
                 try:
                     return await RpcConnection.open(self.socket_path, on_close=self._lost)
                 except DaemonUnavailable:
-                    raise self._back_off(f"`ngramd serve` exited with code {code} before "
-                                         f"answering; see {self.socket_path}.log") from None
+                    pass
+                if served:
+                    return None
+                if code == EXIT_ALREADY_RUNNING:
+                    return await self._wait_for_other(code, deadline)
+                raise self._back_off(f"`ngramd serve` exited with code {code} before "
+                                     f"answering; see {self.socket_path}.log")
             if time.monotonic() > deadline:
                 raise DaemonUnavailable(f"the daemon started on {self.socket_path} did not answer "
                                         f"within {self.start_timeout:.0f} s")
+            await asyncio.sleep(POLL_S)
+
+    async def _wait_for_other(self, code: int, deadline: float) -> RpcConnection | None:
+        """Our daemon exited with ``code`` (EXIT_ALREADY_RUNNING) as it found another one
+        running or starting (after a crash, every editor's LSP starts one at once): wait for
+        that one's socket while it holds the lock. None once the lock is let go and still
+        nobody answers (that start failed: the caller starts one); a failed start when
+        nobody held it to begin with."""
+        seen_holder = False
+        while True:
+            try:
+                return await RpcConnection.open(self.socket_path, on_close=self._lost)
+            except DaemonUnavailable:
+                pass
+            try:
+                holder = lock_holder(Path(self.socket_path))
+            except OSError:  # the lock cannot be read: nothing to wait for
+                holder = None
+            if holder is None:
+                try:  # it may have answered just before letting go
+                    return await RpcConnection.open(self.socket_path, on_close=self._lost)
+                except DaemonUnavailable:
+                    if seen_holder:
+                        return None
+                    raise self._back_off(f"`ngramd serve` exited with code {code} before answering "
+                                         f"and no daemon holds {self.socket_path}.lock; see "
+                                         f"{self.socket_path}.log") from None
+            seen_holder = True
+            if time.monotonic() > deadline:
+                raise DaemonUnavailable(f"the daemon another client started on {self.socket_path} "
+                                        f"(pid {holder or 'unknown'}) did not answer within "
+                                        f"{self.start_timeout:.0f} s")
             await asyncio.sleep(POLL_S)
 
     def _back_off(self, reason: str) -> DaemonUnavailable:
@@ -278,9 +338,32 @@ class DaemonLink:
             log.warning("the daemon was stopped; reconnecting (the next request starts a daemon "
                         "if none answers)")
             self._ensure_task(spawn=False)
+        elif self._backs_off_after(conn):
+            log.warning("%s", self._no_connect_reason)
+            self.last_error = self._no_connect_reason
         else:  # it died: start one again now, so that it is loading before the next request
             log.warning("connection to the daemon lost; reconnecting (starting a daemon if none answers)")
             self._ensure_task(spawn=True)
+
+    def _backs_off_after(self, conn: RpcConnection) -> bool:
+        """Whether the loss of ``conn`` (no exiting notice) delays the next connect: the
+        daemon refused what this link sent (on_connect would send it again), or closed the
+        connection soon after it was made ready for the second time in a row (reconnecting
+        at once would loop). One early loss is a crash like any other: restart at once."""
+        lived = time.monotonic() - self._ready_since
+        if conn.fatal_error is None and lived >= STABLE_S:
+            self._early_drops = 0
+            return False
+        self._early_drops += 1
+        if conn.fatal_error is None and self._early_drops < 2:
+            return False
+        delay = min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_S * 2 ** max(0, self._early_drops - 2))
+        why = (f"refused what this editor sent: {conn.fatal_error}" if conn.fatal_error is not None
+               else f"{lived:.1f} s after connecting, {self._early_drops} times in a row")
+        self._no_connect_until = time.monotonic() + delay
+        self._no_connect_reason = (f"the daemon on {self.socket_path} closed the connection ({why}); "
+                                   f"the next request after {delay:.0f} s reconnects")
+        return True
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

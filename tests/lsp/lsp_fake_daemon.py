@@ -5,11 +5,16 @@ daemon must, so a test can compare its copy against the editor's text. ``complet
 answers ``proposal`` (after ``delay`` seconds, unless cancelled or superseded);
 ``edit`` answers ``edit_text(original)``. Every request is recorded in ``calls``.
 
-Run standalone (``python tests/lsp/fake_daemon.py SOCKET``) it serves until killed.
+Run standalone (``python tests/lsp/lsp_fake_daemon.py SOCKET [--linger S] [--claim
+--load S]``) it serves until killed; on SIGUSR1 it dies slowly, as a killed process can:
+the socket and connections go first, the process ``--linger`` seconds later. ``--claim``:
+take the socket's lock first, as ``ngramd serve`` does (exit 3 when another daemon holds
+it), then "load the model" for ``--load`` seconds before serving.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -173,20 +178,36 @@ class FakeDaemon:
 
 
 def _result(text: str) -> dict[str, Any]:
+    """A finished answer (the closing fence seen), as a complete rewrite or completion ends."""
     return {"text": text, "token_ids": [], "prompt": "", "stats": {}, "cancelled": False,
-            "stop_reason": "max_tokens"}
+            "stop_reason": "stop_string"}
 
 
-async def _main(path: str) -> None:
+async def _main(path: str, linger: float) -> None:
     daemon = await FakeDaemon(path).start()
     dying = asyncio.Event()
-    # SIGUSR1: die slowly, as a killed process can: the socket and connections go first,
-    # the process a second later
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dying.set)
     await dying.wait()
     await daemon.stop()
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(linger)
 
 
 if __name__ == "__main__":
-    asyncio.run(_main(sys.argv[1]))
+    args = argparse.ArgumentParser()
+    args.add_argument("socket")
+    args.add_argument("--linger", type=float, default=1.0)
+    args.add_argument("--claim", action="store_true")
+    args.add_argument("--load", type=float, default=0.0)
+    opts = args.parse_args()
+    if opts.claim:
+        import time
+        from pathlib import Path
+
+        from daemon.paths import AlreadyRunning, claim_socket
+
+        try:
+            lock = claim_socket(Path(opts.socket))  # held until this process exits
+        except AlreadyRunning:
+            sys.exit(3)  # daemon/serve_cmd.py's EXIT_ALREADY_RUNNING
+        time.sleep(opts.load)
+    asyncio.run(_main(opts.socket, opts.linger))

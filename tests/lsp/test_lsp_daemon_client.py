@@ -147,9 +147,10 @@ async def test_unencodable_request_fails_alone_and_the_connection_goes_on(fake, 
     conn.close()
 
 
-def _spawn_fake_daemons(monkeypatch) -> list:
-    """Make the link's ``spawn_daemon`` start the standalone fake daemon; the started
-    processes are returned in the list (the caller kills them)."""
+def _spawn_fake_daemons(monkeypatch, *options: str) -> list:
+    """Make the link's ``spawn_daemon`` start the standalone fake daemon (with ``options``,
+    see lsp_fake_daemon.py); the started processes are returned in the list (the caller
+    kills them)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -160,7 +161,7 @@ def _spawn_fake_daemons(monkeypatch) -> list:
     script = str(Path(__file__).with_name("lsp_fake_daemon.py"))
 
     def fake_spawn(path, model, device):
-        procs.append(subprocess.Popen([sys.executable, script, path]))
+        procs.append(subprocess.Popen([sys.executable, script, path, *options]))
         return procs[-1]
 
     monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
@@ -224,6 +225,132 @@ async def test_a_started_daemon_that_dies_slowly_is_replaced_without_backing_off
     procs[0].send_signal(signal.SIGUSR1)  # closes its socket now, exits a second later
     await until(lambda: link.ready and link.spawned == 2, timeout=30, what="a second daemon")
     assert procs[0].poll() is not None and "the last start failed" not in (link.last_error or "")
+
+
+async def test_a_started_daemon_that_dies_for_long_is_waited_for_not_taken_for_a_failed_start(
+        sock, monkeypatch):
+    """However long a daemon that served takes to exit (an indexing thread joined, a CUDA
+    context torn down), its exit is no failed start: the next daemon starts once it is gone."""
+    import signal
+
+    from lsp_helpers import until
+
+    import lsp.daemon_link as dl
+
+    procs = _spawn_fake_daemons(monkeypatch, "--linger", "2")
+    # the old link waited DYING_WAIT_S for it, then took its exit for a failed start
+    monkeypatch.setattr(dl, "DYING_WAIT_S", 0.5, raising=False)
+    link = DaemonLink(sock, spawn=True, start_timeout=30)
+    try:
+        assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+        procs[0].send_signal(signal.SIGUSR1)  # closes its socket now, exits 2 s later
+        await until(lambda: link.ready and link.spawned == 2 or "the last start failed" in link.last_error,
+                    timeout=30, what="a second daemon, or a back-off")
+        assert "the last start failed" not in link.last_error
+        assert procs[0].poll() is not None and link.ready and link.spawned == 2
+    finally:
+        await link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_editors_racing_to_restart_a_crashed_daemon_all_get_the_winner(sock, monkeypatch):
+    """After a crash every editor's link starts a daemon at once; the losers' `ngramd serve`
+    exits with code 3 (another is starting): they wait for the winner's socket, not back off."""
+    from lsp_helpers import until
+
+    procs = _spawn_fake_daemons(monkeypatch, "--claim", "--load", "1")
+    a = DaemonLink(sock, spawn=True, start_timeout=30)
+    b = DaemonLink(sock, spawn=True, start_timeout=30)
+    try:
+        await a.call("status", None, 30)
+        await b.call("status", None, 30)  # a's daemon
+        assert len(procs) == 1
+        procs[0].kill()  # a crash: no notice, both links start one at once
+        await until(lambda: len(procs) == 3 and any(p.poll() == 3 for p in procs),
+                    timeout=30, what="the losing daemon's exit")
+        await until(lambda: (a.ready and b.ready) or "code 3" in a.last_error + b.last_error,
+                    timeout=30, what="both links on the winner, or a back-off")
+        assert a.ready and b.ready and "code 3" not in a.last_error + b.last_error
+        assert (await b.call("status", None, 5))["daemon"]["server"] == "fake"
+    finally:
+        await a.close()
+        await b.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_a_connection_the_daemon_refuses_is_not_reconnected_in_a_loop(sock, monkeypatch):
+    """The real server drops a connection that sends a frame over --max-message-bytes (an
+    open document too big), with a fatal error notice: reconnecting at once would send the
+    same document again, forever. The link backs off; a request after that reconnects once."""
+    import collections
+    from pathlib import Path
+
+    from lsp_helpers import until
+
+    from daemon.server import Server
+
+    class Service:  # the least daemon.service.Service the server needs
+        errors: collections.Counter = collections.Counter()
+
+        def client_connected(self, cid): pass
+        def client_gone(self, cid): pass
+        def cancel_all(self, why): pass
+        def close(self): pass
+
+        async def dispatch(self, cid, method, params):
+            return {"server": "stub"} if method in ("initialize", "status") else None
+
+    server = Server(Service(), Path(sock), max_message_bytes=4096)
+    await server.start()
+
+    async def on_connect(conn):
+        await conn.request("initialize", {}, timeout=5)
+        conn.send("open", {"uri": "file:///big.py", "text": "x" * 10_000, "version": 1})
+
+    link = DaemonLink(sock, spawn=True, on_connect=on_connect)
+    try:
+        link.start()
+        await until(lambda: "closed the connection" in link.last_error, what="the refusal")
+        assert "refused what this editor sent" in link.last_error and "4096" in link.last_error
+        assert not link.ready and not link.connecting and link.connects == 1
+        with pytest.raises(DaemonUnavailable, match="closed the connection"):  # at once, no connect
+            await link.call("status", None, 5)
+        assert link.connects == 1 and link.spawned == 0
+        monkeypatch.setattr(link, "_no_connect_until", 0.0)  # the back-off is over
+        with pytest.raises(DaemonUnavailable):  # the same document is refused again
+            await link.call("status", None, 5)
+        await until(lambda: not link.ready, what="the second refusal")
+        assert link.connects == 2 and not link.connecting and link.spawned == 0
+    finally:
+        await link.close()
+        await server.close()
+
+
+async def test_a_daemon_that_drops_every_new_connection_is_not_reconnected_in_a_loop(sock):
+    """No fatal notice, but the connection goes soon after it was made ready, twice in a row:
+    the second loss backs off instead of reconnecting at once."""
+    from lsp_fake_daemon import FakeDaemon
+    from lsp_helpers import until
+
+    link = DaemonLink(sock, spawn=False)
+    try:
+        for _ in range(2):
+            daemon = await FakeDaemon(sock).start()
+            await link.call("status", None, 5)
+            await daemon.stop()  # died: no notice
+            await until(lambda: not link.ready and not link.connecting, what="the reconnect decision")
+        assert "2 times in a row" in link.last_error and link.connects == 2
+        daemon = await FakeDaemon(sock).start()
+        with pytest.raises(DaemonUnavailable, match="closed the connection"):
+            await link.call("status", None, 5)
+        assert link.connects == 2
+        await daemon.stop()
+    finally:
+        await link.close()
 
 
 async def test_request_during_a_connect_only_reconnect_starts_a_daemon(spawning_link):
