@@ -416,7 +416,11 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
 
     scored: list[_Candidate] = []
     for rel, text in texts.items():
-        cands = _candidates_in(text, rel)
+        try:
+            cands = _candidates_in(text, rel)
+        except (RecursionError, MemoryError):  # ast.parse on a very deep expression: skip the file
+            skipped["too deeply nested to parse"] = skipped.get("too deeply nested to parse", 0) + 1
+            continue
         rng.shuffle(cands)
         own = grams[rel]
         for c in cands[:40]:  # bounded work per file

@@ -114,3 +114,15 @@ def test_no_cursor_message_says_which_files_were_skipped(tmp_path):
     (tmp_path / "latin.py").write_bytes(FUNC.replace("total = 0", "total = 0  # \xe9").encode("latin-1"))
     with pytest.raises(BenchCaseError, match="1 skipped: not UTF-8"):
         make_cases(tmp_path)
+
+
+@pytest.mark.parametrize("deep", ["    y = " + "+".join(["a"] * 3000) + "\n",  # RecursionError in ast
+                                  "    y = " + "-" * 10000 + "1\n"])  # MemoryError (parser stack)
+def test_a_file_too_deep_to_parse_is_skipped_not_fatal(tmp_path, deep):
+    (tmp_path / "ok.py").write_text(FUNC)
+    (tmp_path / "deep.py").write_text("def f(a):\n" + deep + "    return y\n")
+    cases = make_cases(tmp_path, n=3, seed=0)
+    assert cases and {c["file"] for c in cases} == {"ok.py"}
+    (tmp_path / "ok.py").unlink()
+    with pytest.raises(BenchCaseError, match="1 skipped: too deeply nested to parse"):
+        make_cases(tmp_path)
