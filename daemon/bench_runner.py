@@ -12,10 +12,11 @@ Fairness rules, each chosen so that the three do the same work:
 
 - Same prompt: ``hf`` gets the token ids the engine fed the model (recovered from
   the plain run's forward passes, see ``PassRecorder``), not a re-tokenization.
-- Same length: the engine runs with ``multiline=True`` and no stop strings, so it
-  stops only where its own rules do (max_tokens, eos, block end), the same for
-  ``spec`` and ``plain``; ``hf`` is given ``max_new_tokens`` = the number of tokens
-  plain produced, so all three produce the same number of tokens.
+- Same length: a completion runs with ``multiline=True`` and no stop strings (an
+  edit with its own closing-fence stop), so it stops only where its own rules do
+  (max_tokens, eos, block end), the same for ``spec`` and ``plain``; ``hf`` is given
+  ``max_new_tokens`` = the number of tokens plain produced, so all three produce the
+  same number of tokens (none made by plain: ``hf`` is not timed, it makes at least one).
   ``identical`` compares ``spec`` with ``plain`` over the full ids (length too);
   ``hf_identical`` compares ``hf`` with ``plain`` over the shorter length (eos may
   stop ``hf`` early; float noise may differ between the two code paths).
@@ -34,6 +35,7 @@ Fairness rules, each chosen so that the three do the same work:
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -307,9 +309,9 @@ class BenchRunner:
                 order = VARIANTS_ORDER[r % 3:] + VARIANTS_ORDER[:r % 3]
                 for variant in order:
                     if variant == "hf":
-                        if not self.hf:
-                            continue
                         n_plain = len(plain_runs[0].result.token_ids)
+                        if not self.hf or n_plain == 0:  # hf generates at least one token: unequal work
+                            continue
                         hf_ids, ms, ftm = hf_prompt_lookup(self.rt.model, prompt_ids, n_plain,
                                                            self.rt.eos_token_id, self.rt.device)
                         times["hf"].append(ms)
@@ -412,6 +414,11 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
+def _index_holds(index: Any, path: str) -> bool:
+    """Whether ``index`` holds the file ``path`` (NgramIndex has no public query: its table of files)."""
+    return os.path.abspath(path) in getattr(index, "_files", ())
+
+
 class case_document:
     """While a case runs: the file's on-disk copy is out of the index and the case's
     text is the open current buffer; afterwards the workspace is as it was."""
@@ -422,9 +429,11 @@ class case_document:
 
     def __enter__(self) -> None:
         path = str(self.case.path)
-        if self.case.path.is_file():
+        # what the index held, not what is on disk: a file the workspace ignores
+        # (.gitignore) must not be indexed by putting it back afterwards
+        self.was_indexed = _index_holds(self.index, path)
+        if self.was_indexed:
             self.index.remove_file(path)
-            self.was_indexed = True
         self.index.open_buffer(self.case.path.as_uri(), self.case.text)
 
     def __exit__(self, *exc: Any) -> None:

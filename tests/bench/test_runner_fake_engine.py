@@ -17,15 +17,18 @@ from daemon.requests import CompletionResult, GenerationStats
 
 
 class FakeIndex:
-    def __init__(self):
+    def __init__(self, files=()):
         self.calls = []
         self.history = []
+        self._files = {str(f) for f in files}  # what NgramIndex holds (case_document asks)
 
     def remove_file(self, path):
         self.calls.append(("remove_file", path))
+        self._files.discard(path)
 
     def index_file(self, path):
         self.calls.append(("index_file", path))
+        self._files.add(path)
         return True
 
     def open_buffer(self, uri, text):
@@ -93,7 +96,7 @@ def test_runner_reports_every_field_and_the_identical_flag(monkeypatch, tiny_run
     monkeypatch.setitem(sys.modules, "daemon.completer",
                         types.SimpleNamespace(Completer=make_fake_completer(diverge)))
     runner = BenchRunner(tiny_runtime)
-    index = FakeIndex()
+    index = FakeIndex(files=[two_cases[0].path])
     runner._indexes[two_cases[0].workspace] = index
     row = runner.run_case(two_cases[0], repeat=2)
     assert row["status"] == "ok"
@@ -150,3 +153,50 @@ def test_a_failed_warm_up_is_tried_again_on_the_next_case(tmp_path):
     runner.warm_up(case("next"))
     runner.warm_up(case("third"))
     assert runs == ["too-long", "next", "next"]  # warmed by "next", once
+
+
+def test_a_case_on_a_file_the_index_ignores_leaves_it_out_of_the_index(tmp_path):
+    """case_document puts back only what the index held: a .gitignored file stays out
+    (else later cases would draft from it, and results would depend on case order)."""
+    from daemon.bench_cases import parse_case
+    from daemon.bench_runner import case_document
+    from index.store import NgramIndex
+
+    (tmp_path / ".gitignore").write_text("ignored.py\n")
+    (tmp_path / "a.py").write_text("def a():\n    return 1\n")
+    (tmp_path / "ignored.py").write_text("def b():\n    return 2\n")
+    index = NgramIndex(lambda texts: [[ord(ch) for ch in t] for t in texts])
+    index.index_workspace(str(tmp_path))
+    held = set(index._files)
+    assert str(tmp_path / "a.py") in held and str(tmp_path / "ignored.py") not in held
+    for name in ("ignored.py", "a.py"):
+        case = parse_case({"id": name, "workspace": str(tmp_path), "file": name, "offset": 0, "max_tokens": 4,
+                           "mode": "complete"})
+        with case_document(index, case):
+            assert str(case.path) not in index._files  # the case's text is the open buffer, not the file
+        assert set(index._files) == held
+
+
+def test_hf_is_not_timed_on_a_case_where_plain_decoding_made_no_token(monkeypatch, tiny_runtime, two_cases):
+    """HF's generate makes at least one token: against a 0-token run it would time unequal work."""
+    class EmptyCompleter:
+        def __init__(self, runtime, index, config=None):
+            pass
+
+        def complete(self, req, cancel=None):  # eos at once
+            return CompletionResult(text="", token_ids=[], prompt=req.text[:req.offset], stats=GenerationStats(),
+                                    stop_reason="eos")
+
+    monkeypatch.setitem(sys.modules, "daemon.completer", types.SimpleNamespace(Completer=EmptyCompleter))
+    hf_lengths = []
+
+    def fake_hf(model, prompt_ids, max_new_tokens, eos_token_id, device="cpu"):
+        hf_lengths.append(max_new_tokens)
+        return [1] * max(1, max_new_tokens), 1.0, 1.0
+    monkeypatch.setattr("daemon.bench_runner.hf_prompt_lookup", fake_hf)
+    runner = BenchRunner(tiny_runtime)
+    runner._indexes[two_cases[0].workspace] = FakeIndex(files=[two_cases[0].path])
+    row = runner.run_case(two_cases[0], repeat=2)
+    assert row["status"] == "ok" and row["generated"] == 0
+    assert hf_lengths == [8]  # the warm-up's only
+    assert row["hf_prompt_lookup_ms"] is None and row["hf_identical"] is None and row["speedup_hf"] is None
