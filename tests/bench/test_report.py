@@ -82,6 +82,19 @@ def test_changed_lines_counts_each_modified_inserted_or_deleted_line_once():
     assert changed_lines("a\nb\nc\n", "x\ny\n") == 3
 
 
+def test_changed_lines_breaks_lines_where_an_editor_does():
+    """daemon/lines.py's rule: \\r\\n, \\n or a lone \\r; a form feed or U+2028 is inside a line."""
+    assert changed_lines("p\x0cq\n", "P\x0cQ\n") == 1 and changed_lines("p\u2028q\n", "P\u2028Q\n") == 1
+    assert changed_lines("a\r\nb\rc", "a\nb\nC") == 1 and changed_lines("a", "a\n") == 0
+
+
+def test_identical_target_is_not_met_while_cases_failed():
+    s = summarize([row("a", "ordinary", 100, 300, 200),
+                   {"id": "x", "kind": "ordinary", "status": "error", "error": "boom"}])
+    assert s["all_identical"] is True and s["errors"] == ["x"]  # every case that ran was identical ...
+    assert s["targets"]["identical"] == {"value": 1, "goal": 2, "met": False}  # ... but one never ran
+
+
 def test_edits_that_change_few_lines_have_their_own_target():
     def edit_row(id_, ms, plain, changed, stop="stop_string"):
         return {**row(id_, "ordinary", ms, plain, plain), "mode": "edit", "changed_lines": changed,
