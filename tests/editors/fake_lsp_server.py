@@ -22,12 +22,14 @@ workspace/executeCommand:
   + "]"; sends workspace/applyEdit and returns the edit (as the real server does), or only
   returns it when the instruction starts with "return-only"; a version other than the
   document's is refused with ContentModified (as the real server does). Every version
-  received (None when absent) is in the status's ``rewrite_versions``
+  received (None when absent) is in the status's ``rewrite_versions``. The instruction
+  ``exit-before-answering`` ends this server at once (a crash mid-request)
 - fake.document uri        -> the server's copy of the document (incremental sync check)
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -123,6 +125,8 @@ async def rewrite(ls: LanguageServer, *args: Any) -> Any:
     uri, raw_range, instruction = args[:3]
     version = args[3] if len(args) > 3 else None
     seen["rewrite_versions"].append(version)
+    if instruction == "exit-before-answering":
+        os._exit(0)
     rng = ls.protocol._converter.structure(raw_range, types.Range)
     doc = ls.workspace.get_text_document(uri)
     if version is not None and version != doc.version:

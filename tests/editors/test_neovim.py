@@ -81,6 +81,7 @@ def test_plugin_against_fake_server(nvim: str, tmp_path: Path) -> None:
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "typed from a charwise selection", "stale selection", "returned edit", "document version",
                      "changed during the prompt", "past the last line", "twice at once", "CRLF",
+                     "server exits before answering",
                      "typing in Insert mode", "Replace mode", "<BS> after an accept", "another window",
                      "<C-c>"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"

@@ -532,6 +532,39 @@ if suite == "fake" then
     end, "the rewrite")
     eq(lines(), { "[ALPHA BETA", "GAMMA]", "rest" })
   end)
+
+  test(":NgramdRewrite whose server exits before answering fails, and is no longer in flight", function()
+    -- A project of its own, so that its own server (the one that exits) serves the buffer.
+    local project = dir .. "/exiting"
+    vim.fn.mkdir(project .. "/.git", "p")
+    vim.fn.writefile({ "alpha" }, project .. "/a.py")
+    vim.cmd("edit " .. vim.fn.fnameescape(project .. "/a.py"))
+    local other = vim.api.nvim_get_current_buf()
+    local up = false
+    wait(function()
+      if client_mod.get(other) and not up then
+        client_mod.execute(other, "ngramd.status", {}, function(e)
+          up = up or e == nil
+        end)
+        vim.wait(50)
+      end
+      return up
+    end, "the second server")
+    assert(client_mod.get(other).id ~= client().id, "the buffer shares the first server")
+    notes = {}
+    local done
+    ngramd.rewrite({ line1 = 1, line2 = 1, instruction = "exit-before-answering", callback = function(e)
+      done = e or true
+    end })
+    local ok = pcall(wait, function()
+      return done ~= nil
+    end, "the rewrite's callback")
+    vim.cmd("buffer " .. buf)
+    assert(ok, "no callback after the server exited")
+    assert(done ~= true, "the rewrite succeeded")
+    assert(notes[1] and notes[1]:find("rewrite failed", 1, true), vim.inspect(notes))
+    eq(ngramd.rewrites_in_flight(), 0, "rewrites in flight")
+  end)
 end
 
 if suite == "real" then

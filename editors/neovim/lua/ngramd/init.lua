@@ -24,6 +24,10 @@ M.last_status = nil
 -- mistake one another's applyEdit for theirs.
 local rewrites_in_flight = 0
 local applied_edits = {} -- vim.inspect(edit) -> applyEdit requests not yet matched
+-- client id -> { [finish] = true }: the rewrites waiting for that client's reply. A client
+-- that exits mid-request never calls their handlers (Neovim 0.7's rpc drops them), so
+-- its exit finishes them: they fail, and stop counting as in flight.
+local rewrites_waiting = {}
 
 -- Where each buffer's last Visual selection was left (ModeChanged out of Visual mode),
 -- bufnr -> { tick = changedtick, cursor = {row, col} }. The marks '< '> are the
@@ -73,6 +77,17 @@ end
 
 local function notify(msg, level)
   vim.notify("ngramd: " .. msg, level or vim.log.levels.INFO)
+end
+
+--- The client's on_exit (a libuv callback on 0.7: the work is scheduled).
+local function on_client_exit(_, _, client_id)
+  vim.schedule(function()
+    local waiting = rewrites_waiting[client_id] or {}
+    rewrites_waiting[client_id] = nil
+    for finish in pairs(waiting) do
+      finish({ message = "the ngramd language server exited before answering" }, nil)
+    end
+  end)
 end
 
 local function set_keymaps(bufnr, native)
@@ -152,6 +167,7 @@ function M.start(bufnr)
     init_options = M.init_options(),
     capabilities = capabilities(M.native),
     on_attach = on_attach,
+    on_exit = on_client_exit,
     handlers = { ["workspace/applyEdit"] = on_apply_edit },
     flags = { debounce_text_changes = 0 }, -- sync every keystroke: completions need the latest text
   })
@@ -206,6 +222,13 @@ function M.setup(opts)
       if old:match("^[vV\22]") then -- Visual (charwise, linewise, blockwise) left
         remember_visual_exit(args.buf)
       end
+    end,
+  })
+  vim.api.nvim_create_autocmd("BufWipeout", {
+    group = group,
+    pattern = "*",
+    callback = function(args)
+      visual_left[args.buf] = nil -- else the table keeps an entry for every buffer ever wiped
     end,
   })
 
@@ -461,11 +484,19 @@ function M.rewrite(opts)
     return
   end
   local uri = vim.uri_from_bufnr(bufnr)
-  rewrites_in_flight = rewrites_in_flight + 1
-  local ok = client_mod.request(client, "workspace/executeCommand", {
-    command = "ngramd.rewriteSelection",
-    arguments = { uri, range, instruction, version },
-  }, function(err, result)
+  local client_id = client.id
+  local waiting = rewrites_waiting[client_id] or {}
+  rewrites_waiting[client_id] = waiting
+  local finished = false
+  local function finish(err, result) -- the reply, or the client's exit: whichever comes first
+    if finished then
+      return
+    end
+    finished = true
+    waiting[finish] = nil
+    if next(waiting) == nil and rewrites_waiting[client_id] == waiting then
+      rewrites_waiting[client_id] = nil
+    end
     rewrites_in_flight = rewrites_in_flight - 1
     if err then
       notify("rewrite failed: " .. (err.message or vim.inspect(err)), vim.log.levels.ERROR)
@@ -480,11 +511,21 @@ function M.rewrite(opts)
     if opts.callback then
       opts.callback(err, result)
     end
-  end, bufnr)
-  if not ok then -- the client has stopped: no reply will come
-    rewrites_in_flight = rewrites_in_flight - 1
-    notify("rewrite failed: the ngramd client has stopped", vim.log.levels.ERROR)
   end
+  rewrites_in_flight = rewrites_in_flight + 1
+  waiting[finish] = true
+  local ok = client_mod.request(client, "workspace/executeCommand", {
+    command = "ngramd.rewriteSelection",
+    arguments = { uri, range, instruction, version },
+  }, finish, bufnr)
+  if not ok then -- the client has stopped: no reply will come
+    finish({ message = "the ngramd client has stopped" }, nil)
+  end
+end
+
+--- How many rewrites wait for their reply (0 once each has answered, failed, or lost its client).
+function M.rewrites_in_flight()
+  return rewrites_in_flight
 end
 
 return M
