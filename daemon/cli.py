@@ -81,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p)
     _add_position_args(p)
 
-    p = sub.add_parser("edit", help="rewrite a range of FILE following an instruction (in-process)")
+    p = sub.add_parser("edit", help="rewrite a range of FILE following an instruction (in-process)",
+                       epilog="exit status: 0 done; 2 bad input; 3 the rewrite stopped at its token "
+                              "limit before its end: the text is printed cut short, with a warning on "
+                              "stderr (with --json: 0, and stop_reason says it)")
     p.add_argument("file")
     p.add_argument("--start", required=True, metavar="L:C", help="0-based line:column")
     p.add_argument("--end", required=True, metavar="L:C", help="0-based line:column, after --start")

@@ -7,6 +7,12 @@ offsets), ``stop_reason``, ``prompt`` and the full ``stats``.
 
 Positions are ``LINE:COL``, both 0-based; COL counts characters (code points)
 and may equal the line's length (the end of the line).
+
+Exit status: 0, the rewrite finished; 2, bad input (nothing rewritten); 3
+(``EXIT_UNFINISHED``), the rewrite stopped before its end (at ``--max-tokens``, or the
+model's positions): the text is still printed, cut short, with a warning on stderr,
+because it must not replace the range. With ``--json`` the status is 0 and
+``stop_reason`` says it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from typing import Any
 from daemon.cli_inputs import InputError, check_generation_args, make_index, offset_of, read_source
 
 _POS = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
+EXIT_UNFINISHED = 3
+# How a finished rewrite ends (daemon/stops.py): its closing fence, or the model's end of
+# text; lsp/server.py refuses to apply any other the same way.
+FINISHED_STOPS = ("stop_string", "eos")
 
 
 class PositionError(InputError):
@@ -107,4 +117,9 @@ def run(args: Any) -> int:
           f"{s.tokens_per_pass:.2f} tokens/pass; drafted {s.drafted}, accepted {s.accepted}; "
           f"first token {s.first_token_ms:.0f} ms; prefill {s.prefill_tokens}; stop: {result.stop_reason}; "
           f"{'speculative' if req.speculate else 'plain'}; {runtime.name} on {runtime.device})", file=sys.stderr)
+    if result.stop_reason not in FINISHED_STOPS:
+        print(f"ngramd edit: warning: the rewrite did not finish (stop: {result.stop_reason} after "
+              f"{s.generated} tokens): the text above is cut short and must not replace the range; "
+              f"select less or raise --max-tokens", file=sys.stderr)
+        return EXIT_UNFINISHED
     return 0

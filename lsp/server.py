@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcContentModified, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
@@ -47,6 +47,10 @@ VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
 PROBE_S = 1.0  # how long an observing status waits to connect to a running daemon
 MAX_REFUSALS_SHOWN = 8  # distinct refusals shown between two completions: more is a flood
+# How a rewrite that finished ends (daemon/stops.py): its closing fence, or the model's end of
+# text. Any other stop (max_tokens, cancelled) leaves the text cut short: applied, it would
+# delete the selection's tail.
+FINISHED_STOPS = ("stop_string", "eos")
 
 
 @dataclass
@@ -304,8 +308,10 @@ class NgramdServer(LanguageServer):
         ``version``: the document version ``rng`` was taken from (a code action's), if
         known. Raises JsonRpcContentModified when the document is at another version,
         before or after the daemon's work: the range would then replace the wrong text.
-        Raises DaemonError / DaemonUnavailable; an abandoned rewrite (cancelled by the
-        editor, or past its timeout) is cancelled in the daemon.
+        Raises JsonRpcException(RequestFailed) for a rewrite that did not finish (never
+        applied: it would delete the rest of the selection). Raises DaemonError /
+        DaemonUnavailable; an abandoned rewrite (cancelled by the editor, or past its
+        timeout) is cancelled in the daemon.
         """
         doc = self.require_document(uri)
         uri = doc.uri  # the spelling the daemon knows (the request's may be encoded otherwise)
@@ -319,6 +325,7 @@ class NgramdServer(LanguageServer):
         params = {"uri": uri, "start": start, "end": end, "instruction": instruction,
                   "version": at or 0, "requestId": request_id}
         timeout = max(self.settings.timeout_ms / 1000, 30.0)
+        deadline = time.monotonic() + timeout  # the retry below gets what is left, not more
         try:
             try:
                 result = await self.link.call("edit", params, timeout)
@@ -326,12 +333,14 @@ class NgramdServer(LanguageServer):
                 if not _is_out_of_date(exc):  # the daemon's copy is stale or gone: re-send it, once
                     raise
                 self.resync(uri)
-                result = await self.link.call("edit", params, timeout)
+                result = await self.link.call("edit", params, max(0.01, deadline - time.monotonic()))
         except (asyncio.CancelledError, DaemonUnavailable):
             self.link.send("cancel", {"uri": uri, "requestId": request_id})
             raise
         if not isinstance(result, dict) or not isinstance(result.get("text"), str):
             raise DaemonError(rpc.INTERNAL_ERROR, f"unexpected edit result: {str(result)[:200]}", "edit")
+        if result.get("stop_reason") not in FINISHED_STOPS:
+            raise JsonRpcException(code=types.LSPErrorCodes.RequestFailed, message=_unfinished(result))
         if self.open_document(uri) is not doc or doc.version != at:
             raise JsonRpcContentModified(
                 f"{uri} changed while ngramd rewrote it (version {at}, now {doc.version}); ask again")
@@ -443,6 +452,18 @@ def _is_users_doing(exc: DaemonError) -> bool:
     daemon lost, which ``_complete`` repairs."""
     return exc.code == rpc.METHOD_NOT_FOUND or (
         exc.code == rpc.INVALID_PARAMS and not exc.message.startswith(rpc.DOCUMENT_NOT_OPEN))
+
+
+def _unfinished(result: dict[str, Any]) -> str:
+    """What the user is told about a rewrite that stopped before its end."""
+    stop = result.get("stop_reason")
+    if stop == "max_tokens":
+        n = len(result.get("token_ids") or [])
+        why = f"it reached its length limit{f' after {n} tokens' if n else ''}"
+    else:
+        why = f"it stopped early (stop reason {stop!r})"
+    return (f"ngramd: the rewrite did not finish ({why}), so nothing was changed; "
+            f"select less and ask again")
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

@@ -89,3 +89,19 @@ def test_cli_selection_too_long_for_the_model_is_a_clear_error(tmp_path, capsys)
     assert rc == 2
     err = capsys.readouterr().err
     assert "ngramd edit: error: the edit is too long" in err and "Traceback" not in err
+
+
+def test_cli_rewrite_cut_at_its_token_limit_warns_and_exits_3(tmp_path, capsys):
+    """The text is still printed, but a rewrite that did not finish must not pass for one:
+    it lacks the range's tail (a script that applies it on status 0 would delete it)."""
+    from daemon.edit_cmd import EXIT_UNFINISHED
+
+    f = tmp_path / "t.py"
+    f.write_text("def f(x):\n    y = x + 1\n    return y\n")
+    rc = main(["edit", str(f), "--start", "0:0", "--end", "3:0", "--instruction", "rename y to z",
+               "--model", "tiny", "--device", "cpu", "--max-tokens", "2"])
+    out, err = capsys.readouterr()
+    assert rc == EXIT_UNFINISHED == 3
+    assert "stop: max_tokens" in err and "warning: the rewrite did not finish" in err
+    assert err.rstrip().endswith("select less or raise --max-tokens")  # the last line: seen
+    assert out  # the cut text, for whoever wants to look at it

@@ -33,6 +33,7 @@ class FakeDaemon:
         self.delay = 0.0  # seconds a complete takes (cancellable)
         self.edit_delay = 0.0  # seconds an edit takes (cancellable)
         self.edit_error: tuple[int, str] | None = None
+        self.edit_stop_reason = "stop_string"  # "max_tokens": a rewrite cut off before its end
         self.complete_error: tuple[int, str] | None = None  # (code, message) every complete fails with
         self.docs: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, Any]] = []
@@ -129,7 +130,7 @@ class FakeDaemon:
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"{rpc.DOCUMENT_NOT_OPEN}{p['uri']}")
             text = self.docs[p["uri"]]["text"]  # as the daemon: the text when the request arrives
             await self._run((p["uri"], method), p.get("requestId"), self.edit_delay)
-            return _result(text[p["start"]:p["end"]].upper())
+            return {**_result(text[p["start"]:p["end"]].upper()), "stop_reason": self.edit_stop_reason}
         if method == "cancel":
             n = 0
             for (uri, _), (rid, event) in list(self._jobs.items()):

@@ -264,6 +264,32 @@ async def test_rewrite_errors_are_clear(fake, sock, lsp_client):
     assert err.value.code == types.ErrorCodes.InvalidParams and "range" in err.value.message
 
 
+async def test_a_rewrite_cut_off_before_its_end_is_refused_not_applied(fake, sock, lsp_client):
+    """An answer that stopped at its token limit lacks the selection's tail: applied, it
+    would delete it. The editor gets an error that says so, and no edit."""
+    client = await lsp_client(sock)
+    applied = _record_apply_edit(client)
+    open_doc(client, URI, "x = 1\ny = 2\n")
+    fake.edit_stop_reason = "max_tokens"
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.rewriteSelection", arguments=[URI, {"start": {"line": 0, "character": 0},
+                                                                "end": {"line": 1, "character": 5}}]))
+    assert err.value.code == types.LSPErrorCodes.RequestFailed
+    assert "did not finish" in err.value.message and "select less" in err.value.message
+    assert applied == [] and len(fake.methods("edit")) == 1
+
+    from lsp_helpers import client_capabilities
+
+    resolving = await lsp_client(sock, capabilities=client_capabilities(resolve_edit=True))
+    open_doc(resolving, URI, "x = 1\ny = 2\n")
+    actions = await resolving.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=rng(0, 0, 1, 5),
+        context=types.CodeActionContext(diagnostics=[])))
+    with pytest.raises(JsonRpcException, match="did not finish"):
+        await resolving.code_action_resolve_async(actions[0])
+
+
 async def test_rewrite_of_a_document_the_daemon_lost_resends_it_once(fake, sock, lsp_client):
     """A daemon restarted meanwhile has no copy: the rewrite re-sends the text and goes on."""
     client = await lsp_client(sock)
