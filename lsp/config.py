@@ -18,8 +18,10 @@ LSP-style camelCase names:
     enabled      bool             false: answer nothing, keep syncing      (true)
                                   (``enable``, VS Code's name, is accepted too)
 
-Unknown keys are ignored (editors send their whole section); a known key with a
-wrong type or range raises ``ValueError`` naming the key, and nothing is applied.
+Unknown keys are ignored (editors send their whole section). A known key with a
+wrong type or range is refused with a message naming it: ``applied`` keeps that key's
+value and applies the others (one bad value must not cost the user the rest, e.g.
+``enable: false``); ``updated`` raises ``ValueError`` and applies nothing.
 """
 
 from __future__ import annotations
@@ -63,22 +65,37 @@ class Settings:
     enabled: bool = True
 
     def updated(self, options: Any) -> "Settings":
-        """A copy with the camelCase keys of ``options`` applied (see module doc)."""
+        """A copy with the camelCase keys of ``options`` applied (see module doc); raises
+        ValueError naming the first refused key."""
+        new, refused = self.applied(options)
+        if refused:
+            raise ValueError(refused[0])
+        return new
+
+    def applied(self, options: Any) -> tuple["Settings", list[str]]:
+        """A copy with every valid camelCase key of ``options`` applied, and why each
+        refused one (which keeps its value) was refused."""
         if options is None:
-            return self
+            return self, []
         if not isinstance(options, dict):
-            raise ValueError(f"settings must be an object, got {type(options).__name__}")
+            return self, [f"settings must be an object, got {type(options).__name__}"]
         if isinstance(options.get("ngramd"), dict):
             options = options["ngramd"]
         changes: dict[str, Any] = {}
+        refused: list[str] = []
         for key, value in options.items():
             if key not in _FIELDS:
                 continue
             attr, kind, lo, hi = _FIELDS[key]
-            changes[attr] = _coerce(key, value, kind, lo, hi, nullable=key in _NULLABLE)
-        if changes.get("device", self.device) not in _DEVICES:
-            raise ValueError(f"device must be one of {_DEVICES}, got {changes['device']!r}")
-        return dataclasses.replace(self, **changes)
+            try:
+                value = _coerce(key, value, kind, lo, hi, nullable=key in _NULLABLE)
+                if key == "device" and value not in _DEVICES:
+                    raise ValueError(f"setting 'device' must be one of {_DEVICES}, got {value!r}")
+            except ValueError as exc:
+                refused.append(str(exc))
+                continue
+            changes[attr] = value
+        return dataclasses.replace(self, **changes), refused
 
     def to_options(self) -> dict[str, Any]:
         """The camelCase form, as ``ngramd.status`` reports it."""

@@ -37,12 +37,9 @@ REWRITE_KIND = types.CodeActionKind.RefactorRewrite.value
 def register(server: NgramdServer) -> None:
     @server.feature(types.INITIALIZE)
     def initialize(ls: NgramdServer, params: types.InitializeParams) -> None:
-        try:
-            ls.apply_settings(params.initialization_options)
-        except ValueError as exc:
-            # A bad option must not stop the editor's session: report it, keep defaults.
-            ls.window_show_message(types.ShowMessageParams(
-                type=types.MessageType.Error, message=f"ngramd: {exc}"))
+        # A bad option must not stop the editor's session: it is reported, the rest applies.
+        for message in ls.apply_settings(params.initialization_options):
+            ls.window_show_message(message)
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: NgramdServer, params: types.InitializedParams) -> None:
@@ -81,14 +78,8 @@ def register(server: NgramdServer) -> None:
             pulled = await ls.workspace_configuration_async(types.ConfigurationParams(
                 items=[types.ConfigurationItem(section="ngramd")]))
             settings = pulled[0] if pulled else None
-        try:
-            notice = ls.apply_settings(settings)
-        except ValueError as exc:
-            ls.window_show_message(types.ShowMessageParams(
-                type=types.MessageType.Error, message=f"ngramd: {exc}"))
-            return
-        if notice:
-            ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Info, message=notice))
+        for message in ls.apply_settings(settings):
+            ls.window_show_message(message)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: NgramdServer, params: types.InlineCompletionParams

@@ -377,15 +377,19 @@ class NgramdServer(LanguageServer):
             "daemon": daemon,
         }
 
-    def apply_settings(self, options: Any) -> str | None:
-        """Apply editor settings (raises ValueError naming a bad key; nothing applied then).
+    def apply_settings(self, options: Any) -> list[types.ShowMessageParams]:
+        """Apply the valid editor settings; returns the messages for the user.
 
-        Returns a notice for the user, or None. The daemon is shared by every editor of
-        the user, so a new ``model`` or ``device`` is not forced on a running one: it
-        applies to the next daemon this LSP starts, and the notice says how to get there.
+        A refused value (named in an error message) keeps its old value; the other keys
+        apply. The daemon is shared by every editor of the user, so a new ``model`` or
+        ``device`` is not forced on a running one: it applies to the next daemon this LSP
+        starts, and an info message says how to get there.
         """
-        old, new = self.settings, self.settings.updated(options)
+        old, (new, refused) = self.settings, self.settings.applied(options)
         self.settings = new
+        messages = [types.ShowMessageParams(
+            type=types.MessageType.Error,
+            message=f"ngramd: {why}; it keeps its value, the other settings apply") for why in refused]
         if new != old:
             self._refusals_shown.clear()  # the new settings' refusals are news
         socket = self._socket_path(new)
@@ -393,9 +397,10 @@ class NgramdServer(LanguageServer):
         self.link.reconfigure(socket_path=socket, model=new.model, device=new.device)
         if same_daemon and (new.model, new.device) != (old.model, old.device):
             stop = "ngramd stop" if socket == str(resolve_socket_path(None)) else f"ngramd stop --socket {socket}"
-            return (f"ngramd: the running daemon keeps its model; run `{stop}` and the next "
-                    f"completion starts one with model {new.model or 'default'} on {new.device}.")
-        return None
+            messages.append(types.ShowMessageParams(type=types.MessageType.Info, message=(
+                f"ngramd: the running daemon keeps its model; run `{stop}` and the next "
+                f"completion starts one with model {new.model or 'default'} on {new.device}.")))
+        return messages
 
     def _socket_path(self, settings: Settings) -> str:
         """The editor's ``socket`` setting resolved as ``ngramd serve`` resolves it ("~/x" too)."""

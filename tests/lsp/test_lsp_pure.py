@@ -35,6 +35,17 @@ def test_settings_reject_bad_values_naming_the_key(bad, key):
         Settings().updated(bad)
 
 
+def test_settings_applied_keeps_a_refused_value_and_applies_the_rest():
+    """One bad value (VS Code clamps temperature to [0, 100], so 5e-5 can arrive) must not
+    cost the others: ``enable: false`` is applied, the temperature keeps its value."""
+    new, refused = Settings().applied({"ngramd": {"temperature": 5e-5, "socket": "/tmp/mine.sock",
+                                                  "maxTokens": 16, "enable": False, "device": "tpu"}})
+    assert (new.temperature, new.socket, new.max_tokens, new.enabled, new.device) == (
+        0.0, "/tmp/mine.sock", 16, False, "auto")
+    assert len(refused) == 2 and "'temperature'" in refused[0] and "'device'" in refused[1]
+    assert Settings().applied([1]) == (Settings(), ["settings must be an object, got list"])
+
+
 @pytest.mark.parametrize("value", [5e-5, 1e-9, 101.0, float("nan"), float("inf")])
 def test_settings_refuse_a_temperature_the_daemon_refuses(value):
     """The daemon's rule (0, or 1e-4..100), refused when set, with the other settings' wording."""

@@ -317,7 +317,7 @@ async def test_toggle_status_and_configuration(fake, sock, lsp_client):
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"ngramd": {"maxTokens": 7, "temperature": 0.5, "unknownKey": 1}}))
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"ngramd": {"maxTokens": "many"}}))  # rejected as a whole, with a message
+        settings={"ngramd": {"maxTokens": "many"}}))  # refused, with a message
     await until(lambda: client.messages, what="error message")
     assert "maxTokens" in client.messages[-1].message
     await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
@@ -359,6 +359,20 @@ async def test_toggle_status_and_configuration(fake, sock, lsp_client):
     assert "model default" in client.messages[-1].message
     status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     assert status["settings"].get("model") is None
+
+
+async def test_a_refused_setting_is_reported_and_the_others_apply(fake, sock, lsp_client):
+    client = await lsp_client(sock, options={"temperature": 5e-5, "maxTokens": 9})
+    await until(lambda: client.messages, what="the refusal")
+    assert "'temperature'" in client.messages[-1].message
+    assert client.messages[-1].type == types.MessageType.Error
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"ngramd": {"enable": False, "temperature": 1e-9, "timeoutMs": 900}}))
+    await until(lambda: len(client.messages) == 2, what="the second refusal")
+    status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    settings = status["settings"]
+    assert (settings["maxTokens"], settings["enabled"], settings["timeoutMs"], settings["temperature"]) == (
+        9, False, 900, 0.0)
 
 
 async def test_workspace_folders_forwarded(fake, sock, lsp_client, tmp_path):
