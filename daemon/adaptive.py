@@ -36,7 +36,8 @@ CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 @dataclass
 class CostModel:
-    """ms per forward pass as a function of new tokens, piecewise linear between measured points."""
+    """ms per forward pass as a function of new tokens, piecewise linear between measured points
+    (and beyond the last one, along the last segment)."""
 
     sizes: list[int] = field(default_factory=lambda: [1, 64])
     ms: list[float] = field(default_factory=lambda: [70.0, 260.0])  # DESIGN.md's CPU figures as a prior
@@ -54,7 +55,13 @@ class CostModel:
             buckets = np.asarray(self.pad_to)
             inside = (ns >= buckets[0]) & (ns <= buckets[-1])
             ns = np.where(inside, buckets[np.minimum(np.searchsorted(buckets, ns), len(buckets) - 1)], ns)
-        return np.interp(ns, self.sizes, self.ms)
+        ms = np.interp(ns, self.sizes, self.ms)
+        # past the largest calibrated size, along the last segment: a clamp would price a pass
+        # of 65 (run padded to 80 rows) as one of 64, and the policy would take those rows for free
+        if len(self.sizes) > 1:
+            slope = (self.ms[-1] - self.ms[-2]) / (self.sizes[-1] - self.sizes[-2])
+            ms = np.where(ns > self.sizes[-1], self.ms[-1] + slope * (ns - self.sizes[-1]), ms)
+        return ms
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": [int(x) for x in self.sizes], "ms": [round(float(x), 3) for x in self.ms]}

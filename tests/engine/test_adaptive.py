@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from index.draft import Branch, Draft, Source
 
 from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
@@ -47,7 +48,21 @@ def test_padded_passes_cost_their_bucket_and_the_policy_fills_the_bucket():
     plain = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False)
     padded = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False, pad_to=PACK_BUCKETS)
     assert padded(17) == padded(20) == plain(20) > plain(17) and padded(2) == plain(2)
-    assert list(padded.many(np.array([1, 16, 17, 19, 20, 65]))) == [plain(n) for n in (1, 16, 20, 20, 20, 65)]
+    # 65 runs as 80 rows (fast_linear pads it): past the calibrated 64 the curve goes on rising
+    assert list(padded.many(np.array([1, 16, 17, 19, 20, 65]))) == [plain(n) for n in (1, 16, 20, 20, 20, 80)]
+    assert padded(65) == plain(80) == pytest.approx(74.0 + 16 * 64 / 63) and plain(80) > plain(64)
     values = [0.97 ** (i + 1) for i in range(40)]  # a long draft that keeps being accepted
     m = best_count(values, padded)
     assert m > 0 and 1 + m in PACK_BUCKETS
+
+
+def test_a_draft_that_spills_past_the_calibrated_sizes_pays_for_its_padded_rows():
+    """A draft of 64 is a pass of 65, padded to 80 rows: not free at the 64-token price. At the
+    prior curve even an edit accepted at 0.99 per token stays within the 64 calibrated rows."""
+    from daemon.adaptive import best_count
+    from daemon.fast_linear import PACK_BUCKETS
+
+    cost = CostModel(online=False, pad_to=PACK_BUCKETS)  # the prior: 70 ms at 1, 260 ms at 64
+    assert cost(65) == cost(80) > cost(64) == cost(57)
+    values = np.cumprod(np.full(64, 0.99)).tolist()  # EditDraftPolicy's values at acceptance 0.99
+    assert 1 + best_count(values, cost) <= 64
