@@ -27,7 +27,7 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 from daemon.adaptive import CostModel, DraftPolicy
 from daemon.context_lookup import ContextLookup, prompt_lookup
@@ -95,11 +95,12 @@ class Completer:
 
         return run_edit(self, req, cancel)
 
-    def decode(self, key: str, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
+    def decode(self, key: Hashable, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
                stopper: StopChecker, sampling: SamplingParams, forced: ForcedPrefix | None = None,
                cancel: threading.Event | None = None, propose_k: int | None = None, t0: float | None = None,
                sync: tuple[str, str] | None = None) -> tuple[GenerationOutput, GenerationStats]:
-        """Prefill ``prompt_ids`` on the KV cache kept under ``key``, then ``generate``; one request at a time.
+        """Prefill ``prompt_ids`` on the KV cache kept under ``key`` (a uri, or an edit's
+        ``edit_cache_key``), then ``generate``; one request at a time.
 
         ``sync``: (uri, text) given to the index first (``config.sync_buffers``, when it
         changed). A request cancelled during prefill returns an empty cancelled output.

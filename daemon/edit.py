@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from daemon.completer import Completer
 
 MAX_TOKENS_CAP = 4096
+# an instruction is a sentence or a paragraph; a huge one would be tokenized on the model's
+# worker, uncancellable, before the edit is found too long (10 MB took 12 s)
+MAX_INSTRUCTION_CHARS = 10_000
 
 
 class EditDraftPolicy:
@@ -101,21 +105,71 @@ def validate(req: EditRequest) -> None:
         raise ValueError("text must be a string")
     check_range(req.text, req.start, req.end)
     check_instruction(req.instruction)
+    check_instruction_length(req.instruction)
     if req.max_tokens is not None and (not isinstance(req.max_tokens, int) or req.max_tokens < 1):
         raise ValueError(f"max_tokens must be a positive integer, got {req.max_tokens!r}")
     check_sampling(req.sampling)
 
 
-def edit_cache_key(uri: str) -> str:
-    """The KV cache of a document's edit prompts, kept apart from its completions' (``uri``)."""
-    return f"{uri}#edit"
+def check_instruction_length(instruction: str) -> None:
+    """ValueError for an instruction over ``MAX_INSTRUCTION_CHARS`` (no tokenizing needed)."""
+    if len(instruction) > MAX_INSTRUCTION_CHARS:
+        raise ValueError(f"the edit is too long to rewrite: the instruction has {len(instruction)} characters, "
+                         f"at most {MAX_INSTRUCTION_CHARS} are taken; shorten the instruction")
+
+
+@dataclass(frozen=True)
+class LengthBound:
+    """Whether an edit can fit the model at all, judged from characters alone, before anything
+    is tokenized (the daemon checks it before queueing, so such an edit supersedes nothing).
+
+    A token spans at most ``longest_token`` bytes, so a text of c characters (c bytes or
+    more) takes at least c / longest_token tokens: the selection twice (in the prompt and as
+    the draft) and the instruction once. An edit that passes may still be found too long
+    once tokenized (``fit_positions``).
+    """
+
+    positions: int  # the model's positions
+    longest_token: int  # bytes of its longest token
+
+    @classmethod
+    def of(cls, runtime: Any) -> LengthBound | None:
+        """The bound of ``runtime`` (a ModelRuntime); None when it does not tell its positions."""
+        positions = model_positions(runtime)
+        vocab = getattr(runtime, "vocab_size", None)
+        if positions is None or not isinstance(vocab, int) or not callable(getattr(runtime, "token_bytes", None)):
+            return None
+        return cls(positions, max(1, max(len(runtime.token_bytes(i)) for i in range(vocab))))
+
+    def check(self, text: str, start: int, end: int, instruction: str) -> None:
+        """ValueError when rewriting ``text[start:end]`` certainly needs more positions than the model has."""
+        original = text[start:end]
+        in_prompt = len(original.rstrip("\n")) + len(instruction.strip())
+        as_draft = len(original) - original.endswith("\n")
+        need = -(-in_prompt // self.longest_token) + -(-as_draft // self.longest_token)  # ceilings
+        if need > self.positions:
+            raise ValueError(f"the edit is too long to rewrite: the selection ({len(original)} characters) "
+                             f"and the instruction ({len(instruction)}) need at least {need} positions, "
+                             f"the model has {self.positions}; select less or shorten the instruction")
+
+
+def edit_cache_key(uri: str) -> tuple[str, str]:
+    """The KV cache of a document's edit prompts, kept apart from its completions' (``uri``):
+    a tuple, so that no document name (a uri is any string) can share it."""
+    return ("edit", uri)
+
+
+def model_positions(runtime: Any) -> int | None:
+    """The positions the model has (its ``max_position_embeddings``); None when unknown."""
+    limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
+    return limit if isinstance(limit, int) else None
 
 
 def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
     """``max_tokens`` cut to the positions the model has after the prompt; ValueError when the
     prompt and an unchanged answer (the draft) do not fit at all."""
-    limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
-    if not isinstance(limit, int):
+    limit = model_positions(runtime)
+    if limit is None:
         return max_tokens
     need = len(ep.prompt_ids) + len(ep.draft_ids)
     if need > limit:
@@ -124,6 +178,15 @@ def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
                          f"({len(ep.draft_ids)} tokens) need {need} positions, the model has {limit}; "
                          f"select less or shorten the instruction")
     return min(max_tokens, limit - len(ep.prompt_ids))
+
+
+def closed_answer(text: str, stop_reason: str, fence: str) -> str:
+    """The answer with its closing fence when the model finished it: at the stop string (which
+    the output leaves out) or at eos without writing the fence. Either way ``clean_answer`` then
+    gives back the original's trailing newline; an answer cut at max_tokens stays open."""
+    if stop_reason == "stop_string" or (stop_reason == "eos" and not text.endswith("\n")):
+        return text + "\n" + fence
+    return text + fence if stop_reason == "eos" else text  # eos after the last line's own newline
 
 
 def edit_proposer(ep: EditPrompt, index: Any | None, uri: str,
@@ -156,9 +219,8 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
                                   ep.prompt_ids, proposer, policy, stopper, req.sampling, None, cancel,
                                   propose_k=pcfg.k_max, t0=t0,
                                   sync=(req.uri, req.text) if req.speculate else None)
-    closed = out.stop_reason == "stop_string"
-    answer = out.text + ("\n" + ep.fence if closed else "")
-    text = "" if out.cancelled else clean_answer(answer, ep.original, ep.fence)
+    text = "" if out.cancelled else clean_answer(closed_answer(out.text, out.stop_reason, ep.fence),
+                                                 ep.original, ep.fence)
     result = CompletionResult(text=text, token_ids=out.tokens, prompt=ep.prompt, stats=stats,
                               cancelled=out.cancelled, stop_reason=out.stop_reason)
     return completer.record(result, t0)

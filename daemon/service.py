@@ -82,6 +82,7 @@ class Service:
         self.index_errors = 0
         self.shutdown_requested: asyncio.Event | None = None  # set by the server's loop
         self._open_paths: dict[Path, int] = {}  # file path -> number of open uris naming it
+        self._edit_bound: Any = None  # daemon.edit.LengthBound of the model, on the first edit
         self._handlers: dict[str, Callable[..., Any]] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("_m_")
         }
@@ -233,9 +234,22 @@ class Service:
                           speculate=_opt(p, "speculate", bool, True))
         try:  # here, before queueing: a bad request must not supersede or wait behind good ones
             check_instruction(instruction)
+            self._check_edit_length(text, start, end, instruction)
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
         return await self._run_job("edit", conn, p, lambda cancel: self.completer.edit(req, cancel))
+
+    def _check_edit_length(self, text: str, start: int, end: int, instruction: str) -> None:
+        """ValueError for an edit too long for the model, judged from characters (nothing is
+        tokenized here); one found too long only once tokenized is refused by its job."""
+        from daemon.edit import LengthBound, check_instruction_length  # imports torch: not at startup
+
+        check_instruction_length(instruction)
+        runtime = getattr(self.completer, "runtime", None)
+        if self._edit_bound is None and runtime is not None:
+            self._edit_bound = LengthBound.of(runtime) or False  # False: the model does not tell
+        if self._edit_bound:
+            self._edit_bound.check(text, start, end, instruction)
 
     async def _m_cancel(self, conn: int, p: dict) -> Any:
         uri = p.get("uri")

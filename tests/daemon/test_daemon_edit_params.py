@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from daemon_helpers import wait_until
 
 from daemon.rpc import INVALID_PARAMS
@@ -26,3 +28,22 @@ def test_completion_options_on_an_edit_are_refused_not_ignored(inproc):
             resp = c.wait_response(c.send("edit", {"uri": "a", "start": 0, "end": 3, "instruction": "up", **extra}))
             assert resp.error["code"] == INVALID_PARAMS and "does not take" in resp.error["message"]
         assert c.call("edit", {"uri": "a", "start": 0, "end": 3, "instruction": "up"})["text"] == "ABC"
+
+
+def test_an_edit_too_long_for_the_model_is_refused_before_it_supersedes_the_running_edit(inproc):
+    """Judged from characters before queueing (nothing tokenized on the event loop): a model
+    of 64 positions whose longest token is 2 bytes cannot fit a 100-character selection."""
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64), modules=lambda: [])
+    inproc.completer.runtime = SimpleNamespace(model=model, vocab_size=3, token_bytes=lambda i: b"ab"[:i])
+    with inproc.client() as c:
+        text = "BLOCK " + "x" * 100
+        c.call("open", {"uri": "b", "text": text, "version": 1})
+        running = c.send("edit", {"uri": "b", "start": 0, "end": 5, "instruction": "lower"})
+        wait_until(lambda: inproc.completer.started.is_set())
+        for params in ({"start": 0, "end": len(text), "instruction": "lower"},  # >= 56 + 53 tokens
+                       {"start": 0, "end": 5, "instruction": "x" * 100_000}):  # over the cap
+            resp = c.wait_response(c.send("edit", {"uri": "b", **params}))
+            assert resp.error["code"] == INVALID_PARAMS and "too long to rewrite" in resp.error["message"]
+            assert c.call("status")["requests"]["running"] is not None  # still running, not superseded
+        assert c.call("cancel", {"uri": "b"}) == {"cancelled": 1}
+        c.wait_response(running)

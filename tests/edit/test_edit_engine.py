@@ -122,3 +122,62 @@ def test_closing_a_document_drops_its_edit_cache_too(tiny_completer, tiny_runtim
     assert edit_cache_key(uri) in tiny_completer.pool._caches
     tiny_completer.drop_cache(uri)
     assert edit_cache_key(uri) not in tiny_completer.pool._caches and uri not in tiny_completer.pool._caches
+
+
+@pytest.mark.parametrize("answer", ["\n    total = 0", "\n    total = 0\n", "\n    total = 0\r\n"])
+def test_an_answer_ended_by_eos_without_its_fence_keeps_the_original_trailing_newline(
+        tiny_completer, monkeypatch, answer):
+    """The model may end at eos without the closing fence: the answer is complete, and the
+    selection's final line break must stay (else the next line is glued onto the last one)."""
+    from daemon.engine import GenerationOutput
+    from daemon.requests import GenerationStats
+
+    monkeypatch.setattr(tiny_completer, "decode",
+                        lambda *a, **k: (GenerationOutput([1], answer, "eos"), GenerationStats()))
+    start = SRC.index("    x = 0")
+    req = EditRequest(uri="file:///w/eos.py", text=SRC, start=start, end=SRC.index("    for v"),
+                      instruction="rename x to total", speculate=False)
+    text = run_edit(tiny_completer, req, threading.Event()).text
+    assert text == "    total = 0" + ("\r\n" if "\r" in answer else "\n")
+
+
+def test_the_length_bound_refuses_only_edits_that_cannot_fit(tiny_runtime):
+    """LengthBound (checked before queueing, from characters) is a lower bound: what it refuses
+    the exact check refuses too, even for text made of the vocabulary's longest tokens."""
+    from daemon.edit import LengthBound, fit_positions
+    from daemon.edit_prompt import build_edit_prompt
+
+    bound = LengthBound.of(tiny_runtime)
+    assert bound.positions == 4096 and bound.longest_token == max(
+        len(tiny_runtime.token_bytes(i)) for i in range(tiny_runtime.vocab_size))
+    bound.check(SRC, START, END, "rename x")  # an ordinary edit passes
+    refused = 0
+    for lines in (500, 1500, 2100, 3000):
+        text = ("\n" + " " * 80) * lines
+        try:
+            bound.check(text, 0, len(text), "indent")
+        except ValueError as exc:
+            assert "too long to rewrite" in str(exc)
+            refused += 1
+            with pytest.raises(ValueError, match="too long to rewrite"):
+                fit_positions(tiny_runtime, build_edit_prompt(tiny_runtime, text, 0, len(text), "indent"), 1)
+    assert refused == 2  # 2100 and 3000 lines
+
+
+def test_a_huge_instruction_is_refused_before_it_is_tokenized(tiny_completer):
+    req = EditRequest(uri="file:///w/stats.py", text=SRC, start=START, end=END, instruction="x" * 10_001)
+    with pytest.raises(ValueError, match="the instruction has 10001 characters.*shorten the instruction"):
+        run_edit(tiny_completer, req, threading.Event())
+
+
+def test_a_document_named_like_an_edit_key_keeps_its_own_kv_cache(tiny_completer):
+    """Edit prompts' KV caches are keyed apart from every document's, whatever its name."""
+    from daemon.requests import CompletionRequest
+
+    uri = "file:///w/named.py"
+    tiny_completer.complete(CompletionRequest(uri=uri + "#edit", text=SRC, offset=START + 4, max_tokens=2))
+    run_edit(tiny_completer, EditRequest(uri=uri, text=SRC, start=START, end=END, instruction="x",
+                                         max_tokens=2), threading.Event())
+    assert uri + "#edit" in tiny_completer.pool._caches and edit_cache_key(uri) != uri + "#edit"
+    tiny_completer.drop_cache(uri)  # closing uri drops its edits' cache, not the other document's
+    assert uri + "#edit" in tiny_completer.pool._caches and edit_cache_key(uri) not in tiny_completer.pool._caches
