@@ -64,6 +64,7 @@ class RpcConnection:
         self._closed = False
         self.exit_announced = False  # the daemon said it is exiting because it was asked to
         self.fatal_error: str | None = None  # why the daemon is closing this connection, if it said
+        self.answered = False  # the daemon answered a request on it
         self._frames = rpc.FrameReader()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -176,6 +177,7 @@ class RpcConnection:
         if not isinstance(msg, rpc.Response):
             log.debug("ignoring %s from the daemon", type(msg).__name__)
             return
+        self.answered = True
         method, fut = self._pending.pop(msg.msgid, ("", None))
         if fut is None or fut.done():
             return  # timed out or cancelled meanwhile

@@ -354,6 +354,8 @@ class DaemonLink:
         if conn.fatal_error is None and lived >= STABLE_S:
             self._early_drops = 0
             return False
+        if conn.fatal_error is None and not conn.answered:
+            return False  # never served: e.g. taken into a killed daemon's backlog as it went
         self._early_drops += 1
         if conn.fatal_error is None and self._early_drops < 2:
             return False

@@ -353,6 +353,26 @@ async def test_a_daemon_that_drops_every_new_connection_is_not_reconnected_in_a_
         await link.close()
 
 
+async def test_connections_the_daemon_never_served_are_no_early_drops(sock):
+    """A reconnect can land in a killed daemon's listen backlog just before the socket goes:
+    made ready, then lost at once, having served nothing. That is still the one crash, so
+    the next reconnect is at once, not backed off."""
+    from lsp_fake_daemon import FakeDaemon
+    from lsp_helpers import until
+
+    link = DaemonLink(sock, spawn=False)  # no on_connect: a connection serves nothing by itself
+    try:
+        for n in (1, 2, 3):
+            daemon = await FakeDaemon(sock).start()
+            link.start()
+            await until(lambda: link.ready, what="the connection")
+            await daemon.stop()
+            await until(lambda: not link.ready and not link.connecting, what="the reconnect decision")
+            assert "closed the connection" not in link.last_error and link.connects == n
+    finally:
+        await link.close()
+
+
 async def test_request_during_a_connect_only_reconnect_starts_a_daemon(spawning_link):
     """A request that finds the loss's connect-only attempt in flight does not fail
     because that attempt found nobody: it follows with one that may start a daemon."""
