@@ -35,7 +35,6 @@ Fairness rules, each chosen so that the three do the same work:
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
@@ -414,9 +413,6 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-def _index_holds(index: Any, path: str) -> bool:
-    """Whether ``index`` holds the file ``path`` (NgramIndex has no public query: its table of files)."""
-    return os.path.abspath(path) in getattr(index, "_files", ())
 
 
 class case_document:
@@ -431,7 +427,7 @@ class case_document:
         path = str(self.case.path)
         # what the index held, not what is on disk: a file the workspace ignores
         # (.gitignore) must not be indexed by putting it back afterwards
-        self.was_indexed = _index_holds(self.index, path)
+        self.was_indexed = self.index.has_file(path)
         if self.was_indexed:
             self.index.remove_file(path)
         self.index.open_buffer(self.case.path.as_uri(), self.case.text)

@@ -21,7 +21,7 @@ the in-place cache matches ``DynamicCache`` across extend/crop/select walks).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -205,24 +205,25 @@ class KVCache:
 
 
 class KVPool:
-    """Per-document caches, least recently used evicted beyond ``max_caches``."""
+    """Per-document caches, least recently used evicted beyond ``max_caches``. A key is a
+    document's uri, or any hashable naming another cache of it (an edit's prompt)."""
 
     def __init__(self, max_caches: int = 4) -> None:
         assert max_caches >= 1
         self.max_caches = max_caches
-        self._caches: OrderedDict[str, KVCache] = OrderedDict()
+        self._caches: OrderedDict[Hashable, KVCache] = OrderedDict()
 
-    def get(self, uri: str) -> KVCache:
-        kv = self._caches.pop(uri, None)
+    def get(self, key: Hashable) -> KVCache:
+        kv = self._caches.pop(key, None)
         if kv is None:
             kv = KVCache()
-        self._caches[uri] = kv
+        self._caches[key] = kv
         while len(self._caches) > self.max_caches:
             self._caches.popitem(last=False)
         return kv
 
-    def drop(self, uri: str) -> None:
-        self._caches.pop(uri, None)
+    def drop(self, key: Hashable) -> None:
+        self._caches.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._caches)

@@ -293,6 +293,12 @@ class NgramIndex:
             self._enforce_bound()
 
     # ---- workspace files --------------------------------------------------
+    def has_file(self, path: str | os.PathLike) -> bool:
+        """Whether the file ``path`` is indexed now."""
+        key = os.path.abspath(os.fspath(path))
+        with self._lock:
+            return key in self._files
+
     def index_file(self, path: str | os.PathLike) -> bool:
         """(Re)index one file. False when it is skipped (the reason is counted in
         stats()["skipped"] and kept in ``last_skip``); a skipped file leaves the index."""

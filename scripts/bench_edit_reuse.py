@@ -5,7 +5,7 @@
 Runs one bench edit case (bench/cases/edits.jsonl) through one ``Completer`` four
 times: cold, the same instruction again, and two other instructions. Each edit
 prompt differs from the previous one only in its instruction, so the daemon's
-per-document edit KV cache (key ``uri#edit``) leaves only the instruction to prefill.
+per-document edit KV cache (key ``("edit", uri)``) leaves only the instruction to prefill.
 """
 
 from __future__ import annotations

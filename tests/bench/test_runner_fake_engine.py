@@ -20,7 +20,10 @@ class FakeIndex:
     def __init__(self, files=()):
         self.calls = []
         self.history = []
-        self._files = {str(f) for f in files}  # what NgramIndex holds (case_document asks)
+        self._files = {str(f) for f in files}  # what the index holds
+
+    def has_file(self, path):
+        return str(path) in self._files
 
     def remove_file(self, path):
         self.calls.append(("remove_file", path))

@@ -584,3 +584,14 @@ def test_stats_does_not_walk_the_files(tmp_path, monkeypatch):
         return len(calls)
 
     assert stats_sizeofs(5) == stats_sizeofs(60)
+
+
+def test_has_file_follows_index_and_remove(tmp_path):
+    f = tmp_path / "a.py"
+    f.write_text("def alpha():\n    return 1\n")
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
+    assert not idx.has_file(f)
+    assert idx.index_file(f)
+    assert idx.has_file(f) and idx.has_file(str(f))
+    idx.remove_file(f)
+    assert not idx.has_file(f)
