@@ -25,12 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon.cli_inputs import InputError, check_generation_args, make_index, offset_of, read_source
+from daemon.requests import FINISHED_EDIT_STOPS
 
 _POS = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
 EXIT_UNFINISHED = 3
-# How a finished rewrite ends (daemon/stops.py): its closing fence, or the model's end of
-# text; lsp/server.py refuses to apply any other the same way.
-FINISHED_STOPS = ("stop_string", "eos")
 
 
 class PositionError(InputError):
@@ -117,7 +115,7 @@ def run(args: Any) -> int:
           f"{s.tokens_per_pass:.2f} tokens/pass; drafted {s.drafted}, accepted {s.accepted}; "
           f"first token {s.first_token_ms:.0f} ms; prefill {s.prefill_tokens}; stop: {result.stop_reason}; "
           f"{'speculative' if req.speculate else 'plain'}; {runtime.name} on {runtime.device})", file=sys.stderr)
-    if result.stop_reason not in FINISHED_STOPS:
+    if result.stop_reason not in FINISHED_EDIT_STOPS:
         print(f"ngramd edit: warning: the rewrite did not finish (stop: {result.stop_reason} after "
               f"{s.generated} tokens): the text above is cut short and must not replace the range; "
               f"select less or raise --max-tokens", file=sys.stderr)

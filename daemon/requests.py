@@ -144,6 +144,12 @@ class GenerationStats:
         }
 
 
+# How a finished rewrite (edit) ends (daemon/stops.py): its closing fence, or the model's end
+# of text. Any other stop (max_tokens, cancelled) leaves the text cut short: applied, it would
+# delete the selection's tail, so the LSP refuses it and `ngramd edit` warns.
+FINISHED_EDIT_STOPS = ("stop_string", "eos")
+
+
 @dataclass
 class CompletionResult:
     text: str

@@ -35,6 +35,7 @@ from pygls.workspace import TextDocument
 
 from daemon import rpc
 from daemon.paths import resolve_socket_path
+from daemon.requests import FINISHED_EDIT_STOPS
 from lsp import positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
@@ -47,10 +48,6 @@ VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
 PROBE_S = 1.0  # how long an observing status waits to connect to a running daemon
 MAX_REFUSALS_SHOWN = 8  # distinct refusals shown between two completions: more is a flood
-# How a rewrite that finished ends (daemon/stops.py): its closing fence, or the model's end of
-# text. Any other stop (max_tokens, cancelled) leaves the text cut short: applied, it would
-# delete the selection's tail.
-FINISHED_STOPS = ("stop_string", "eos")
 
 
 @dataclass
@@ -339,7 +336,7 @@ class NgramdServer(LanguageServer):
             raise
         if not isinstance(result, dict) or not isinstance(result.get("text"), str):
             raise DaemonError(rpc.INTERNAL_ERROR, f"unexpected edit result: {str(result)[:200]}", "edit")
-        if result.get("stop_reason") not in FINISHED_STOPS:
+        if result.get("stop_reason") not in FINISHED_EDIT_STOPS:
             raise JsonRpcException(code=types.LSPErrorCodes.RequestFailed, message=_unfinished(result))
         if self.open_document(uri) is not doc or doc.version != at:
             raise JsonRpcContentModified(

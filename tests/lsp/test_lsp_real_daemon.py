@@ -23,7 +23,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from daemon.client import Client, wait_ready
-from lsp.server import FINISHED_STOPS
+from daemon.requests import FINISHED_EDIT_STOPS
 from lsp_helpers import change, inline_params, open_doc, rng, until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ async def test_rewrite_uses_daemon_edit(daemon_sock, lsp_client):
                                "instruction": "Rename add to plus."})
     params = types.ExecuteCommandParams(command="ngramd.rewriteSelection", arguments=[
         URI, client.protocol._converter.unstructure(selection), "Rename add to plus."])
-    if want["stop_reason"] in FINISHED_STOPS:  # a model that finishes it: applied as the daemon wrote it
+    if want["stop_reason"] in FINISHED_EDIT_STOPS:  # a model that finishes it: applied as the daemon wrote it
         result = await client.workspace_execute_command_async(params)
         edit = result["documentChanges"][0]["edits"][0]
         assert edit["newText"] == want["text"]
