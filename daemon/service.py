@@ -33,7 +33,7 @@ from daemon.documents import DocumentStore, parse_changes
 from daemon.requests import (
     CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
-from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from daemon.rpc import CONTENT_MODIFIED, DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
 from daemon.worker import Job, Worker
 
@@ -149,7 +149,8 @@ class Service:
         for root in roots:
             self.add_workspace(root, conn)
         return {"server": SERVER_NAME, "version": package_version(), "model": self.info["model"],
-                "device": self.info["device"], "pid": os.getpid()}
+                "device": self.info["device"], "pid": os.getpid(),
+                "maxMessageBytes": self.info["max_message_bytes"] or DEFAULT_MAX_MESSAGE_BYTES}
 
     async def _m_workspaceFolders(self, conn: int, p: dict) -> Any:
         added = [_folder_path(f, i) for i, f in enumerate(_opt(p, "added", list, []))]

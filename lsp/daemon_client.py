@@ -10,8 +10,10 @@ Text from the editor may hold *lone surrogates* (JSON allows ``"\\ud800"``, UTF-
 so msgpack do not): such a message is sent with each one replaced by U+FFFD, which,
 like the surrogate, is one code point and one UTF-16 unit (three UTF-8 bytes, as
 ``surrogatepass`` counts it), so every offset and position still agrees with the
-editor's text. A message that cannot be encoded at all fails its own future with
-``DaemonError(INVALID_PARAMS)``, logged; the connection goes on.
+editor's text. A message that cannot be encoded at all, or that is longer than the
+daemon reads (``max_message_bytes``: it would close the connection, and every
+reconnect would re-send the same document), fails its own future with
+``DaemonError(INVALID_PARAMS)``, logged, without being written; the connection goes on.
 
 Torch-free: the LSP imports this.
 """
@@ -65,6 +67,8 @@ class RpcConnection:
         self.exit_announced = False  # the daemon said it is exiting because it was asked to
         self.fatal_error: str | None = None  # why the daemon is closing this connection, if it said
         self.answered = False  # the daemon answered a request on it
+        # The longest message the daemon reads (its initialize answer says; until then its default).
+        self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES
         self._frames = rpc.FrameReader()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -99,6 +103,12 @@ class RpcConnection:
         except (TypeError, ValueError, OverflowError) as exc:
             log.error("cannot encode %s for the daemon: %s", method, exc)
             fut.set_exception(DaemonError(rpc.INVALID_PARAMS, f"cannot encode the request: {exc}", method))
+            return fut
+        if len(data) > self.max_message_bytes:
+            why = (f"the message ({len(data):,} bytes) is longer than the daemon reads "
+                   f"({self.max_message_bytes:,} bytes, `ngramd serve --max-message-bytes`)")
+            log.error("%s not sent: %s", method, why)
+            fut.set_exception(DaemonError(rpc.INVALID_PARAMS, why, method))
             return fut
         self._pending[msgid] = (method, fut)
         try:

@@ -182,6 +182,9 @@ class NgramdServer(LanguageServer):
         info = await conn.request("initialize", {"client": CLIENT_NAME, "workspaceFolders": folders},
                                   timeout=60.0)
         self.daemon_info = info if isinstance(info, dict) else {}
+        limit = self.daemon_info.get("maxMessageBytes")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            conn.max_message_bytes = limit  # an older daemon does not say: the default stays
         now = self.folder_paths()
         if now != folders:  # changed meanwhile: that workspaceFolders was dropped (not ready)
             conn.send("workspaceFolders", {"added": [p for p in now if p not in folders],

@@ -425,3 +425,9 @@ def test_shutdown_answers_requests_in_flight_before_closing(inproc):
     assert all(e is not None and e["code"] == REQUEST_CANCELLED and "shutdown" in e["message"]
                for e in answers.values()), answers
     c.close()
+
+
+def test_initialize_says_the_longest_message_the_daemon_reads(inproc):
+    with inproc.client() as c:
+        info = c.call("initialize", {"client": "pytest", "workspaceFolders": []})
+    assert info["maxMessageBytes"] == inproc.server.max_message_bytes == 1 << 20

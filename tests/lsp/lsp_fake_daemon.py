@@ -36,6 +36,10 @@ class FakeDaemon:
         self.edit_stop_reason = "stop_string"  # "max_tokens": a rewrite cut off before its end
         self.complete_error: tuple[int, str] | None = None  # (code, message) every complete fails with
         self.docs: dict[str, dict[str, Any]] = {}
+        # the longest message read, said in the initialize answer; a longer one closes the
+        # connection, as the real daemon does
+        self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES
+        self.connections = 0
         self.calls: list[tuple[str, Any]] = []
         self.cancelled: list[Any] = []
         # running request per (uri, method): (requestId, cancel event); a newer one supersedes it
@@ -72,7 +76,8 @@ class FakeDaemon:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
-        frames = rpc.FrameReader()
+        self.connections += 1
+        frames = rpc.FrameReader(self.max_message_bytes)
         try:
             while data := await reader.read(65536):
                 for obj in frames.feed(data):
@@ -97,7 +102,8 @@ class FakeDaemon:
 
     async def _handle(self, method: str, p: dict) -> Any:
         if method == "initialize":
-            return {"server": "fake", "version": "0", "model": "fake", "device": "cpu", "pid": os.getpid()}
+            return {"server": "fake", "version": "0", "model": "fake", "device": "cpu", "pid": os.getpid(),
+                    "maxMessageBytes": self.max_message_bytes}
         if method == "open":
             self.docs[p["uri"]] = {"text": p["text"], "version": p["version"]}
             return None

@@ -689,3 +689,28 @@ async def test_requests_with_another_uri_spelling_reach_the_daemons_document(fak
         text_document=types.TextDocumentIdentifier(uri=other)))
     await until(lambda: fake.methods("close"), what="close")
     assert fake.methods("close") == [{"uri": opened}] and opened not in fake.docs
+
+
+async def test_a_document_longer_than_the_daemon_reads_is_not_sent(sock, lsp_client):
+    """The daemon closes a connection that sends a message over its limit (initialize says it):
+    the LSP never sends one, so its other documents keep their connection and completions."""
+    from lsp_fake_daemon import FakeDaemon
+
+    fake = FakeDaemon(str(sock))
+    fake.max_message_bytes = 8192
+    await fake.start()
+    try:
+        client = await lsp_client(sock)
+        small, big = "file:///tmp/small.py", "file:///tmp/big.py"
+        open_doc(client, small, "def f():\n    ")
+        await until(lambda: small in fake.docs, what="the small document")
+        open_doc(client, big, "x = 1\n" * 5000)
+        open_doc(client, "file:///tmp/after.py", "y = 2\n")
+        await until(lambda: "file:///tmp/after.py" in fake.docs, what="the document after the big one")
+        result = await client.text_document_inline_completion_async(inline_params(small, 1, 4))
+        assert result is not None and result.items, result
+        big_result = await client.text_document_inline_completion_async(inline_params(big, 1, 0))
+        assert big_result is None or not big_result.items
+        assert big not in fake.docs and fake.connections == 1  # never sent, never reconnected
+    finally:
+        await fake.stop()
