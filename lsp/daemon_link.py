@@ -58,6 +58,9 @@ EXIT_ALREADY_RUNNING = 3
 STABLE_S = 10.0
 RECONNECT_BACKOFF_S = 1.0
 RECONNECT_BACKOFF_MAX_S = 60.0
+# A session (on_connect) whose connection is lost before the daemon answered anything is
+# tried again this many times, at once: the connect landed in a killed daemon's backlog.
+SESSION_RETRIES = 2
 
 
 class DaemonLink:
@@ -204,13 +207,20 @@ class DaemonLink:
         try:
             if time.monotonic() < self._no_connect_until:
                 raise DaemonUnavailable(self._no_connect_reason)
-            conn = await self._open_or_spawn(spawn)
-            try:
-                if self._on_connect is not None:
-                    await self._on_connect(conn)
-            except (DaemonUnavailable, DaemonError) as exc:
-                conn.close()
-                raise DaemonUnavailable(f"the daemon refused the session: {exc}") from exc
+            for attempt in range(SESSION_RETRIES + 1):
+                conn = await self._open_or_spawn(spawn)
+                try:
+                    if self._on_connect is not None:
+                        await self._on_connect(conn)
+                    break
+                except (DaemonUnavailable, DaemonError) as exc:
+                    conn.close()
+                    if isinstance(exc, DaemonError) or conn.answered or attempt == SESSION_RETRIES:
+                        raise DaemonUnavailable(f"the daemon refused the session: {exc}") from exc
+                    # Lost before any answer: the connection was taken into a killed daemon's
+                    # backlog as it went. Connect again (starting a daemon if none answers).
+                    log.info("connection lost before the daemon answered (%s); connecting again", exc)
+                    await asyncio.sleep(POLL_S)
             # No await between on_connect's last (synchronous) write and this line, so
             # no sync message can slip between the re-sent state and "ready".
             self._conn = conn

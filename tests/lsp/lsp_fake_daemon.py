@@ -40,6 +40,7 @@ class FakeDaemon:
         # connection, as the real daemon does
         self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES
         self.connections = 0
+        self.drop_connections = 0  # this many next connections are closed unanswered (a dying daemon's backlog)
         self.calls: list[tuple[str, Any]] = []
         self.cancelled: list[Any] = []
         # running request per (uri, method): (requestId, cancel event); a newer one supersedes it
@@ -75,8 +76,12 @@ class FakeDaemon:
         return [p for m, p in self.calls if m == name]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
         self.connections += 1
+        if self.drop_connections > 0:
+            self.drop_connections -= 1
+            writer.close()
+            return
+        self._writers.add(writer)
         frames = rpc.FrameReader(self.max_message_bytes)
         try:
             while data := await reader.read(65536):

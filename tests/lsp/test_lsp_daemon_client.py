@@ -457,3 +457,23 @@ async def test_server_status_observe_connects_to_a_daemon_started_elsewhere(sock
         for p in procs:
             p.kill()
             p.wait()
+
+
+async def test_a_session_lost_before_any_answer_is_tried_again_at_once(sock):
+    """A connect can land in a killed daemon's backlog and be closed unanswered: the link
+    connects again within the same request instead of failing it ("refused the session")."""
+    from lsp_fake_daemon import FakeDaemon
+
+    daemon = await FakeDaemon(sock).start()
+    daemon.drop_connections = 2
+
+    async def on_connect(conn):
+        await conn.request("initialize", {}, timeout=5)
+
+    link = DaemonLink(sock, spawn=False, on_connect=on_connect)
+    try:
+        assert (await link.call("status", None, 10)) is not None
+        assert daemon.connections == 3 and link.connects == 1 and link.ready
+    finally:
+        await link.close()
+        await daemon.stop()
