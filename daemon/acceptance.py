@@ -23,16 +23,29 @@ Rows 0 and 1 agree with the draft, row 2 says 4, not 9: accepted = 2, the
 correction is 4, the pass emits [7, 8, 4]. With argmax [7, 8, 9, 5] all three
 are accepted and the bonus 5 is emitted: [7, 8, 9, 5].
 
-Worked example (sampling). p = {3: 0.5, 4: 0.3, 5: 0.2}, siblings [3, 4].
-Try 3: accept with probability 0.5. If rejected the residual is {4: 0.6, 5: 0.4};
-try 4: accept with probability 0.6; if rejected, emit 5. P(3) = 0.5,
-P(4) = 0.5 * 0.6 = 0.3, P(5) = 0.5 * 0.4 = 0.2 — exactly p.
+How sampling draws (the Gumbel-max trick): the token at position t of a request
+seeded s is argmax_i(log p_i + G_i), with G the Gumbel(0, 1) noise that
+(s, t) alone determines (``position_noise``). Over the noise that token is
+distributed exactly as p (Gumbel 1954; Maddison et al. 2014), so verifying a
+drafted x means checking whether x is that token: it is with probability p(x),
+and when it is not, the token drawn is distributed as p with x removed and
+renormalised, Algorithm 1's residual; likewise for several siblings. Unlike a
+rule that draws a fresh random number per tried candidate, the token depends on
+the seed, the position and p only, not on the drafts: with a seed, speculative
+sampling is token-identical to plain sampling (as greedy decoding is), and it
+reproduces whatever the index or the KV cache held.
+
+Worked example (sampling). p = {3: 0.5, 4: 0.3, 5: 0.2}, noise G = {3: -0.2,
+4: 0.9, 5: 0.1}: log p + G = {3: -0.89, 4: -0.30, 5: -1.51}, so the token is 4.
+A draft [3] is rejected and 4 emitted; a draft [4] is accepted; plain sampling
+emits 4 as well.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
 
@@ -69,47 +82,16 @@ def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
     return probs
 
 
-def sample_siblings(candidates: Sequence[int], p: torch.Tensor, generator: torch.Generator | None
-                    ) -> tuple[int, int]:
-    """Verify sibling point-mass candidates at one position against p (``p``: [vocab]).
-
-    Returns (index of the accepted candidate or -1, emitted token). Candidates are
-    tried in order; each is accepted with its probability under the current
-    residual, and a rejected one is removed from the residual (renormalised).
-    """
-    assert p.dim() == 1
-    residual = p.clone()
-    mass = float(residual.sum())
-    for i, x in enumerate(candidates):
-        x = int(x)
-        px = float(residual[x]) / mass if mass > 0 else 0.0
-        if px > 0.0 and float(torch.rand((), generator=generator)) < px:
-            return i, x
-        mass -= float(residual[x])
-        residual[x] = 0.0
-    # every token of p's support was a rejected candidate (cannot happen with exact p): the
-    # float bookkeeping in ``mass`` may still be ~1e-8 then, so look at the residual itself
-    if float(residual.sum()) <= 0.0:
-        residual = p.clone()
-    token = int(torch.multinomial(residual, 1, generator=generator))
-    return -1, token
+def position_noise(seed: int, position: int, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [vocab] (float64) for the token at ``position`` (0 = the first
+    generated) of a request seeded ``seed``; the same everywhere for the same arguments."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, position])))
+    u = np.maximum(rng.random(vocab), np.finfo(np.float64).tiny)  # [0, 1) -> (0, 1): no log(0)
+    return torch.from_numpy(-np.log(-np.log(u)))
 
 
-def sample_accept(draft: Sequence[int], probs: torch.Tensor, generator: torch.Generator | None
-                  ) -> tuple[int, int]:
-    """Sampling verification of a chain. ``probs``: [k+1, vocab] from ``target_probs``.
-
-    Returns (num_accepted, next_token) as ``greedy_accept`` does.
-    """
-    assert probs.dim() == 2 and probs.shape[0] == len(draft) + 1, (probs.shape, len(draft))
-    for i, x in enumerate(draft):
-        idx, token = sample_siblings([x], probs[i], generator)
-        if idx < 0:
-            return i, token
-    token = int(torch.multinomial(probs[len(draft)], 1, generator=generator))
-    return len(draft), token
-
-
-def plain_sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token from p (``p``: [vocab]); plain decoding's step."""
-    return int(torch.multinomial(p, 1, generator=generator))
+def sample_token(p: torch.Tensor, noise: torch.Tensor) -> int:
+    """The token argmax(log p + noise) (``p``: [vocab], ``noise``: [vocab] from
+    ``position_noise``): distributed as p over the noise; a token of probability 0 never."""
+    assert p.dim() == 1 and p.shape == noise.shape, (p.shape, noise.shape)
+    return int(torch.argmax(torch.log(p.double()) + noise))

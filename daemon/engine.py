@@ -7,10 +7,12 @@ predicts the token after pending, row i+1 the token after draft node i. With no
 draft the pass is exactly a plain decoding step (one new token), so plain
 decoding is this loop with a proposer that never drafts.
 
-Exactness: every emitted token is chosen by the acceptance rules of
-daemon/acceptance.py from the target's own logits (after the same forced-prefix
-mask as plain decoding), and the stop rules see the same token stream, so
-greedy speculative output is token-identical to plain greedy output.
+Exactness: every emitted token is the one plain decoding would choose from the
+target's own logits at that position (after the same forced-prefix mask): the
+argmax, or with sampling the seeded Gumbel-max draw of daemon/acceptance.py, which
+depends on the seed, the position and the logits only. The stop rules see the same
+token stream, so speculative output is token-identical to plain output, greedy or
+sampled with a seed (and sampled output is distributed exactly as the target's).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from daemon.acceptance import sample_siblings, target_probs
+from daemon.acceptance import position_noise, sample_token, target_probs
 from daemon.adaptive import AdaptiveConfig, DraftPolicy
 from daemon.kv_cache import KVCache
 from daemon.prompt import ForcedPrefix, PromptConfig
@@ -84,10 +86,13 @@ def prefill(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], stats: Generat
 
 
 def _walk_tree(runtime: Any, logits: torch.Tensor, tree: DraftTree, forced: ForcedPrefix | None, emitted: bytearray,
-               greedy: bool, sampling: SamplingParams, gen: torch.Generator) -> tuple[list[int], list[int]]:
+               greedy: bool, sampling: SamplingParams, seed: int, position: int) -> tuple[list[int], list[int]]:
     """Walk down the draft tree from the pending token, accepting children while the acceptance
-    rule allows. ``logits``: [1+n, vocab], row i+1 after tree node i. Returns (path of accepted
-    nodes, emitted tokens: the accepted ones and the correction or bonus); extends ``emitted``."""
+    rule allows. ``logits``: [1+n, vocab], row i+1 after tree node i; ``position``: the request's
+    index of the first token this walk emits (sampling's noise is keyed by it). Returns (path of
+    accepted nodes, emitted tokens: the accepted ones and the correction or bonus); extends
+    ``emitted``. The token of each row is the one plain decoding would emit there (argmax, or
+    the seeded Gumbel-max draw): a child is accepted when it is that token."""
     node = -1
     path: list[int] = []
     new_tokens: list[int] = []
@@ -97,14 +102,12 @@ def _walk_tree(runtime: Any, logits: torch.Tensor, tree: DraftTree, forced: Forc
             rem = forced.remaining(bytes(emitted))
             if rem:
                 row = forced.mask_logits(row, rem)
-        children = tree.children(node)
         if greedy:
             token = int(torch.argmax(row))
-            match = next((c for c in children if int(tree.tokens[c]) == token), None)
         else:
-            p = target_probs(row, sampling.temperature, sampling.top_p)
-            idx, token = sample_siblings([int(tree.tokens[c]) for c in children], p, gen)
-            match = children[idx] if idx >= 0 else None
+            p = target_probs(row, sampling.temperature, sampling.top_p)  # [vocab]
+            token = sample_token(p, position_noise(seed, position + len(new_tokens), p.shape[-1]))
+        match = next((c for c in tree.children(node) if int(tree.tokens[c]) == token), None)
         new_tokens.append(token)
         emitted.extend(runtime.token_bytes(token))
         if match is None:
@@ -124,9 +127,7 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
     assert len(prompt_ids) >= 1 and len(kv) == len(prompt_ids) - 1
     t_start = time.perf_counter() if t_start is None else t_start
     greedy = sampling.greedy
-    gen = torch.Generator()
-    # no seed: a fresh one from the OS (torch.seed() would reseed the global generator)
-    gen.manual_seed(sampling.seed if sampling.seed is not None else secrets.randbits(63))
+    seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)  # none: a fresh one from the OS
     width = policy.width if policy is not None else 1
     context = [int(t) for t in prompt_ids]
     pending = context[-1]
@@ -157,7 +158,8 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
                 logits = runtime.forward(ids, kv.cache, position_ids=pos, attention_mask=mask)
             pass_ms = (time.perf_counter() - t_pass) * 1000
             kv.extended(inputs)
-            path, new_tokens = _walk_tree(runtime, logits, tree, forced, emitted, greedy, sampling, gen)
+            position = len(context) - len(prompt_ids)  # tokens generated so far
+            path, new_tokens = _walk_tree(runtime, logits, tree, forced, emitted, greedy, sampling, seed, position)
             kv.select(past + 1, [past + 1 + i for i in path])
         except BaseException:
             # until select the cache holds every draft row (a tree's siblings at shifted

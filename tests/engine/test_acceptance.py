@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from scipy.stats import chisquare
 
-from daemon.acceptance import greedy_accept, plain_sample, sample_accept, sample_siblings, target_probs
+from daemon.acceptance import greedy_accept, position_noise, sample_token, target_probs
 
 
 def test_greedy_worked_examples():
@@ -24,8 +23,19 @@ def test_target_probs_top_p_keeps_crossing_token():
     assert torch.allclose(target_probs(logits, 1.0), torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=1e-6)
 
 
+def test_sampling_worked_example():
+    """The module docstring's example: log p + G picks 4."""
+    p = torch.tensor([0.0, 0.0, 0.0, 0.5, 0.3, 0.2])
+    noise = torch.tensor([0.0, 0.0, 0.0, -0.2, 0.9, 0.1], dtype=torch.float64)
+    assert sample_token(p, noise) == 4
+
+
 P = torch.tensor([0.05, 0.3, 0.1, 0.25, 0.2, 0.1])  # a tiny vocabulary of 6 tokens
 N = 20000
+
+
+def _draw(p: torch.Tensor, seed: int, position: int) -> int:
+    return sample_token(p, position_noise(seed, position, p.shape[-1]))
 
 
 def _chi2(samples, p):
@@ -37,60 +47,53 @@ def _chi2(samples, p):
     return chisquare(counts[keep], expected[keep]).pvalue
 
 
-@pytest.mark.parametrize("candidates", [[], [3], [1, 3], [0, 2, 5], [4, 1, 3, 0, 2]])
-def test_siblings_are_distributed_as_p(candidates):
-    gen = torch.Generator().manual_seed(1)
-    samples = [sample_siblings(candidates, P, gen)[1] for _ in range(N)]
-    assert _chi2(samples, P) > 1e-3
+def test_draws_over_positions_are_distributed_as_p():
+    assert _chi2([_draw(P, 1, t) for t in range(N)], P) > 1e-3
 
 
-def test_sibling_acceptance_rate_is_p_of_candidate():
-    gen = torch.Generator().manual_seed(2)
-    hits = sum(sample_siblings([1], P, gen)[0] == 0 for _ in range(N))
+def test_draws_over_seeds_are_distributed_as_p():
+    assert _chi2([_draw(P, seed, 0) for seed in range(N)], P) > 1e-3
+
+
+def test_the_draw_depends_on_seed_position_and_p_only():
+    assert torch.equal(position_noise(7, 3, 50), position_noise(7, 3, 50))
+    assert not torch.equal(position_noise(7, 3, 50), position_noise(7, 4, 50))
+    assert not torch.equal(position_noise(7, 3, 50), position_noise(8, 3, 50))
+    assert [_draw(P, 7, t) for t in range(100)] == [_draw(P, 7, t) for t in range(100)]
+
+
+def test_a_drafted_token_is_accepted_with_probability_p_and_a_rejection_leaves_the_residual():
+    """Verifying draft x means checking whether the draw is x: accepted with probability p(x);
+    the draws that reject it are distributed as p with x removed, renormalised."""
+    draws = [_draw(P, 2, t) for t in range(N)]
+    hits = sum(d == 1 for d in draws)
     assert abs(hits / N - 0.3) < 0.02
+    residual = P.clone()
+    residual[1] = 0.0
+    assert _chi2([d for d in draws if d != 1], residual) > 1e-3
 
 
 def test_chain_is_distributed_as_sequential_sampling():
-    """Two positions: a draft chain verified by sample_accept yields the joint p(x0) p(x1)."""
-    gen = torch.Generator().manual_seed(3)
+    """Two positions of one request: the joint is p(x0) p(x1) (the noises are independent)."""
     p2 = torch.tensor([0.4, 0.1, 0.1, 0.1, 0.2, 0.1])
-    probs = torch.stack([P, p2, P])  # row 1 does not depend on x0 here: a product distribution
-    pairs = []
-    for _ in range(N):
-        n, tok = sample_accept([3, 0], probs, gen)
-        if n == 0:
-            first = tok
-            second = plain_sample(p2, gen)  # the next pass would draw the second token from p2
-        else:
-            first = 3
-            second = tok if n == 1 else 0
-        pairs.append(first * 6 + second)
+    pairs = [_draw(P, seed, 0) * 6 + _draw(p2, seed, 1) for seed in range(N)]
     joint = (P[:, None] * p2[None, :]).reshape(-1)
     assert _chi2(pairs, joint) > 1e-3
 
 
-def test_plain_sampling_matches_p():
-    gen = torch.Generator().manual_seed(4)
-    assert _chi2([plain_sample(P, gen) for _ in range(N)], P) > 1e-3
+def test_a_token_of_probability_zero_is_never_drawn():
+    p = torch.tensor([0.0, 0.999999, 0.0, 1e-6])
+    draws = {_draw(p, 3, t) for t in range(2000)}
+    assert draws <= {1, 3} and 1 in draws
 
 
 def test_chi2_detects_a_wrong_rule():
     """The test has power: accepting a draft with probability 1/2 instead of p(x) is caught."""
     gen = torch.Generator().manual_seed(5)
     samples = []
-    for _ in range(N):
+    for t in range(N):
         if float(torch.rand((), generator=gen)) < 0.5:
             samples.append(3)
         else:
-            samples.append(plain_sample(P, gen))
+            samples.append(_draw(P, 5, t))
     assert _chi2(samples, P) < 1e-6
-
-
-def test_rejecting_every_token_of_the_support_falls_back_to_p(monkeypatch):
-    p = torch.softmax(torch.randn(5, generator=torch.Generator().manual_seed(0)), 0)  # [5]
-    left = float(p.sum()) - sum(float(x) for x in p)
-    assert left > 1e-12  # the premise: float bookkeeping leaves mass where the residual has none
-    # every draw is the largest float32 below 1, so all five candidates are rejected
-    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(1 - 2 ** -24))
-    idx, token = sample_siblings(range(5), p, torch.Generator().manual_seed(1))
-    assert idx == -1 and 0 <= token < 5

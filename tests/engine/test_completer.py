@@ -15,7 +15,7 @@ from daemon.completer import Completer
 from daemon.engine import EngineConfig
 from daemon.model import ModelLoadError, load_runtime
 from daemon.prompt import ForcedPrefix, PromptConfig, build_prompt
-from daemon.requests import CompletionRequest
+from daemon.requests import CompletionRequest, SamplingParams
 from index.draft import Branch, Draft, Source
 
 TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "kv_cache.py").read_text()
@@ -68,6 +68,23 @@ def test_speculative_equals_plain_when_drafts_are_accepted(tiny):
     assert spec.token_ids == plain.token_ids and spec.text == plain.text and spec.prompt == plain.prompt
     assert spec.stats.accepted >= len(plain.token_ids) // 2
     assert spec.stats.forward_passes < plain.stats.forward_passes
+
+
+def test_a_seed_reproduces_sampled_output_whatever_the_index_and_cache_hold(tiny):
+    """Each answer goes to the history, so every request drafts differently: with a seed the
+    output is still the same, and the same as plain sampling's."""
+    from index.store import IndexConfig, NgramIndex
+
+    completer = Completer(tiny, NgramIndex(tiny.tokenize_batch, IndexConfig()), EngineConfig(calibrate=False))
+    def sampled(seed=7):
+        return dict(sampling=SamplingParams(temperature=0.8, seed=seed), max_tokens=24)
+
+    plain = completer.complete(_req(speculate=False, **sampled()))
+    runs = [completer.complete(_req(speculate=True, **sampled())) for _ in range(3)]
+    assert all(r.token_ids == plain.token_ids and r.text == plain.text for r in runs)
+    assert sum(r.stats.drafted for r in runs) > 0  # speculation ran (drafts from the history)
+    other = completer.complete(_req(speculate=True, **sampled(seed=8)))
+    assert other.token_ids != plain.token_ids  # the seed matters: another one samples otherwise
 
 
 def test_prompt_backs_off_mid_word_and_forces_the_typed_characters(tiny, completer):

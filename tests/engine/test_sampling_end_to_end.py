@@ -124,14 +124,50 @@ def test_speculative_sampling_matches_plain_sampling(tiny, plain_pairs, temperat
     assert pvalue > 1e-3, f"speculative and plain sampling differ (p={pvalue:.2e}):\n{table}"
 
 
-def test_a_wrong_acceptance_rule_is_detected(tiny, plain_pairs, temperature, monkeypatch):
-    """Accepting every drafted token (ignoring p) must be caught by the same test."""
+def test_a_wrong_sampling_rule_is_detected(tiny, plain_pairs, temperature, monkeypatch):
+    """Taking the most likely token (ignoring the noise) must be caught by the same test."""
     draft = _top_pair(tiny)
-
-    def always_accept(candidates, p, gen):
-        return (0, candidates[0]) if candidates else (-1, int(torch.multinomial(p, 1, generator=gen)))
-
-    monkeypatch.setattr(engine, "sample_siblings", always_accept)
+    monkeypatch.setattr(engine, "sample_token", lambda p, noise: int(torch.argmax(p)))
     spec, _ = _sample_pairs(tiny, ChainProposer(draft), _policy(), 3, temperature)
     pvalue, table = _homogeneity_pvalue(spec, plain_pairs, draft)
     assert pvalue < 1e-3, f"a broken rule went unnoticed (p={pvalue:.2e}):\n{table}"
+
+
+class TreeProposer(ChainProposer):
+    """Three branches: the greedy continuation, and two that start with other tokens."""
+
+    def __init__(self, branches):
+        from index.draft import Branch, Draft, Source
+
+        self.draft = Draft(tuple(Branch(tokens=np.array(b, dtype=np.int32), count=1, source=Source.BUFFER,
+                                        match_len=4) for b in branches))
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_seeded_speculative_sampling_is_token_identical_to_plain_sampling(tiny, temperature, width):
+    """The draw at each position depends on the seed, the position and the logits only, so with
+    a seed the drafts change nothing: accepted and rejected drafts alike give plain's tokens."""
+    prompt = tiny.encode(PROMPT)
+    greedy = _greedy(tiny, prompt, 6)
+    branches = [greedy] + ([[greedy[0] + 1] + greedy[1:], [greedy[0] + 2]] if width > 1 else [])
+    policy = DraftPolicy(CostModel(), AdaptiveConfig(fixed_k=8, max_width=width))
+    accepted = rejected = 0
+    for seed in range(40):
+        runs = []
+        for proposer, pol in ((NullProposer(), None), (TreeProposer(branches), policy)):
+            kv, stats = KVCache(), GenerationStats()
+            prefill(tiny, kv, prompt, stats, None, 128)
+            out = generate(tiny, kv, prompt, proposer, pol, StopChecker(StopConfig(max_tokens=6), tiny.token_bytes),
+                           SamplingParams(temperature=temperature, top_p=0.9, seed=seed), None, stats)
+            runs.append(out.tokens)
+        assert runs[0] == runs[1], f"seed {seed}: plain {runs[0]} speculative {runs[1]}"
+        accepted += stats.accepted
+        rejected += stats.drafted - stats.accepted
+    assert accepted > 0 and rejected > 0, (accepted, rejected)  # both branches of the rule ran
+
+
+def _greedy(tiny, prompt, n):
+    kv = KVCache()
+    prefill(tiny, kv, prompt, GenerationStats(), None, 128)
+    return generate(tiny, kv, prompt, NullProposer(), None, StopChecker(StopConfig(max_tokens=n), tiny.token_bytes),
+                    SamplingParams(), None, GenerationStats()).tokens
