@@ -441,6 +441,23 @@ if suite == "fake" then
     eq(lines(), { "alpha [BETA]", "gamma" })
   end)
 
+  test(":NgramdRewrite from a <Cmd> mapping in Visual mode rewrites the selection", function()
+    vim.keymap.set("x", "<F5>", "<Cmd>NgramdRewrite return-only loud<CR>", { buffer = buf })
+    for _, case in ipairs({
+      { keys = "0wve", want = { "alpha [BETA]", "gamma" } }, -- charwise: exactly the selection
+      { keys = "Vj", want = { "[ALPHA BETA", "GAMMA]" } }, -- linewise: whole lines
+    }) do
+      set_lines({ "alpha beta", "gamma" }, 1, 0)
+      vim.api.nvim_feedkeys(case.keys .. vim.api.nvim_replace_termcodes("<F5>", true, false, true), "xt", false)
+      wait(function()
+        return lines()[1] ~= "alpha beta"
+      end, "the rewrite after " .. case.keys)
+      eq(lines(), case.want, case.keys)
+      eq(vim.fn.mode(), "n", "Visual mode ended")
+    end
+    vim.keymap.del("x", "<F5>", { buffer = buf })
+  end)
+
   test(":NgramdRewrite after an old selection on its lines takes whole lines (a stale selection)", function()
     for _, cmd in ipairs({ "1NgramdRewrite return-only loud", "1,1NgramdRewrite return-only loud",
       "NgramdRewrite return-only loud" }) do

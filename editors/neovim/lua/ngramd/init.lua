@@ -246,11 +246,20 @@ function M.setup(opts)
     notify(M.config.enabled and "completions on" or "completions off")
   end, { desc = "ngramd: turn inline completions on or off" })
   vim.api.nvim_create_user_command("NgramdRewrite", function(args)
+    local bufnr = vim.api.nvim_get_current_buf()
+    -- a two-address range from the selection just left (:'<,'>): its columns count
+    local line1, line2, visual = args.line1, args.line2, args.range == 2 and visual_just_left(bufnr)
+    if args.range == 0 and vim.fn.mode():match("^[vV\22]") then
+      -- From Visual mode by a <Cmd> mapping, which gives no range: end Visual mode (that
+      -- sets '< and '>) and rewrite the selection, as :'<,'> would.
+      vim.cmd("normal! \27")
+      line1, line2 = vim.api.nvim_buf_get_mark(bufnr, "<")[1], vim.api.nvim_buf_get_mark(bufnr, ">")[1]
+      visual = true
+    end
     M.rewrite({
-      line1 = args.line1,
-      line2 = args.line2,
-      -- a two-address range from the selection just left (:'<,'>): its columns count
-      visual = args.range == 2 and visual_just_left(vim.api.nvim_get_current_buf()),
+      line1 = line1,
+      line2 = line2,
+      visual = visual,
       instruction = args.args ~= "" and args.args or nil,
     })
   end, { range = true, nargs = "*", desc = "ngramd: rewrite the selected lines following an instruction" })
