@@ -149,6 +149,11 @@ class FrameReader:
     FrameTooLarge and the connection should be closed.
     """
 
+    # Bytes handed to the Unpacker at a time: its buffer then holds at most the message in
+    # progress (bounded by the count below) and one piece. A buffer bound of the message
+    # limit alone refused a message just under it whose bytes came with the next one's.
+    FEED_PIECE = 64 * 1024
+
     def __init__(self, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self._limit = max_message_bytes
         # The Unpacker drops bytes it has parsed, so its buffer bound alone lets a big
@@ -156,7 +161,7 @@ class FrameReader:
         container_limit = min(max_message_bytes, MAX_CONTAINER_ITEMS)
         self._unpacker = msgpack.Unpacker(
             raw=False,
-            max_buffer_size=max_message_bytes,
+            max_buffer_size=max_message_bytes + self.FEED_PIECE,
             max_array_len=container_limit,
             max_map_len=container_limit,
             strict_map_key=False,
@@ -170,6 +175,15 @@ class FrameReader:
         Raises FrameTooLarge for an oversized message and RpcError(PARSE_ERROR)
         for bytes that are not msgpack; either way the stream cannot be resynced.
         """
+        if len(data) <= self.FEED_PIECE:
+            return self._feed_piece(data)
+        view = memoryview(data)
+        out: list[Any] = []
+        for i in range(0, len(data), self.FEED_PIECE):
+            out.extend(self._feed_piece(view[i: i + self.FEED_PIECE]))
+        return out
+
+    def _feed_piece(self, data: bytes | memoryview) -> list[Any]:
         try:
             self._unpacker.feed(data)
         except msgpack.BufferFull as exc:

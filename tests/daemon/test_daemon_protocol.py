@@ -431,3 +431,20 @@ def test_initialize_says_the_longest_message_the_daemon_reads(inproc):
     with inproc.client() as c:
         info = c.call("initialize", {"client": "pytest", "workspaceFolders": []})
     assert info["maxMessageBytes"] == inproc.server.max_message_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("chunk", [4096, 65536, 100_000, None])
+def test_a_message_just_under_the_limit_among_others_is_read(chunk):
+    """Messages before and after it share the reads: only a message's own bytes count."""
+    limit = 1 << 18
+    small = [pack_request(i, "open", {"uri": f"u{i}", "text": "y" * 500, "version": 1}) for i in range(3)]
+    probe = pack_request(9, "open", {"uri": "big", "text": "", "version": 1})
+    big = pack_request(9, "open", {"uri": "big", "text": "x" * (limit - len(probe) - 100), "version": 1})
+    assert limit - 200 < len(big) <= limit
+    stream = b"".join(small) + big + b"".join(small)
+    frames = FrameReader(limit)
+    got = []
+    step = chunk or len(stream)
+    for i in range(0, len(stream), step):
+        got += frames.feed(stream[i:i + step])
+    assert [decode(o).params["uri"] for o in got] == ["u0", "u1", "u2", "big", "u0", "u1", "u2"]
