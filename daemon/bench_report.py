@@ -145,7 +145,8 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
     # a case that failed never showed it was identical: it counts against the target
     failed = len(summary["errors"])
     out["identical"] = {"value": summary["identical"], "goal": summary["ok"] + failed,
-                        "met": summary["all_identical"] and not failed if summary["ok"] else None}
+                        "met": (summary["all_identical"] and not failed) if summary["ok"]
+                        else (False if failed else None)}  # None: no case at all
     return out
 
 

@@ -93,6 +93,8 @@ def test_identical_target_is_not_met_while_cases_failed():
                    {"id": "x", "kind": "ordinary", "status": "error", "error": "boom"}])
     assert s["all_identical"] is True and s["errors"] == ["x"]  # every case that ran was identical ...
     assert s["targets"]["identical"] == {"value": 1, "goal": 2, "met": False}  # ... but one never ran
+    every_case_failed = summarize([{"id": "x", "kind": "ordinary", "status": "error", "error": "boom"}])
+    assert every_case_failed["targets"]["identical"] == {"value": 0, "goal": 1, "met": False}
 
 
 def test_edits_that_change_few_lines_have_their_own_target():
