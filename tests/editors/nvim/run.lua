@@ -647,6 +647,8 @@ if suite == "native" then
       end
       if stage == "waiting for the suggestion" and shown() then
         local before, asked = lines(), requests()
+        -- suggest() fires the built-in's own group (falling back to every group where it is renamed)
+        eq(vim.fn.exists("#nvim.lsp.inline_completion:" .. buf), 1, "the built-in's autocommand group")
         eq(ngramd.suggest(), true, "suggest() in an enabled buffer")
         wait(function()
           return requests() > asked
@@ -668,7 +670,20 @@ if suite == "native" then
       passed = passed + 1
       log("ok " .. name)
       vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "t", false)
-      return vim.defer_fn(finish, 20)
+      return vim.defer_fn(function()
+        local ok, err = pcall(function()
+          eq(vim.fn.mode(), "n", "mode after <Esc>")
+          eq(ngramd.suggest(), false, "suggest() in Normal mode (the built-in suggests in Insert mode only)")
+        end)
+        if ok then
+          passed = passed + 1
+          log("ok native: suggest() outside Insert mode asks nothing")
+        else
+          failed = failed + 1
+          log("not ok native: suggest() outside Insert mode asks nothing: " .. tostring(err))
+        end
+        finish()
+      end, 20)
     end
     vim.defer_fn(poll, 20)
   end

@@ -279,12 +279,18 @@ end
 function M.suggest()
   if M.native then
     -- The built-in module has no public "request now" (its `get` accepts): it requests,
-    -- debounced, on CursorMovedI in the buffers where it is enabled, so fire that.
+    -- debounced, on CursorMovedI in the buffers where it is enabled, so fire that, for its
+    -- own autocommand group where it has the name 0.12 gives it (else for the buffer's).
     local bufnr = vim.api.nvim_get_current_buf()
-    if not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+    local insert = vim.api.nvim_get_mode().mode:match("^[iR]") ~= nil -- it suggests there only
+    if not insert or not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
       return false
     end
-    vim.api.nvim_exec_autocmds("CursorMovedI", { buffer = bufnr, modeline = false })
+    local event = { buffer = bufnr, modeline = false, group = "nvim.lsp.inline_completion:" .. bufnr }
+    if not pcall(vim.api.nvim_exec_autocmds, "CursorMovedI", event) then
+      event.group = nil
+      vim.api.nvim_exec_autocmds("CursorMovedI", event)
+    end
     return true
   end
   return ghost.request(vim.api.nvim_get_current_buf(), 1)
