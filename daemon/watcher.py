@@ -422,8 +422,9 @@ class WorkspaceWatcher:
 
 
 def _links_to_a_held_file(path: Path, ignorer: Ignorer) -> bool:
-    """Whether ``path`` (under a resolved folder) reaches, through a symlink, a file of the folder
-    that is not ignored: the scan indexes that file under its own path and the link not at all."""
+    """Whether ``path`` (under a resolved folder) reaches, through a symlink (its own or a folder's
+    on its way), a file of the folder that is not ignored: the scan indexes that file under its own
+    path (its walk takes real folders first) and the link not at all."""
     real = os.path.realpath(path)
     return real != os.fspath(path) and not ignorer.ignored(Path(real))
 

@@ -5,7 +5,8 @@ where the folder is in a git work tree, else a walk that applies every
 ``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
 pattern decides; the watcher uses the same function). The walk follows directory
 symlinks that stay inside the folder (by real path), never the same directory
-twice: a revisit is counted as ``symlink_loop`` when the link points at one of
+twice, and real paths first (a folder is listed under its own path, not a link's):
+a revisit is counted as ``symlink_loop`` when the link points at one of
 its own parents, else as ``duplicate``; a link leaving the folder as ``outside_root``.
 File symlinks follow the same rule, on either path (git lists a link as a file): one
 whose target lies outside the folder is not indexed (``outside_root``), so that no
@@ -125,13 +126,21 @@ def _git_files(root: Path) -> list[Path] | None:
 
 
 def _walk_files(root: Path, counts: Counter) -> list[Path]:
+    """The walk: files under ``root``, by name, real folders before those reached through a link.
+
+    A folder reached twice is visited only the first time, so the real path must come first:
+    the text is then listed under its own path, as git lists it, and the watcher (which
+    skips a path that reaches, through a link, a file the folder does not ignore) agrees."""
     files: list[Path] = []
     real_root = os.path.realpath(root)
     seen: set[tuple[int, int]] = set()
-    # Stack of (directory, [(base directory, spec), ...] of .gitignore files above it).
-    stack: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
-    while stack:
-        d, specs = stack.pop()
+    # Stacks of (directory, [(base directory, spec), ...] of .gitignore files above it): the
+    # folders on real paths, then those with a link on their way (walked once no real one is left).
+    real_dirs: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
+    linked_dirs: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = []
+    while real_dirs or linked_dirs:
+        via_link = not real_dirs
+        d, specs = (linked_dirs if via_link else real_dirs).pop()
         try:
             st = d.stat()
         except OSError as e:
@@ -149,7 +158,7 @@ def _walk_files(root: Path, counts: Counter) -> list[Path]:
         except OSError:
             counts["unreadable"] += 1
         try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
+            entries = sorted(os.scandir(d), key=lambda e: e.name, reverse=True)  # stacks pop in name order
         except OSError:
             counts["unreadable"] += 1
             continue
@@ -164,10 +173,11 @@ def _walk_files(root: Path, counts: Counter) -> list[Path]:
             if gitignored(specs, path, is_dir):
                 continue
             if is_dir:
-                if e.is_symlink() and not _is_within(os.path.realpath(path), real_root):
+                is_link = e.is_symlink()
+                if is_link and not _is_within(os.path.realpath(path), real_root):
                     counts["outside_root"] += 1  # the git path does not follow it either
                     continue
-                stack.append((path, specs))
+                (linked_dirs if via_link or is_link else real_dirs).append((path, specs))
             else:
                 files.append(path)
     return files

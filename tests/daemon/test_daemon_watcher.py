@@ -254,6 +254,36 @@ def test_a_symlink_to_a_file_the_folder_holds_is_not_indexed_again(watched):
     assert index.files[str(root / "a.py")] == "a = 1\n"
 
 
+def test_scan_and_events_agree_on_a_folder_linked_inside(tmp_path):
+    """With the real index: the scan indexes ``src/a.py`` once, under its own path (not through
+    the link ``zz`` that the walk also meets, nor the file link ``b_link.py``); an edit of it
+    re-indexes that path, and an event under the link (a buffer of ``zz/a.py`` closed) adds no copy."""
+    from index import IndexConfig, NgramIndex
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("a = 1\n")
+    (tmp_path / "zz").symlink_to("src")
+    (tmp_path / "b_link.py").symlink_to("src/a.py")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    try:
+        root = tmp_path.resolve()
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert sorted(index._files) == [str(root / "src" / "a.py")]
+        (root / "src" / "a.py").write_text("a = 2\n")
+        w.reindex_from_disk(root / "zz" / "a.py")
+        a_key = str(root / "src" / "a.py")
+        def indexed_text(key):
+            f = index._files.get(key)
+            return None if f is None else "".join(chr(int(t)) for t in f.tokens)
+
+        wait_until(lambda: indexed_text(a_key) == "a = 2\n" and w.status()["events"]["ignored"] >= 1)
+        assert sorted(index._files) == [a_key]
+    finally:
+        w.stop()
+
+
 def test_a_file_under_a_folder_link_out_of_the_folder_is_not_indexed(watched, tmp_path_factory):
     """The file is no link itself, a folder on its way is: it reaches outside all the same."""
     w, index, root, _ = watched

@@ -316,7 +316,7 @@ def test_the_walk_follows_only_links_that_stay_inside(tmp_path):
     os.symlink(outside, ws / "out")  # leaves the folder: not followed
     os.symlink(ws / "real", ws / "again")  # a second way to a folder inside: no loop
     counts = Counter()
-    assert _names(ws, discover(ws, counts)) in (["again/b.py"], ["real/b.py"])
+    assert _names(ws, discover(ws, counts)) == ["real/b.py"]  # the real path, though "again" sorts first
     assert counts == {"outside_root": 1, "duplicate": 1}
 
 
@@ -382,6 +382,27 @@ def test_a_link_to_a_listed_file_is_indexed_once(tmp_path, with_git):
     out = idx.index_workspace(tmp_path)
     assert out["indexed"] == 2 and out["duplicate"] == 3
     assert sorted(os.path.relpath(k, tmp_path) for k in idx._files) == ["a.py", "sub/b.py"]
+
+
+@pytest.mark.parametrize("with_git", [False, True])
+def test_a_folder_linked_inside_leaves_its_files_indexed_once_under_their_own_path(tmp_path, with_git):
+    """The walk reaches ``src`` by its real path before the link ``zz`` that sorts after it, and
+    ``src/a.py`` is then listed, so the file link to it is a duplicate too (git follows no folder link)."""
+    if with_git and shutil.which("git") is None:
+        pytest.skip("git not installed")
+    (tmp_path / "src" / "deep").mkdir(parents=True)
+    (tmp_path / "src" / "a.py").write_text("unique_a = 1\n")
+    (tmp_path / "src" / "deep" / "d.py").write_text("unique_d = 2\n")
+    os.symlink("src", tmp_path / "zz")
+    os.symlink("src/a.py", tmp_path / "b_link.py")
+    (tmp_path / "lib").mkdir()  # a link met before the folder it reaches, which is no sibling of it
+    os.symlink("../src/deep", tmp_path / "lib" / "d_link")
+    if with_git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
+    out = idx.index_workspace(tmp_path)
+    assert sorted(os.path.relpath(k, tmp_path) for k in idx._files) == ["src/a.py", "src/deep/d.py"]
+    assert out["indexed"] == 2 and out["duplicate"] == (1 if with_git else 3)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
