@@ -69,6 +69,7 @@ class RpcConnection:
         self.answered = False  # the daemon answered a request on it
         # The longest message the daemon reads (its initialize answer says; until then its default).
         self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES
+        self.daemon_pid: int | None = None  # the daemon's process id, as its initialize answer says
         self._frames = rpc.FrameReader()
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 

@@ -18,13 +18,14 @@ States::
 - ``send`` is fire-and-forget for document sync: on a ready connection it writes
   now (so sync messages keep their order); otherwise it drops the message, because
   ``on_connect`` re-sends the whole state (every open buffer) on the next connection.
-- Spawning is single-flight: while a daemon this link started is alive (loading, or
-  dying after it served), no second one is started; after a daemon exits without ever
-  answering, or cannot be started at all (e.g. its socket's folder cannot be created),
-  spawning backs off for ``SPAWN_BACKOFF_S`` and calls fail with that reason meanwhile.
-  A daemon that served and then exited is no failed start, nor is one that exits with
-  ``EXIT_ALREADY_RUNNING`` (another editor's daemon is starting): its socket is waited
-  for while that daemon holds the lock.
+- Spawning is single-flight: while a daemon this link started for the current socket is
+  alive (loading, or dying after it served), no second one is started there; after a
+  daemon exits without ever answering, or cannot be started at all (e.g. its socket's
+  folder cannot be created), spawning backs off for ``SPAWN_BACKOFF_S`` and calls fail
+  with that reason meanwhile. A daemon that served (a connect made while it ran, or a
+  session whose initialize gave its pid) and then exited is no failed start, nor is one
+  that exits with ``EXIT_ALREADY_RUNNING`` (another editor's daemon is starting): its
+  socket is waited for while that daemon holds the lock.
 - A connection the daemon refused (its ``fatal`` error notice, e.g. a document over its
   ``--max-message-bytes``, which ``on_connect`` would send again) or that closed soon
   after it was made ready, twice running, is not reconnected at once: connecting backs
@@ -58,8 +59,9 @@ EXIT_ALREADY_RUNNING = 3
 STABLE_S = 10.0
 RECONNECT_BACKOFF_S = 1.0
 RECONNECT_BACKOFF_MAX_S = 60.0
-# A session (on_connect) whose connection is lost before the daemon answered anything is
-# tried again this many times, at once: the connect landed in a killed daemon's backlog.
+# A session (on_connect) whose connection is lost (closed) before the daemon answered anything
+# is tried again this many times, at once: the connect landed in a killed daemon's backlog.
+# One that timed out is not: that daemon accepts but does not answer, and would again.
 SESSION_RETRIES = 2
 
 
@@ -76,7 +78,7 @@ class DaemonLink:
         self._conn: RpcConnection | None = None
         self._connecting: asyncio.Task[RpcConnection] | None = None
         self._connect_spawns = True  # whether the attempt in _connecting may start a daemon
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[tuple[str, subprocess.Popen]] = []  # (socket it was started for, process)
         self._no_spawn_until = 0.0
         self._no_spawn_reason = ""
         self._ready_since = 0.0  # when the connection in _conn was made ready
@@ -176,7 +178,8 @@ class DaemonLink:
         self.device = device
         if socket_path and socket_path != self.socket_path:
             self.socket_path = socket_path
-            self._early_drops, self._no_connect_until = 0, 0.0  # another daemon: a clean slate
+            # another daemon: a clean slate (a failed start on the old socket says nothing here)
+            self._early_drops, self._no_connect_until, self._no_spawn_until = 0, 0.0, 0.0
             conn, self._conn = self._conn, None
             if self._connecting is not None:
                 self._connecting.cancel()
@@ -214,13 +217,19 @@ class DaemonLink:
                         await self._on_connect(conn)
                     break
                 except (DaemonUnavailable, DaemonError) as exc:
+                    # closed by the daemon unanswered, not timed out: read before close()
+                    lost_unanswered = conn.closed and not conn.answered
                     conn.close()
-                    if isinstance(exc, DaemonError) or conn.answered or attempt == SESSION_RETRIES:
+                    if isinstance(exc, DaemonError) or not lost_unanswered or attempt == SESSION_RETRIES:
                         raise DaemonUnavailable(f"the daemon refused the session: {exc}") from exc
                     # Lost before any answer: the connection was taken into a killed daemon's
                     # backlog as it went. Connect again (starting a daemon if none answers).
                     log.info("connection lost before the daemon answered (%s); connecting again", exc)
                     await asyncio.sleep(POLL_S)
+                except BaseException:  # cancelled (reconfigure, close): the half-made session goes too
+                    conn.close()
+                    raise
+            self._note_served(conn)
             # No await between on_connect's last (synchronous) write and this line, so
             # no sync message can slip between the re-sent state and "ready".
             self._conn = conn
@@ -249,7 +258,7 @@ class DaemonLink:
                     proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
                 except OSError as exc:  # e.g. the socket's folder cannot be created, the log not opened
                     raise self._back_off(f"cannot start a daemon on {self.socket_path}: {exc}") from exc
-                self._procs.append(proc)
+                self._procs.append((self.socket_path, proc))
                 self.spawned += 1
             conn = await self._wait_for(proc)
             if conn is not None:
@@ -329,13 +338,23 @@ class DaemonLink:
         return DaemonUnavailable(reason)
 
     def _live_proc(self) -> subprocess.Popen | None:
+        """The running daemon this link started for the current socket, if any (one started
+        for an earlier ``socket`` setting never answers on this one: it is not waited for)."""
         self._reap()
-        return self._procs[-1] if self._procs else None
+        mine = [p for path, p in self._procs if path == self.socket_path]
+        return mine[-1] if mine else None
+
+    def _note_served(self, conn: RpcConnection) -> None:
+        """The daemon behind a session is marked served when this link started it, however it
+        was reached: a start that outlived start_timeout is found by the next call's plain
+        connect, and its exit, when it comes, is no failed start."""
+        if conn.daemon_pid is not None and any(p.pid == conn.daemon_pid for _, p in self._procs):
+            self._answered.add(conn.daemon_pid)
 
     def _reap(self) -> None:
         """Forget (and wait for) daemons this link started that have exited: no zombies."""
-        self._procs = [p for p in self._procs if p.poll() is None]
-        self._answered &= {p.pid for p in self._procs}  # a pid may be reused
+        self._procs = [(path, p) for path, p in self._procs if p.poll() is None]
+        self._answered &= {p.pid for _, p in self._procs}  # a pid may be reused
 
     def _lost(self, conn: RpcConnection) -> None:
         if conn is not self._conn:

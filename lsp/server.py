@@ -185,6 +185,9 @@ class NgramdServer(LanguageServer):
         limit = self.daemon_info.get("maxMessageBytes")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             conn.max_message_bytes = limit  # an older daemon does not say: the default stays
+        pid = self.daemon_info.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool):
+            conn.daemon_pid = pid  # the link then knows a daemon it started served
         now = self.folder_paths()
         if now != folders:  # changed meanwhile: that workspaceFolders was dropped (not ready)
             conn.send("workspaceFolders", {"added": [p for p in now if p not in folders],

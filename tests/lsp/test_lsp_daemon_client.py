@@ -477,3 +477,125 @@ async def test_a_session_lost_before_any_answer_is_tried_again_at_once(sock):
     finally:
         await link.close()
         await daemon.stop()
+
+
+async def test_after_the_socket_setting_changes_a_daemon_is_started_on_the_new_socket(sock, spawning_link):
+    """The daemon this link started on the old socket still runs, and never answers on the
+    new one: it is not the one to wait for there (it was, until start_timeout, every call)."""
+    import os
+
+    link, procs = spawning_link
+    assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+    new_sock = os.path.join(os.path.dirname(sock), "other.sock")
+    link.reconfigure(new_sock, None, "auto")
+    assert (await link.call("status", None, 20))["daemon"]["server"] == "fake"
+    assert link.spawned == 2 and [p.args[2] for p in procs] == [sock, new_sock]
+    assert procs[0].poll() is None  # the old one is left running (other editors may use it)
+
+
+async def test_a_failed_start_on_the_old_socket_does_not_hold_back_the_new_one(tmp_path, sock, monkeypatch):
+    """A daemon that cannot start on its socket (here its folder cannot be created) backs
+    spawning off; the user's fix (another socket) starts a daemon at once, not after
+    SPAWN_BACKOFF_S."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    procs = _spawn_fake_daemons(monkeypatch)
+    link = DaemonLink(str(blocker / "sub" / "d.sock"), spawn=True, start_timeout=30)
+    try:
+        with pytest.raises(DaemonUnavailable, match="before answering"):
+            await link.call("status", None, 10)
+        link.reconfigure(sock, None, "auto")
+        assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
+        assert link.spawned == 2 and len(procs) == 2
+    finally:
+        await link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_a_daemon_whose_start_outlived_start_timeout_then_served_is_no_failed_start(sock, monkeypatch):
+    """The first call gives up on a slow start (start_timeout); the next one reaches that daemon
+    by the plain connect. The pid in its initialize answer marks it served, so when it later
+    dies slowly its exit is not taken for a failed start (a back-off): the next one starts."""
+    import os
+    import signal
+
+    from lsp_helpers import until
+
+    from lsp.config import Settings
+    from lsp.server import NgramdServer
+
+    procs = _spawn_fake_daemons(monkeypatch, "--claim", "--load", "1", "--linger", "1")
+    server = NgramdServer(Settings(), sock, spawn=True)  # its on_connect: initialize gives the pid
+    link = server.link
+    link.start_timeout = 0.3  # shorter than the load
+    try:
+        with pytest.raises(DaemonUnavailable, match="did not answer within"):
+            await link.call("status", None, 10)
+        link.start_timeout = 30
+        await until(lambda: os.path.exists(sock), what="the slow daemon's socket")
+        assert (await link.call("status", None, 10))["daemon"]["server"] == "fake"
+        assert link.spawned == 1
+        procs[0].send_signal(signal.SIGUSR1)  # closes its socket now, exits a second later
+        await until(lambda: link.ready and link.spawned == 2 or "before answering" in link.last_error,
+                    timeout=30, what="a second daemon, or a back-off")
+        assert "before answering" not in link.last_error
+        assert procs[0].poll() is not None and link.ready and link.spawned == 2
+    finally:
+        await link.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+async def test_a_session_whose_initialize_timed_out_is_not_tried_again(sock):
+    """A daemon that accepts but never answers is no connection lost in a killed daemon's
+    backlog: trying again would only wait the timeout again (SESSION_RETRIES times)."""
+    connections = []
+
+    async def never_answer(reader, writer):
+        connections.append(writer)
+        await reader.read()
+
+    daemon = await asyncio.start_unix_server(never_answer, sock)
+
+    async def on_connect(conn):
+        await conn.request("initialize", {}, timeout=0.2)
+
+    link = DaemonLink(sock, spawn=False, on_connect=on_connect)
+    try:
+        with pytest.raises(DaemonUnavailable, match="refused the session: .*did not answer initialize"):
+            await link.call("status", None, 10)
+        assert len(connections) == 1 and not link.ready
+    finally:
+        await link.close()
+        daemon.close()
+        for w in connections:
+            w.close()
+
+
+@pytest.mark.parametrize("abandon", ["reconfigure", "close"])
+async def test_a_session_abandoned_while_it_is_set_up_closes_its_connection(fake, sock, abandon):
+    """A settings change or shutdown cancels the connect attempt while on_connect awaits the
+    daemon: that connection is closed, not left open (and the daemon's copy of it with it)."""
+    import os
+
+    from lsp_helpers import until
+
+    sessions = []
+
+    async def on_connect(conn):
+        sessions.append(conn)
+        await asyncio.Event().wait()  # the daemon's answer never comes
+
+    link = DaemonLink(sock, spawn=False, on_connect=on_connect)
+    link.start()
+    await until(lambda: sessions, what="the session to start")
+    if abandon == "reconfigure":
+        link.reconfigure(os.path.join(os.path.dirname(sock), "other.sock"), None, "auto")
+    else:
+        await link.close()
+    await until(lambda: sessions[0].closed, what="the abandoned connection to close")
+    await until(lambda: not fake._writers, what="the daemon to see it closed")
+    await link.close()
