@@ -9,7 +9,8 @@ Vocabulary:
   ``max_delay_s`` of continuous events), so each file is re-indexed once.
 - *ignored*: inside ``.git`` or ignored by the ``.gitignore`` files in the folder
   and the directories between it and the file, by git's rule (the deepest matching
-  pattern decides: ``workspace.gitignored``, shared with the scan's walk); or a
+  pattern decides: ``workspace.gitignored``, shared with the scan's walk), unless git
+  tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``); or a
   symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
@@ -44,21 +45,33 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
 from watchdog.observers import Observer
 
 from daemon.priority import lower_this_thread
-from index.workspace import gitignored, links_outside, read_gitignore
+from index.workspace import git_index, gitignored, links_outside, read_gitignore, tracked_ignored
 
 log = logging.getLogger("ngramd.watcher")
 GONE_POLL_S = 2.0  # how often a gone folder is looked for again
 DELETED = "deleted"  # a folder's inode once its directory was deleted: equal to no real one
+_UNASKED = object()  # git not asked yet: equal to no state of its index file
 
 
 class Ignorer:
     """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
-    specs cached by file mtime."""
+    specs cached by file mtime.
+
+    Where the scan lists files with git, a file git tracks is not ignored even when the rules
+    match it (``git add -f``), as the scan indexes it; nor is a folder that holds one. Those
+    files (``workspace.tracked_ignored``, usually a handful) are asked of git only when a path
+    matches the rules, again once git's index file changed (a ``git add``) or ``forget_tracked``
+    was called (a ``.gitignore`` changed)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._specs: dict[Path, tuple[float, pathspec.PathSpec | None]] = {}
         self._lock = threading.Lock()
+        self._tracked_lock = threading.Lock()  # one git run at a time
+        self._tracked_stale = True  # set from watchdog's thread: a plain assignment, no lock
+        self._git_index: Path | None = None
+        self._git_index_stat: object = _UNASKED  # the index file's _stat_key when git was last asked
+        self._tracked: frozenset[Path] = frozenset()  # the tracked files the rules match, their folders
 
     def ignored(self, path: Path) -> bool:
         try:
@@ -68,6 +81,13 @@ class Ignorer:
         parts = rel.parts
         if ".git" in parts:
             return True
+        return self._matches_rules(parts) and path not in self._tracked_ignored()
+
+    def forget_tracked(self) -> None:
+        """Ask git again at the next path the rules match: they changed (a ``.gitignore`` did)."""
+        self._tracked_stale = True
+
+    def _matches_rules(self, parts: tuple[str, ...]) -> bool:
         specs: list[tuple[Path, pathspec.PathSpec]] = []
         directory = self.root
         for i, name in enumerate(parts):  # each folder on the way down, as the walk goes, then the path
@@ -78,6 +98,22 @@ class Ignorer:
                 return True
             directory = directory / name
         return False
+
+    def _tracked_ignored(self) -> frozenset[Path]:
+        with self._tracked_lock:
+            if self._tracked_stale:
+                self._tracked_stale = False  # before the git runs: a change during them asks again
+                self._git_index = git_index(self.root)
+                self._git_index_stat = _UNASKED
+                self._tracked = frozenset()
+            if self._git_index is None:
+                return self._tracked  # the scan walks: it applies the rules to every file
+            index_stat = _stat_key(self._git_index)  # before ls-files: a later change asks again
+            if index_stat != self._git_index_stat:
+                self._git_index_stat = index_stat
+                files = tracked_ignored(self.root)
+                self._tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
+            return self._tracked
 
     def _spec(self, directory: Path) -> pathspec.PathSpec | None:
         gi = directory / ".gitignore"
@@ -281,6 +317,9 @@ class WorkspaceWatcher:
             if not self._pending:
                 self._first_pending = now
             self._pending.add(path)
+            if os.path.basename(path) == ".gitignore":  # before the flush handles the files it matches
+                for ignorer in list(self._ignorers.values()):
+                    ignorer.forget_tracked()
             self._last_event = now
             self._count("events")
             self._cond.notify()
@@ -427,6 +466,15 @@ def _links_to_a_held_file(path: Path, ignorer: Ignorer) -> bool:
     path (its walk takes real folders first) and the link not at all."""
     real = os.path.realpath(path)
     return real != os.fspath(path) and not ignorer.ignored(Path(real))
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    """What tells a rewritten file (git replaces its index file on each change); None when absent."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _inode(path: Path) -> tuple[int, int] | None:

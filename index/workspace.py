@@ -1,8 +1,9 @@
 """Which files of a workspace folder get indexed, and reading them safely.
 
 Discovery respects ``.gitignore``: ``git ls-files -co --exclude-standard``
-where the folder is in a git work tree, else a walk that applies every
-``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
+where the folder is in a git work tree (it lists a tracked file that the rules
+match too, as git follows it; the watcher asks ``tracked_ignored``), else a walk
+that applies every ``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
 pattern decides; the watcher uses the same function). The walk follows directory
 symlinks that stay inside the folder (by real path), never the same directory
 twice, and real paths first (a folder is listed under its own path, not a link's):
@@ -12,7 +13,8 @@ File symlinks follow the same rule, on either path (git lists a link as a file):
 whose target lies outside the folder is not indexed (``outside_root``), so that no
 link drafts from files out of the workspace (the watcher asks ``links_outside`` too);
 nor is a file git lists under a folder that is now a link out. A link to a file that
-is itself listed is a ``duplicate``: the text is indexed once, under the target's path.
+is itself listed is a ``duplicate``: the text is indexed once, under the target's path;
+so is a folder link, which git lists as a file (its files have their own paths).
 
 Reading (``read_text``) drops a leading UTF-8 byte order mark and refuses, with a ``SkipFile`` that says why: files over
 the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
@@ -100,29 +102,48 @@ def gitignored(specs: list[tuple[Path, pathspec.PathSpec]], path: Path, is_dir: 
     return False
 
 
-def _git_files(root: Path) -> list[Path] | None:
+def git_index(root: Path) -> Path | None:
+    """The index file of the git repository whose work tree holds ``root`` when the scan lists
+    ``root``'s files with git; None when it walks (no work tree, or one that ignores ``root``)."""
     try:
         top = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree", "--git-path", "index"],
             capture_output=True, text=True, timeout=30,
         )
-        if top.returncode != 0 or top.stdout.strip() != "true":
+        lines = top.stdout.splitlines()
+        if top.returncode != 0 or len(lines) != 2 or lines[0] != "true":
             return None
         # A folder that its enclosing repository ignores (say, a pyenv install inside
         # the pyenv clone) is a workspace of its own: walk it instead.
         ign = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "."], capture_output=True, timeout=30)
-        if ign.returncode == 0:
-            return None
-        out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "-z"],
-            capture_output=True, timeout=120,
-        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return None if ign.returncode == 0 else root / lines[1]  # --git-path answers relative to root
+
+
+def _git_ls_files(root: Path, *flags: str) -> list[Path] | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", *flags, "-z"], capture_output=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
         return None
     names = [n for n in out.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
     return [root / n for n in names]
+
+
+def _git_files(root: Path) -> list[Path] | None:
+    if git_index(root) is None:
+        return None
+    return _git_ls_files(root, "-co", "--exclude-standard")
+
+
+def tracked_ignored(root: Path) -> frozenset[Path]:
+    """The files git tracks under ``root`` that its ignore rules match (added with ``git add -f``,
+    or ignored after they were added): ``git ls-files`` lists them, so the scan indexes them and
+    the watcher must follow them. Usually a handful: git checks only tracked files for this.
+    Call it only where the scan uses git (``git_index``); empty when git fails."""
+    return frozenset(_git_ls_files(root, "-ci", "--exclude-standard") or ())
 
 
 def _walk_files(root: Path, counts: Counter) -> list[Path]:
@@ -212,7 +233,7 @@ def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path
     listed_directly = {real for _, real, linked in resolved if not linked}
     kept = []
     for f, real, linked in resolved:
-        if linked and real in listed_directly:
+        if linked and (real in listed_directly or os.path.isdir(real)):  # git lists a folder link as a file
             counts["duplicate"] += 1
         else:
             kept.append(f)

@@ -1,6 +1,7 @@
 """Workspace watching with a recording fake index: events, bursts, .gitignore, open buffers."""
 
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -38,6 +39,37 @@ def test_ignorer_lets_the_deepest_matching_pattern_decide(tmp_path):
     assert ig.ignored(tmp_path / "sub" / "other.log")
     assert not ig.ignored(tmp_path / "sub" / "build" / "x.py")
     assert ig.ignored(tmp_path / "build" / "y.py")
+
+
+def _git(root, *args):
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_ignorer_follows_files_git_tracks_though_the_gitignore_matches_them(tmp_path):
+    """As the scan's ``git ls-files``: a tracked file is followed (``git add -f``), and so is its folder
+    (a delete of it must reach its files); git is asked again when its index changes or
+    ``forget_tracked`` says that a .gitignore did."""
+    root = tmp_path.resolve()
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    for name in ("keep.py", "out.py", "late.py"):
+        (root / "build" / name).write_text("x = 1\n")
+    (root / "a.py").write_text("a = 1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".gitignore", "a.py")
+    _git(root, "add", "-f", "build/keep.py")
+    ig = Ignorer(root)
+    assert not ig.ignored(root / "build" / "keep.py")
+    assert not ig.ignored(root / "build")
+    assert ig.ignored(root / "build" / "out.py")
+    assert ig.ignored(root / "build" / "late.py")
+    _git(root, "add", "-f", "build/late.py")  # rewrites git's index file
+    assert not ig.ignored(root / "build" / "late.py")
+    (root / ".gitignore").write_text("build/\na.py\n")  # now matches a tracked file
+    ig.forget_tracked()
+    assert not ig.ignored(root / "a.py")
+    assert ig.ignored(root / "build" / "out.py")
 
 
 @pytest.fixture
@@ -361,3 +393,52 @@ def test_a_symlink_to_a_file_outside_the_folder_is_not_indexed(watched, tmp_path
     (root / "in.tmp").replace(root / "in.py")  # retargeted out of the folder
     wait_until(lambda: str(root / "in.py") not in index.files)
     assert str(root / "out.py") not in index.files
+
+
+def _indexed_text(index, key):
+    f = index._files.get(key)
+    return None if f is None else "".join(chr(int(t)) for t in f.tokens)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_scan_and_events_agree_on_a_tracked_file_the_gitignore_matches(tmp_path):
+    """With the real index in a git work tree: ``git ls-files`` lists a file added with ``git add -f``
+    though .gitignore matches it, so the scan indexes it; an edit of it reaches the index, a link to
+    it stays a duplicate, and an untracked file the rules match stays out. A .gitignore that comes
+    to match a tracked file leaves it followed too."""
+    from index import IndexConfig, NgramIndex
+
+    root = tmp_path.resolve()
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    (root / "build" / "keep.py").write_text("k = 1\n")
+    (root / "build" / "out.py").write_text("o = 1\n")
+    (root / "a.py").write_text("a = 1\n")
+    (root / "link.py").symlink_to("build/keep.py")
+    _git(root, "init", "-q")
+    _git(root, "add", ".gitignore", "a.py")
+    _git(root, "add", "-f", "build/keep.py")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        keys = sorted(str(root / n) for n in (".gitignore", "a.py", "build/keep.py"))
+        assert sorted(index._files) == keys
+        (root / "build" / "keep.py").write_text("k = 2\n")
+        (root / "build" / "out.py").write_text("o = 2\n")
+        w.reindex_from_disk(root / "link.py")  # as when a buffer of the link closes
+        (root / "zz.py").write_text("z = 1\n")  # handled after the others (batches go in path order)
+        wait_until(lambda: _indexed_text(index, str(root / "zz.py")) == "z = 1\n")
+        assert _indexed_text(index, str(root / "build" / "keep.py")) == "k = 2\n"
+        assert sorted(index._files) == sorted(keys + [str(root / "zz.py")])
+
+        state = w.folders[root]
+        first_scan = state["counts"]
+        (root / ".gitignore").write_text("build/\na.py\n")
+        wait_until(lambda: state["counts"] is not first_scan and state["state"] == "ready")
+        assert _indexed_text(index, str(root / "a.py")) == "a = 1\n"  # git lists it: the rescan keeps it
+        (root / "a.py").write_text("a = 2\n")
+        wait_until(lambda: _indexed_text(index, str(root / "a.py")) == "a = 2\n")
+    finally:
+        w.stop()

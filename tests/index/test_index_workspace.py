@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from index import IndexConfig, NgramIndex
-from index.workspace import discover
+from index.workspace import discover, git_index, tracked_ignored
 from index_helpers import char_tokenize, ids, text
 
 
@@ -387,7 +387,8 @@ def test_a_link_to_a_listed_file_is_indexed_once(tmp_path, with_git):
 @pytest.mark.parametrize("with_git", [False, True])
 def test_a_folder_linked_inside_leaves_its_files_indexed_once_under_their_own_path(tmp_path, with_git):
     """The walk reaches ``src`` by its real path before the link ``zz`` that sorts after it, and
-    ``src/a.py`` is then listed, so the file link to it is a duplicate too (git follows no folder link)."""
+    ``src/a.py`` is then listed, so the file link to it is a duplicate too. git follows no folder
+    link but lists it as a file: a duplicate as well, not a ``not_a_file``, so both paths count alike."""
     if with_git and shutil.which("git") is None:
         pytest.skip("git not installed")
     (tmp_path / "src" / "deep").mkdir(parents=True)
@@ -402,7 +403,7 @@ def test_a_folder_linked_inside_leaves_its_files_indexed_once_under_their_own_pa
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
     out = idx.index_workspace(tmp_path)
     assert sorted(os.path.relpath(k, tmp_path) for k in idx._files) == ["src/a.py", "src/deep/d.py"]
-    assert out["indexed"] == 2 and out["duplicate"] == (1 if with_git else 3)
+    assert out["indexed"] == 2 and out["duplicate"] == 3 and "not_a_file" not in out
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
@@ -427,3 +428,26 @@ def test_a_tracked_file_under_a_folder_now_linked_out_is_not_indexed(tmp_path):
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8))
     assert idx.index_workspace(ws)["indexed"] == 1
     assert sorted(os.path.basename(k) for k in idx._files) == ["keep.py"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_tracked_file_the_gitignore_matches_is_listed_and_told_to_the_watcher(tmp_path):
+    """git lists a file it tracks even when ``.gitignore`` matches it (``git add -f``), so the scan
+    indexes it; ``tracked_ignored`` names such files (the watcher follows them), and only those."""
+    (tmp_path / "build").mkdir()
+    (tmp_path / ".gitignore").write_text("build/\n*.log\n")
+    (tmp_path / "a.py").write_text("a = 1\n")
+    (tmp_path / "build" / "keep.py").write_text("kept = 1\n")
+    (tmp_path / "build" / "out.py").write_text("generated = 1\n")
+    (tmp_path / "forced.log").write_text("forced\n")
+    (tmp_path / "other.log").write_text("other\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-f", "build/keep.py", "forced.log"], check=True)
+    assert _names(tmp_path, discover(tmp_path)) == [".gitignore", "a.py", "build/keep.py", "forced.log"]
+    assert git_index(tmp_path) is not None
+    assert _names(tmp_path, tracked_ignored(tmp_path)) == ["build/keep.py", "forced.log"]
+
+
+def test_the_walk_has_no_git_index(tmp_path):
+    (tmp_path / "a.py").write_text("a = 1\n")
+    assert git_index(tmp_path) is None
