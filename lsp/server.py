@@ -5,6 +5,11 @@ Vocabulary:
   counter by every ``didOpen`` and ``didChange`` (never reused, so a document closed
   and reopened meanwhile cannot look unchanged); a completion that started under an
   older generation is *stale* and answers nothing.
+- *too large*: an open document whose ``open`` message would be longer than the
+  daemon reads (``maxMessageBytes``, its ``initialize`` answer): it is not sent
+  (neither its opens nor its changes), completions in it answer nothing at once and a
+  rewrite of it fails saying so; the user is told once per document. When it shrinks
+  under the limit it is sent whole (``open``) and served again.
 - *in-flight request*: the daemon ``requestId`` of the completion running for a
   document; a keystroke cancels it in the daemon (``cancel``), and so do the
   editor's ``$/cancelRequest`` (pygls cancels the handler's task, which sends
@@ -48,6 +53,9 @@ VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
 PROBE_S = 1.0  # how long an observing status waits to connect to a running daemon
 MAX_REFUSALS_SHOWN = 8  # distinct refusals shown between two completions: more is a flood
+# How much longer than its smallest a packed request can be for the same params: the msgid
+# (msgpack int, up to 9 bytes) and the header of its long string (up to 5).
+PACKING_SLACK = 16
 
 
 @dataclass
@@ -84,6 +92,9 @@ class NgramdServer(LanguageServer):
         self._inflight: dict[str, str] = {}
         _quiet_pygls_for_closed_documents()
         self._refusals_shown: set[str] = set()  # the daemon's refusals shown to the user
+        self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES  # the connected daemon's, once it says
+        self._too_large: set[str] = set()  # open documents too large for the daemon: not sent
+        self._too_large_told: set[str] = set()  # the open documents the user was told that of
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0}
 
@@ -129,17 +140,31 @@ class NgramdServer(LanguageServer):
 
     def document_opened(self, doc: TextDocument) -> None:
         self._generation[doc.uri] = next(self._generations)
-        self._sync(doc.uri, "open", self._open_params(doc))
+        if self._fits_daemon(doc):
+            self._sync(doc.uri, "open", self._open_params(doc))
 
     def document_changed(self, uri: str, version: int | None, changes: list[dict[str, Any]]) -> None:
-        """Called by the protocol with offsets into the text before each edit."""
+        """Called by the protocol, after applying them, with offsets into the text before each edit."""
         self._generation[uri] = next(self._generations)
         self.cancel_inflight(uri)
+        doc = self.open_document(uri)
+        was_too_large = uri in self._too_large
+        if doc is not None and not self._fits_daemon(doc):
+            if not was_too_large:  # the daemon's copy is out of date and stays so: drop it
+                self._sync(uri, "close", {"uri": uri}, resync=False)
+            return
+        if was_too_large and doc is not None:  # shrunk under the limit: the daemon has no copy
+            self._sync(uri, "open", self._open_params(doc))
+            return
         self._sync(uri, "change", {"uri": uri, "version": version or 0, "changes": changes})
 
     def document_closed(self, uri: str) -> None:
         self.cancel_inflight(uri)
         self._generation.pop(uri, None)
+        self._too_large_told.discard(uri)
+        if uri in self._too_large:
+            self._too_large.discard(uri)
+            return  # the daemon has no copy
         self._sync(uri, "close", {"uri": uri}, resync=False)
 
     def cancel_inflight(self, uri: str) -> None:
@@ -167,9 +192,32 @@ class NgramdServer(LanguageServer):
     def resync(self, uri: str) -> None:
         """Replace the daemon's copy of ``uri`` by pygls' text (no further retry)."""
         doc = self.open_document(uri)
-        if doc is not None:
+        if doc is not None and uri not in self._too_large:
             self.counters["resyncs"] += 1
             self.link.send("open", self._open_params(doc))
+
+    def _fits_daemon(self, doc: TextDocument) -> bool:
+        """Whether the daemon reads ``doc``'s ``open``; keeps ``_too_large`` up to date and
+        tells the user (and the log) once per open document that it is too large."""
+        if message_fits("open", self._open_params(doc), "text", self.max_message_bytes):
+            if doc.uri in self._too_large:
+                self._too_large.discard(doc.uri)
+                log.info("%s fits the daemon again: sending it", doc.uri)
+            return True
+        self._too_large.add(doc.uri)
+        if doc.uri not in self._too_large_told:
+            self._too_large_told.add(doc.uri)
+            why = self._too_large_reason(doc)
+            log.warning("%s", why)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning,
+                                                             message=f"ngramd: {why}"))
+        return False
+
+    def _too_large_reason(self, doc: TextDocument) -> str:
+        size = len(doc.source.encode("utf-8", "surrogatepass"))  # once per document: exact
+        return (f"{doc.uri} is {size:,} bytes, longer than the daemon reads in one message "
+                f"({self.max_message_bytes:,} bytes), so it gets no completions or rewrites; "
+                f"a daemon started with a larger `ngramd serve --max-message-bytes` takes it")
 
     async def _on_connect(self, conn: RpcConnection) -> None:
         """A new daemon connection: say hello, then re-send every open buffer and any
@@ -185,6 +233,7 @@ class NgramdServer(LanguageServer):
         limit = self.daemon_info.get("maxMessageBytes")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             conn.max_message_bytes = limit  # an older daemon does not say: the default stays
+        self.max_message_bytes = conn.max_message_bytes
         pid = self.daemon_info.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             conn.daemon_pid = pid  # the link then knows a daemon it started served
@@ -197,9 +246,10 @@ class NgramdServer(LanguageServer):
             docs = list(self.workspace.text_documents.values())
         except RuntimeError:
             docs = []
-        for doc in docs:
+        sent = [doc for doc in docs if self._fits_daemon(doc)]  # this daemon's limit may differ
+        for doc in sent:
             conn.send("open", self._open_params(doc)).add_done_callback(_log_failure)
-        log.info("daemon ready (%s); %d open documents sent", self.daemon_info, len(docs))
+        log.info("daemon ready (%s); %d open documents sent", self.daemon_info, len(sent))
 
     # -- completion ---------------------------------------------------------------------
 
@@ -216,6 +266,8 @@ class NgramdServer(LanguageServer):
             return None
         doc = self.require_document(uri)
         uri = doc.uri  # the spelling the daemon knows (the request's may be encoded otherwise)
+        if uri in self._too_large:  # the daemon has no copy (the user was told)
+            return None
         generation = self._generation.get(uri, 0)
         if self.settings.debounce_ms:
             await asyncio.sleep(self.settings.debounce_ms / 1000)
@@ -234,6 +286,9 @@ class NgramdServer(LanguageServer):
             del params["version"]
         request_id = f"{os.getpid()}-{next(self._ids)}"
         params["requestId"] = request_id
+        if selected is not None and not message_fits("complete", params, "text", self.max_message_bytes):
+            log.debug("completion of %s with the selection applied is longer than the daemon reads", uri)
+            return None
         self.cancel_inflight(uri)
         self._inflight[uri] = request_id
         started = time.monotonic()
@@ -318,6 +373,8 @@ class NgramdServer(LanguageServer):
         """
         doc = self.require_document(uri)
         uri = doc.uri  # the spelling the daemon knows (the request's may be encoded otherwise)
+        if uri in self._too_large:
+            raise DaemonError(rpc.INVALID_PARAMS, self._too_large_reason(doc), "edit")
         at = doc.version
         if version is not None and version != at:
             raise JsonRpcContentModified(
@@ -423,6 +480,25 @@ class NgramdServer(LanguageServer):
             log.info("request for a document that is not open (closed meanwhile?): %s", error)
             return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+
+
+def message_fits(method: str, params: dict[str, Any], text_key: str, limit: int) -> bool:
+    """Whether the request ``method(params)`` packs to at most ``limit`` bytes; one within
+    ``PACKING_SLACK`` of the limit counts as too long (never send what may be refused).
+
+    Counted without packing its one long string ``params[text_key]``: a code point is 1 to
+    4 UTF-8 bytes (4 only past U+FFFF, two UTF-16 units: at most 3 bytes per unit), so the
+    text is encoded to count its bytes only when its length puts it near the limit. Lone
+    surrogates count 3 bytes, as the U+FFFD they are sent as (lsp/daemon_client.py)."""
+    text = params[text_key]
+    rest = len(rpc.pack_request(0, method, {**params, text_key: ""})) + PACKING_SLACK
+    if text.isascii():  # O(1) in CPython: a byte per character
+        return rest + len(text) <= limit
+    if rest + len(text) > limit:
+        return False
+    if rest + 4 * len(text) <= limit:
+        return True
+    return rest + len(text.encode("utf-8", "surrogatepass")) <= limit
 
 
 def is_closed_document_error(error: BaseException | None) -> bool:

@@ -714,3 +714,84 @@ async def test_a_document_longer_than_the_daemon_reads_is_not_sent(sock, lsp_cli
         assert big not in fake.docs and fake.connections == 1  # never sent, never reconnected
     finally:
         await fake.stop()
+
+
+async def test_a_document_too_large_for_the_daemon_is_skipped_told_once_and_resumed(sock, lsp_client):
+    """A buffer over the daemon's limit is not sent at all while it stays so: its keystrokes
+    send nothing (no change refused as "not open", no re-packed open), its completions answer
+    nothing at once (no error popping up per keystroke), a rewrite of it says why it fails,
+    and the user is told once. Shrunk under the limit, it is sent whole and served again."""
+    from lsp_fake_daemon import FakeDaemon
+
+    fake = FakeDaemon(str(sock))
+    fake.max_message_bytes = 8192
+    await fake.start()
+    try:
+        client = await lsp_client(sock)
+        _record_apply_edit(client)
+        small, big = "file:///tmp/small.py", "file:///tmp/big.py"
+        big_text = "x = 1\n" * 2000
+        open_doc(client, small, "def f():\n    ")
+        await until(lambda: small in fake.docs, what="the connection")  # its limit is known from here
+        open_doc(client, big, big_text)
+        for version in range(2, 6):  # keystrokes, each followed by a completion, plain and after a menu selection
+            change(client, big, version, (rng(0, 0, 0, 0), "é"))
+            assert await client.text_document_inline_completion_async(inline_params(big, 1, 0)) is None
+            selected = types.SelectedCompletionInfo(range=rng(1, 0, 1, 1), text="y" * version)
+            assert await client.text_document_inline_completion_async(
+                inline_params(big, 1, 1, selected=selected)) is None
+            completion = await client.text_document_completion_async(types.CompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=big), position=pos(1, 1)))
+            assert not completion.items
+        with pytest.raises(JsonRpcException) as err:
+            await client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command="ngramd.rewriteSelection", arguments=[big, {"start": {"line": 1, "character": 0},
+                                                                    "end": {"line": 1, "character": 5}}]))
+        assert "longer than the daemon reads" in err.value.message, err.value.message
+        assert "--max-message-bytes" in err.value.message
+        change(client, small, 2, (rng(1, 4, 1, 4), "r"))  # after the big one's: a barrier
+        await until(lambda: fake.docs.get(small, {}).get("version") == 2, what="the small document's change")
+        result = await client.text_document_inline_completion_async(inline_params(small, 1, 5))
+        assert result is not None and result.items, result
+        assert not [p for m, p in fake.calls if isinstance(p, dict) and p.get("uri") == big]
+        await until(lambda: client.messages, what="the notice")
+        assert [(m.type, m.message) for m in client.messages] == [(types.MessageType.Warning, (
+            f"ngramd: {big} is {len(big_text.encode()):,} bytes, longer than the daemon reads in one "
+            "message (8,192 bytes), so it gets no completions or rewrites; a daemon started with a "
+            "larger `ngramd serve --max-message-bytes` takes it"))]
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+        assert status["counters"]["resyncs"] == 0 and status["counters"]["failed"] == 0
+
+        change(client, big, 6, (rng(100, 0, 2000, 0), ""))  # shrunk under the limit: sent whole
+        expected = "éééé" + "x = 1\n" * 100
+        await until(lambda: fake.docs.get(big, {}).get("text") == expected, what="the big document, whole")
+        assert fake.docs[big]["version"] == 6 and not fake.methods("change")[1:]
+        change(client, big, 7, (rng(0, 0, 0, 0), "z"))  # then keystrokes as usual
+        await until(lambda: fake.docs[big]["version"] == 7, what="a change")
+        assert fake.docs[big]["text"] == "z" + expected
+        result = await client.text_document_inline_completion_async(inline_params(big, 1, 0))
+        assert result is not None and result.items, result
+
+        change(client, big, 8, (rng(0, 0, 0, 0), "x = 1\n" * 2000))  # too large again: dropped there
+        await until(lambda: big not in fake.docs, what="the daemon's copy closed")
+        assert await client.text_document_inline_completion_async(inline_params(big, 1, 0)) is None
+        assert len(client.messages) == 1 and fake.connections == 1  # told once per document
+    finally:
+        await fake.stop()
+
+
+@pytest.mark.parametrize("unit", ["a", "é", "漢", EMOJI, "\ud800"])
+def test_message_fits_counts_utf8_bytes_without_packing_far_from_the_limit(unit):
+    """message_fits never lets through a message the daemon cannot read, and refuses one that
+    fits only within PACKING_SLACK of the limit (lone surrogates are sent as U+FFFD)."""
+    from lsp.daemon_client import replace_lone_surrogates
+    from lsp.server import PACKING_SLACK, message_fits
+
+    for n in (10, 100, 1000):
+        params = {"uri": "file:///tmp/a.py", "text": unit * n, "version": 3, "languageId": "python"}
+        size = len(rpc.pack_request(2**40, "open", replace_lone_surrogates(params)))
+        for limit in range(size - 2 * PACKING_SLACK, size + 2 * PACKING_SLACK):
+            fits = message_fits("open", params, "text", limit)
+            assert size <= limit if fits else size > limit - PACKING_SLACK, (n, limit)
+        assert message_fits("open", params, "text", size + PACKING_SLACK)
+        assert not message_fits("open", params, "text", size - 1)
