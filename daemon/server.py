@@ -61,6 +61,11 @@ class Connection:
             self.closed = True  # the peer left; its replies have nowhere to go
             return
         async with self._lock:
+            # again: the peer may have left while this reply waited for the lock (with many
+            # replies waiting, each write to the dead socket was logged by asyncio)
+            if self.closed or self.writer.is_closing():
+                self.closed = True
+                return
             try:
                 self.writer.write(data)
                 await self.writer.drain()

@@ -35,6 +35,7 @@ import os
 import stat
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,6 +47,11 @@ from watchdog.observers import Observer
 
 from daemon.priority import lower_this_thread
 from index.workspace import git_index, gitignored, links_outside, read_gitignore, tracked_ignored
+
+# watchdog's inotify warns (2 KB, with the whole watch table) when a folder deleted and made
+# again at once gets a watch its table still holds; it overwrites it, and events keep coming.
+warnings.filterwarnings("ignore", message="Callback with id .* already exists", category=RuntimeWarning,
+                        module="watchdog.observers.inotify")
 
 log = logging.getLogger("ngramd.watcher")
 GONE_POLL_S = 2.0  # how often a gone folder is looked for again
@@ -200,7 +206,7 @@ class WorkspaceWatcher:
         with self._folders_lock:
             if root in self.folders:
                 return False
-            state: dict[str, Any] = {"path": str(root), "state": "indexing", "files": 0, "progress": None,
+            state: dict[str, Any] = {"path": str(root), "state": "indexing", "progress": None,
                                      "_stop": threading.Event(), "_inode": _inode(root)}
             self.folders[root] = state
             self._ignorers[root] = Ignorer(root)
@@ -287,7 +293,10 @@ class WorkspaceWatcher:
                 state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
                 state["state"] = "stopped" if stop.is_set() else "ready"
             except Exception as exc:  # an unreadable folder must not kill the daemon
-                log.exception("indexing %s failed", root)
+                if not root.is_dir():  # it went away as the scan began: the watch reports it gone
+                    log.warning("indexing %s stopped: the folder is gone", root)
+                else:
+                    log.exception("indexing %s failed", root)
                 state["state"] = "error"
                 state["error"] = f"{type(exc).__name__}: {exc}"
             state["seconds"] = round(time.monotonic() - t0, 3)

@@ -4,6 +4,7 @@ The fake completer blocks on text containing BLOCK until cancelled, so cancel an
 supersede are observed deterministically (no sleeps, no timing).
 """
 
+import logging
 import socket
 
 import msgpack
@@ -448,3 +449,20 @@ def test_a_message_just_under_the_limit_among_others_is_read(chunk):
     for i in range(0, len(stream), step):
         got += frames.feed(stream[i:i + step])
     assert [decode(o).params["uri"] for o in got] == ["u0", "u1", "u2", "big", "u0", "u1", "u2"]
+
+
+def test_a_client_that_leaves_with_many_replies_pending_gets_no_writes(inproc, caplog):
+    """Replies waiting for the connection's lock when the peer left are dropped, not written:
+    asyncio logged every write to the dead socket after the 5th."""
+    import time
+
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(inproc.sock))
+    s.sendall(b"".join(pack_request(i, "status", {}) for i in range(1, 1001)))
+    time.sleep(1.0)  # the daemon answers into full buffers: most replies wait for the lock
+    s.close()
+    time.sleep(1.0)
+    with inproc.client() as c:
+        assert c.call("status")["daemon"]["ready"]
+    assert not [r for r in caplog.records if "socket.send() raised" in r.getMessage()]
