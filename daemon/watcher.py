@@ -9,7 +9,9 @@ Vocabulary:
   ``max_delay_s`` of continuous events), so each file is re-indexed once.
 - *ignored*: inside ``.git`` or ignored by the ``.gitignore`` files in the folder
   and the directories between it and the file, by git's rule (the deepest matching
-  pattern decides: ``workspace.gitignored``, shared with the scan's walk), unless git
+  pattern decides: ``workspace.gitignored``, shared with the scan's walk); in a git
+  work tree also by the rules git adds (``workspace.git_exclude_rules``: ``info/exclude``,
+  the user's excludes file, the .gitignore files above the folder), unless git
   tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``); or a
   symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path).
@@ -17,8 +19,8 @@ Vocabulary:
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
   ``.gitignore`` files changed (files it now ignores leave the index) or after the
-  folder itself was replaced. One scan per folder runs at a time; a request
-  during a scan runs once more after it.
+  folder itself was replaced; the folder's rules from git are read again. One scan
+  per folder runs at a time; a request during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
   with it, and its files leave the index. Every folder's directory is checked every
   ``GONE_POLL_S`` (a move sends no event); when a directory is there again it is
@@ -46,7 +48,7 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
 from watchdog.observers import Observer
 
 from daemon.priority import lower_this_thread
-from index.workspace import git_index, gitignored, links_outside, read_gitignore, tracked_ignored
+from index.workspace import git_exclude_rules, git_index, gitignored, links_outside, read_gitignore, tracked_ignored
 
 # watchdog's inotify warns (2 KB, with the whole watch table) when a folder deleted and made
 # again at once gets a watch its table still holds; it overwrites it, and events keep coming.
@@ -63,19 +65,22 @@ class Ignorer:
     """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
     specs cached by file mtime.
 
-    Where the scan lists files with git, a file git tracks is not ignored even when the rules
+    Where the scan lists files with git (``git ls-files --exclude-standard``), the rules git adds
+    apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
+    .gitignore files above the folder), read once and again after ``forget_git_rules``. A file git tracks is not ignored even when the rules
     match it (``git add -f``), as the scan indexes it; nor is a folder that holds one. Those
     files (``workspace.tracked_ignored``, usually a handful) are asked of git only when a path
-    matches the rules, again once git's index file changed (a ``git add``) or ``forget_tracked``
-    was called (a ``.gitignore`` changed)."""
+    matches the rules, again once git's index file changed (a ``git add``) or ``forget_git_rules``
+    was called (a ``.gitignore`` changed, or a rescan begins)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._specs: dict[Path, tuple[float, pathspec.PathSpec | None]] = {}
         self._lock = threading.Lock()
-        self._tracked_lock = threading.Lock()  # one git run at a time
-        self._tracked_stale = True  # set from watchdog's thread: a plain assignment, no lock
+        self._git_lock = threading.Lock()  # one git run at a time
+        self._git_stale = True  # set from watchdog's thread: a plain assignment, no lock
         self._git_index: Path | None = None
+        self._git_rules: list[tuple[Path, pathspec.PathSpec]] = []  # git_exclude_rules; none when the scan walks
         self._git_index_stat: object = _UNASKED  # the index file's _stat_key when git was last asked
         self._tracked: frozenset[Path] = frozenset()  # the tracked files the rules match, their folders
 
@@ -87,14 +92,14 @@ class Ignorer:
         parts = rel.parts
         if ".git" in parts:
             return True
-        return self._matches_rules(parts) and path not in self._tracked_ignored()
+        return self._matches_rules(parts, self._asked_git()) and path not in self._tracked_ignored()
 
-    def forget_tracked(self) -> None:
-        """Ask git again at the next path the rules match: they changed (a ``.gitignore`` did)."""
-        self._tracked_stale = True
+    def forget_git_rules(self) -> None:
+        """Ask git again at the next path: its rules may have changed (a ``.gitignore`` did, or a rescan begins)."""
+        self._git_stale = True
 
-    def _matches_rules(self, parts: tuple[str, ...]) -> bool:
-        specs: list[tuple[Path, pathspec.PathSpec]] = []
+    def _matches_rules(self, parts: tuple[str, ...], git_rules: list[tuple[Path, pathspec.PathSpec]]) -> bool:
+        specs = list(git_rules)  # lowest precedence first, as gitignored wants them
         directory = self.root
         for i, name in enumerate(parts):  # each folder on the way down, as the walk goes, then the path
             spec = self._spec(directory)
@@ -105,13 +110,19 @@ class Ignorer:
             directory = directory / name
         return False
 
-    def _tracked_ignored(self) -> frozenset[Path]:
-        with self._tracked_lock:
-            if self._tracked_stale:
-                self._tracked_stale = False  # before the git runs: a change during them asks again
+    def _asked_git(self) -> list[tuple[Path, pathspec.PathSpec]]:
+        """The rules git adds (none where the scan walks: ``_git_index`` is None); git is asked again once stale."""
+        with self._git_lock:
+            if self._git_stale:
+                self._git_stale = False  # before the git runs: a change during them asks again
                 self._git_index = git_index(self.root)
+                self._git_rules = [] if self._git_index is None else git_exclude_rules(self.root)
                 self._git_index_stat = _UNASKED
                 self._tracked = frozenset()
+            return self._git_rules
+
+    def _tracked_ignored(self) -> frozenset[Path]:
+        with self._git_lock:
             if self._git_index is None:
                 return self._tracked  # the scan walks: it applies the rules to every file
             index_stat = _stat_key(self._git_index)  # before ls-files: a later change asks again
@@ -239,6 +250,9 @@ class WorkspaceWatcher:
         with self._folders_lock:
             if self.folders.get(root) is not state:
                 return
+            ignorer = self._ignorers.get(root)
+            if ignorer is not None:  # what git ignores is read again, as the scan asks git again
+                ignorer.forget_git_rules()
             if state.get("_scanning"):
                 state["_rescan"] = True
                 return
@@ -328,7 +342,7 @@ class WorkspaceWatcher:
             self._pending.add(path)
             if os.path.basename(path) == ".gitignore":  # before the flush handles the files it matches
                 for ignorer in list(self._ignorers.values()):
-                    ignorer.forget_tracked()
+                    ignorer.forget_git_rules()
             self._last_event = now
             self._count("events")
             self._cond.notify()

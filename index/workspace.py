@@ -2,7 +2,8 @@
 
 Discovery respects ``.gitignore``: ``git ls-files -co --exclude-standard``
 where the folder is in a git work tree (it lists a tracked file that the rules
-match too, as git follows it; the watcher asks ``tracked_ignored``), else a walk
+match too, as git follows it; the watcher asks ``tracked_ignored``; it applies
+``info/exclude`` and the user's excludes file too: ``git_exclude_rules``), else a walk
 that applies every ``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
 pattern decides; the watcher uses the same function). The walk follows directory
 symlinks that stay inside the folder (by real path), never the same directory
@@ -79,10 +80,14 @@ def read_text(path: str | os.PathLike, max_bytes: int) -> str:
 
 def read_gitignore(directory: Path) -> pathspec.PathSpec | None:
     """The patterns of ``directory/.gitignore``; None when it has none. OSError when unreadable."""
-    gi = directory / ".gitignore"
-    if not gi.is_file():
+    return _read_ignore_file(directory / ".gitignore")
+
+
+def _read_ignore_file(path: Path) -> pathspec.PathSpec | None:
+    """The patterns of the ignore file ``path``; None when there is none. OSError when unreadable."""
+    if not path.is_file():
         return None
-    return pathspec.GitIgnoreSpec.from_lines(gi.read_text("utf-8", "replace").splitlines())
+    return pathspec.GitIgnoreSpec.from_lines(path.read_text("utf-8", "replace").splitlines())
 
 
 def gitignored(specs: list[tuple[Path, pathspec.PathSpec]], path: Path, is_dir: bool) -> bool:
@@ -136,6 +141,50 @@ def _git_files(root: Path) -> list[Path] | None:
     if git_index(root) is None:
         return None
     return _git_ls_files(root, "-co", "--exclude-standard")
+
+
+def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
+    """The ignore rules ``git ls-files --exclude-standard`` applies under ``root`` besides the
+    .gitignore files of ``root`` and its subfolders, as ``gitignored``'s (folder, patterns), lowest
+    precedence first: the user's excludes file (``core.excludesFile``, else
+    ``$XDG_CONFIG_HOME/git/ignore`` or ``~/.config/git/ignore``), the repository's ``info/exclude``
+    (a worktree's too), then the .gitignore files of the folders from the work tree's top down to
+    ``root``'s parent. The first two are anchored at the top. Files people exclude there are often
+    private: the watcher must skip them as the scan does. Call it only where the scan uses git
+    (``git_index``); a rule file that is absent or unreadable adds nothing, as for git."""
+    try:
+        paths = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-cdup", "--git-path", "info/exclude"],
+                               capture_output=True, text=True, timeout=30)
+        configured = subprocess.run(["git", "-C", str(root), "config", "--path", "core.excludesFile"],
+                                    capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    lines = paths.stdout.split("\n")  # the first is empty at the top
+    if paths.returncode != 0 or len(lines) < 2:
+        return []
+    # --show-cdup climbs from root to the top; --git-path answers relative to root (absolute in a worktree)
+    top = Path(os.path.normpath(root / lines[0]))  # spelled as ``root`` is, as the watcher's paths are
+    excludes_file = configured.stdout.strip() if configured.returncode == 0 else ""
+    rule_files = [(top, top / excludes_file if excludes_file else _default_excludes_file()),
+                  (top, root / lines[1])]
+    between = root.relative_to(top).parts if top in (root, *root.parents) else ()
+    rule_files += [(folder, folder / ".gitignore") for folder in
+                   (top.joinpath(*between[:i]) for i in range(len(between)))]
+    rules = []
+    for folder, path in rule_files:
+        try:
+            spec = _read_ignore_file(path)
+        except OSError:
+            spec = None
+        if spec is not None:
+            rules.append((folder, spec))
+    return rules
+
+
+def _default_excludes_file() -> Path:
+    """git's excludes file when ``core.excludesFile`` is not set."""
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config_home) / "git" / "ignore"
 
 
 def tracked_ignored(root: Path) -> frozenset[Path]:

@@ -49,7 +49,7 @@ def _git(root, *args):
 def test_ignorer_follows_files_git_tracks_though_the_gitignore_matches_them(tmp_path):
     """As the scan's ``git ls-files``: a tracked file is followed (``git add -f``), and so is its folder
     (a delete of it must reach its files); git is asked again when its index changes or
-    ``forget_tracked`` says that a .gitignore did."""
+    ``forget_git_rules`` says that a .gitignore did."""
     root = tmp_path.resolve()
     (root / ".gitignore").write_text("build/\n")
     (root / "build").mkdir()
@@ -67,9 +67,149 @@ def test_ignorer_follows_files_git_tracks_though_the_gitignore_matches_them(tmp_
     _git(root, "add", "-f", "build/late.py")  # rewrites git's index file
     assert not ig.ignored(root / "build" / "late.py")
     (root / ".gitignore").write_text("build/\na.py\n")  # now matches a tracked file
-    ig.forget_tracked()
+    ig.forget_git_rules()
     assert not ig.ignored(root / "a.py")
     assert ig.ignored(root / "build" / "out.py")
+
+
+@pytest.fixture
+def git_home(tmp_path, monkeypatch):
+    """HOME in the test's folder, no XDG_CONFIG_HOME nor system config: git reads the test's
+    excludes files, not the user's."""
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    return home
+
+
+def _exclude(repo: Path, where: str, lines: str, monkeypatch) -> None:
+    """Write ignore rules for ``repo`` where git finds them besides its .gitignore files."""
+    home = Path.home()
+    if where == "info/exclude":
+        (repo / ".git" / "info").mkdir(exist_ok=True)
+        (repo / ".git" / "info" / "exclude").write_text(lines)
+    elif where == "home-config":  # git's default without XDG_CONFIG_HOME
+        (home / ".config" / "git" / "ignore").write_text(lines)
+    elif where == "xdg":
+        xdg = home / "xdg"
+        (xdg / "git").mkdir(parents=True, exist_ok=True)
+        (xdg / "git" / "ignore").write_text(lines)
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    elif where == "core.excludesFile":
+        (home / "my-excludes").write_text(lines)
+        _git(repo, "config", "--global", "core.excludesFile", "~/my-excludes")
+    else:
+        raise AssertionError(where)
+
+
+EXCLUDE_PLACES = ["info/exclude", "home-config", "xdg", "core.excludesFile"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("where", EXCLUDE_PLACES)
+def test_ignorer_applies_the_rules_git_adds_in_a_work_tree(tmp_path, git_home, monkeypatch, where):
+    """As the scan's ``git ls-files --exclude-standard``: ``info/exclude`` and the user's excludes file
+    (anchored at the work tree's top) ignore files, a .gitignore negation still re-includes one, a
+    tracked file stays followed; they are read again only after ``forget_git_rules`` (a rescan)."""
+    root = (tmp_path / "repo").resolve()
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / ".gitignore").write_text("!keep.md\n")
+    _git(root, "init", "-q")
+    _exclude(root, where, "*.md\n/top.py\nprivate/\ntracked.py\n", monkeypatch)
+    (root / "tracked.py").write_text("t = 1\n")
+    _git(root, "add", "-f", "tracked.py")
+    ig = Ignorer(root)
+    assert ig.ignored(root / "draft.md")
+    assert ig.ignored(root / "sub" / "notes.md")
+    assert not ig.ignored(root / "sub" / "keep.md")  # the .gitignore outranks the excludes
+    assert ig.ignored(root / "top.py")
+    assert not ig.ignored(root / "sub" / "top.py")  # anchored at the top
+    assert ig.ignored(root / "private" / "a.py")
+    assert not ig.ignored(root / "tracked.py")
+    assert not ig.ignored(root / "a.py")
+    _exclude(root, where, "a.py\n", monkeypatch)
+    assert not ig.ignored(root / "a.py")  # read once per Ignorer
+    ig.forget_git_rules()
+    assert ig.ignored(root / "a.py")
+    assert not ig.ignored(root / "draft.md")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_ignorer_of_a_subfolder_or_worktree_applies_git_rules_from_the_top(tmp_path, git_home):
+    """A folder inside a work tree gets the .gitignore files above it and ``info/exclude`` anchored at
+    the top; a linked worktree gets its repository's ``info/exclude`` (``git rev-parse --git-path``)."""
+    repo = (tmp_path / "repo").resolve()
+    (repo / "sub").mkdir(parents=True)
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "sub" / "keep.py").write_text("k = 1\n")
+    _git(repo, "init", "-q")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("/sub/secret.py\n")
+    ig = Ignorer(repo / "sub")
+    assert ig.ignored(repo / "sub" / "x.log")
+    assert ig.ignored(repo / "sub" / "secret.py")
+    assert not ig.ignored(repo / "sub" / "keep.py")
+
+    _git(repo, "add", "sub/keep.py")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    worktree = tmp_path.resolve() / "wt"
+    _git(repo, "worktree", "add", "-q", str(worktree))
+    ig = Ignorer(worktree)
+    assert ig.ignored(worktree / "sub" / "secret.py")
+    assert not ig.ignored(worktree / "sub" / "keep.py")
+
+
+def test_ignorer_in_a_folder_git_does_not_hold_applies_no_excludes_file(tmp_path, git_home):
+    """The walk applies only .gitignore files: so does the watcher there."""
+    (git_home / ".config" / "git" / "ignore").write_text("*.md\n")
+    root = (tmp_path / "plain").resolve()
+    root.mkdir()
+    assert not Ignorer(root).ignored(root / "draft.md")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("where", ["info/exclude", "xdg"])
+def test_scan_and_events_skip_a_file_git_excludes_locally(tmp_path, git_home, monkeypatch, where):
+    """With the real index in a git work tree: a file ``info/exclude`` or the user's excludes file
+    matches is not indexed by the scan, nor when it is edited or created (such files are often
+    private: drafts would come from them); a rescan reads the rules again."""
+    from index import IndexConfig, NgramIndex
+
+    root = (tmp_path / "repo").resolve()
+    root.mkdir()
+    (root / "a.py").write_text("a = 1\n")
+    (root / "secret.py").write_text("password = 1\n")
+    _git(root, "init", "-q")
+    _exclude(root, where, "secret.py\n", monkeypatch)
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert sorted(index._files) == [str(root / "a.py")]
+        (root / "secret.py").write_text("password = 2\n")
+        (root / "sub").mkdir()
+        (root / "sub" / "secret.py").write_text("token = 1\n")
+        (root / "zz.py").write_text("z = 1\n")  # handled after the others (batches go in path order)
+        wait_until(lambda: _indexed_text(index, str(root / "zz.py")) == "z = 1\n")
+        assert sorted(index._files) == [str(root / "a.py"), str(root / "zz.py")]
+
+        _exclude(root, where, "a.py\n", monkeypatch)
+        state = w.folders[root]
+        first_scan = state["counts"]
+        (root / ".gitignore").write_text("")  # a rescan, which reads the excludes again
+        wait_until(lambda: state["counts"] is not first_scan and state["state"] == "ready")
+        assert str(root / "a.py") not in index._files
+        (root / "a.py").write_text("a = 2\n")
+        (root / "secret.py").write_text("password = 3\n")
+        (root / "zzz.py").write_text("z = 1\n")
+        wait_until(lambda: _indexed_text(index, str(root / "zzz.py")) == "z = 1\n")
+        assert str(root / "a.py") not in index._files
+        assert _indexed_text(index, str(root / "secret.py")) == "password = 3\n"
+    finally:
+        w.stop()
 
 
 @pytest.fixture

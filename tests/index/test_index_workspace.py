@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from index import IndexConfig, NgramIndex
-from index.workspace import discover, git_index, tracked_ignored
+from index.workspace import discover, git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored
 from index_helpers import char_tokenize, ids, text
 
 
@@ -191,6 +191,30 @@ def test_a_folder_ignored_by_its_enclosing_repo_is_walked(tmp_path):
     _tree(ws)
     files = discover(ws)
     assert _names(ws, files) == [".gitignore", "big.txt", "bin.dat", "src/.gitignore", "src/a.py"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_exclude_rules_with_the_folder_gitignore_ignore_what_git_ls_files_skips(tmp_path, monkeypatch):
+    """The watcher's rules in git mode (``git_exclude_rules``: the user's excludes file, ``info/exclude``,
+    the .gitignore files above the folder; then the folder's own) decide as the scan's ``git ls-files``."""
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "ignore").write_text("*.tmp\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    repo = tmp_path / "repo"
+    ws = repo / "ws"
+    ws.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "info" / "exclude").write_text("/ws/private.py\n*.md\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    (ws / ".gitignore").write_text("!keep.md\n")
+    for name in ("a.py", "private.py", "draft.md", "keep.md", "x.log", "scratch.tmp"):
+        (ws / name).write_text("x\n")
+    specs = git_exclude_rules(ws) + [(ws, read_gitignore(ws))]
+    kept = [f for f in sorted(ws.iterdir()) if not gitignored(specs, f, is_dir=False)]
+    assert _names(ws, kept) == _names(ws, discover(ws)) == [".gitignore", "a.py", "keep.md"]
 
 
 def _scan_with_event_during_read(root, event) -> NgramIndex:
