@@ -122,10 +122,13 @@ def _back_to_front(changes: list[tuple[int | None, int | None, str]], length: in
     return True
 
 
+DEFAULT_MAX_DOCUMENT_CHARS = 8 << 20  # a longer document is refused (initialize says the figure)
+
+
 class DocumentStore:
     """The open documents. Used from the event loop thread only (no lock needed)."""
 
-    def __init__(self, max_document_chars: int = 8 << 20) -> None:
+    def __init__(self, max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS) -> None:
         self._docs: dict[str, Document] = {}
         self.max_document_chars = max_document_chars
 

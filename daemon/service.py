@@ -150,7 +150,8 @@ class Service:
             self.add_workspace(root, conn)
         return {"server": SERVER_NAME, "version": package_version(), "model": self.info["model"],
                 "device": self.info["device"], "pid": os.getpid(),
-                "maxMessageBytes": self.info["max_message_bytes"] or DEFAULT_MAX_MESSAGE_BYTES}
+                "maxMessageBytes": self.info["max_message_bytes"] or DEFAULT_MAX_MESSAGE_BYTES,
+                "maxDocumentChars": self.docs.max_document_chars}
 
     async def _m_workspaceFolders(self, conn: int, p: dict) -> Any:
         added = [_folder_path(f, i) for i, f in enumerate(_opt(p, "added", list, []))]

@@ -39,6 +39,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from daemon import rpc
+from daemon.documents import DEFAULT_MAX_DOCUMENT_CHARS
 from daemon.paths import resolve_socket_path
 from daemon.requests import FINISHED_EDIT_STOPS
 from lsp import positions
@@ -93,6 +94,10 @@ class NgramdServer(LanguageServer):
         _quiet_pygls_for_closed_documents()
         self._refusals_shown: set[str] = set()  # the daemon's refusals shown to the user
         self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES  # the connected daemon's, once it says
+        self.max_document_chars = DEFAULT_MAX_DOCUMENT_CHARS  # likewise
+        # open documents whose last sync the daemon refused, its re-sync too: the next change
+        # goes as a whole `open`, never as an edit of a copy the daemon does not hold
+        self._unsynced: set[str] = set()
         self._too_large: set[str] = set()  # open documents too large for the daemon: not sent
         self._too_large_told: set[str] = set()  # the open documents the user was told that of
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
@@ -153,7 +158,7 @@ class NgramdServer(LanguageServer):
             if not was_too_large:  # the daemon's copy is out of date and stays so: drop it
                 self._sync(uri, "close", {"uri": uri}, resync=False)
             return
-        if was_too_large and doc is not None:  # shrunk under the limit: the daemon has no copy
+        if (was_too_large or uri in self._unsynced) and doc is not None:  # the daemon has no (good) copy
             self._sync(uri, "open", self._open_params(doc))
             return
         self._sync(uri, "change", {"uri": uri, "version": version or 0, "changes": changes})
@@ -162,6 +167,7 @@ class NgramdServer(LanguageServer):
         self.cancel_inflight(uri)
         self._generation.pop(uri, None)
         self._too_large_told.discard(uri)
+        self._unsynced.discard(uri)
         if uri in self._too_large:
             self._too_large.discard(uri)
             return  # the daemon has no copy
@@ -184,22 +190,39 @@ class NgramdServer(LanguageServer):
 
     def _sync_done(self, fut: asyncio.Future[Any], uri: str, method: str) -> None:
         if fut.cancelled() or not isinstance(fut.exception(), DaemonError):
+            if method == "open" and not fut.cancelled():
+                self._unsynced.discard(uri)  # the daemon holds this text now
             return  # a lost connection is re-synced whole on reconnect
         log.warning("daemon refused %s for %s (%s); re-sending the document", method, uri,
                     fut.exception())
         self.resync(uri)
 
     def resync(self, uri: str) -> None:
-        """Replace the daemon's copy of ``uri`` by pygls' text (no further retry)."""
+        """Replace the daemon's copy of ``uri`` by pygls' text (no further retry: if the
+        daemon refuses that too, the next change is sent whole, as an ``open``)."""
         doc = self.open_document(uri)
         if doc is not None and uri not in self._too_large:
             self.counters["resyncs"] += 1
-            self.link.send("open", self._open_params(doc))
+            fut = self.link.send("open", self._open_params(doc))
+            if fut is not None:
+                fut.add_done_callback(lambda f: self._resync_done(f, uri))
+
+    def _resync_done(self, fut: asyncio.Future[Any], uri: str) -> None:
+        if fut.cancelled():
+            return
+        if isinstance(fut.exception(), DaemonError):
+            log.warning("daemon refused the re-sync of %s (%s): its next change is sent whole",
+                        uri, fut.exception())
+            self._unsynced.add(uri)
+        elif fut.exception() is None:
+            self._unsynced.discard(uri)
 
     def _fits_daemon(self, doc: TextDocument) -> bool:
-        """Whether the daemon reads ``doc``'s ``open``; keeps ``_too_large`` up to date and
-        tells the user (and the log) once per open document that it is too large."""
-        if message_fits("open", self._open_params(doc), "text", self.max_message_bytes):
+        """Whether the daemon reads ``doc``'s ``open`` and keeps the document; keeps
+        ``_too_large`` up to date and tells the user (and the log) once per open document
+        that it is too large."""
+        if (len(doc.source) <= self.max_document_chars
+                and message_fits("open", self._open_params(doc), "text", self.max_message_bytes)):
             if doc.uri in self._too_large:
                 self._too_large.discard(doc.uri)
                 log.info("%s fits the daemon again: sending it", doc.uri)
@@ -214,6 +237,9 @@ class NgramdServer(LanguageServer):
         return False
 
     def _too_large_reason(self, doc: TextDocument) -> str:
+        if len(doc.source) > self.max_document_chars:
+            return (f"{doc.uri} has {len(doc.source):,} characters, more than the daemon keeps in "
+                    f"a document ({self.max_document_chars:,}), so it gets no completions or rewrites")
         size = len(doc.source.encode("utf-8", "surrogatepass"))  # once per document: exact
         return (f"{doc.uri} is {size:,} bytes, longer than the daemon reads in one message "
                 f"({self.max_message_bytes:,} bytes), so it gets no completions or rewrites; "
@@ -234,6 +260,9 @@ class NgramdServer(LanguageServer):
         if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             conn.max_message_bytes = limit  # an older daemon does not say: the default stays
         self.max_message_bytes = conn.max_message_bytes
+        chars = self.daemon_info.get("maxDocumentChars")
+        if isinstance(chars, int) and not isinstance(chars, bool) and chars > 0:
+            self.max_document_chars = chars
         pid = self.daemon_info.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             conn.daemon_pid = pid  # the link then knows a daemon it started served
@@ -248,7 +277,9 @@ class NgramdServer(LanguageServer):
             docs = []
         sent = [doc for doc in docs if self._fits_daemon(doc)]  # this daemon's limit may differ
         for doc in sent:
-            conn.send("open", self._open_params(doc)).add_done_callback(_log_failure)
+            fut = conn.send("open", self._open_params(doc))
+            fut.add_done_callback(_log_failure)
+            fut.add_done_callback(lambda f, uri=doc.uri: self._resync_done(f, uri))
         log.info("daemon ready (%s); %d open documents sent", self.daemon_info, len(sent))
 
     # -- completion ---------------------------------------------------------------------

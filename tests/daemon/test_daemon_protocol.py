@@ -432,6 +432,7 @@ def test_initialize_says_the_longest_message_the_daemon_reads(inproc):
     with inproc.client() as c:
         info = c.call("initialize", {"client": "pytest", "workspaceFolders": []})
     assert info["maxMessageBytes"] == inproc.server.max_message_bytes == 1 << 20
+    assert info["maxDocumentChars"] == inproc.service.docs.max_document_chars == 8 << 20
 
 
 @pytest.mark.parametrize("chunk", [4096, 65536, 100_000, None])

@@ -40,6 +40,8 @@ class FakeDaemon:
         # connection, as the real daemon does
         self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES
         self.connections = 0
+        self.max_document_chars = 8 << 20  # a longer document is refused (open, change), as the daemon does
+        self.refuse_text: str | None = None  # a document holding this text is refused (open, change)
         self.drop_connections = 0  # this many next connections are closed unanswered (a dying daemon's backlog)
         self.calls: list[tuple[str, Any]] = []
         self.cancelled: list[Any] = []
@@ -105,11 +107,19 @@ class FakeDaemon:
         if not writer.is_closing():
             writer.write(data)
 
+    def _check_text(self, text: str) -> None:
+        if len(text) > self.max_document_chars:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"document of {len(text)} characters exceeds "
+                                                   f"{self.max_document_chars}")
+        if self.refuse_text is not None and self.refuse_text in text:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, "refused text")
+
     async def _handle(self, method: str, p: dict) -> Any:
         if method == "initialize":
             return {"server": "fake", "version": "0", "model": "fake", "device": "cpu", "pid": os.getpid(),
-                    "maxMessageBytes": self.max_message_bytes}
+                    "maxMessageBytes": self.max_message_bytes, "maxDocumentChars": self.max_document_chars}
         if method == "open":
+            self._check_text(p["text"])
             self.docs[p["uri"]] = {"text": p["text"], "version": p["version"]}
             return None
         if method == "change":
@@ -125,6 +135,7 @@ class FakeDaemon:
                     text = text[:ch["start"]] + ch["text"] + text[ch["end"]:]
                 else:
                     text = ch["text"]
+            self._check_text(text)
             doc.update(text=text, version=p["version"])
             return None
         if method == "close":

@@ -795,3 +795,51 @@ def test_message_fits_counts_utf8_bytes_without_packing_far_from_the_limit(unit)
             assert size <= limit if fits else size > limit - PACKING_SLACK, (n, limit)
         assert message_fits("open", params, "text", size + PACKING_SLACK)
         assert not message_fits("open", params, "text", size - 1)
+
+
+async def test_a_document_over_the_daemons_character_limit_is_skipped_and_resumed_in_step(sock, lsp_client):
+    """The daemon keeps documents up to maxDocumentChars (initialize says it). A buffer that
+    grows past it is dropped there and not sent; shrunk back, it is sent whole: the daemon's
+    copy never falls behind the editor's under the same version."""
+    from lsp_fake_daemon import FakeDaemon
+
+    fake = FakeDaemon(str(sock))
+    fake.max_document_chars = 2000
+    await fake.start()
+    try:
+        client = await lsp_client(sock)
+        uri = "file:///tmp/grows.py"
+        text = "x = 1\n" * 300  # 1,800 characters
+        open_doc(client, uri, text)
+        await until(lambda: uri in fake.docs, what="the document")
+        change(client, uri, 2, (rng(0, 0, 0, 0), "y = 2\n" * 50))  # 2,100: over the limit
+        await until(lambda: uri not in fake.docs, what="the daemon's copy dropped")
+        assert await client.text_document_inline_completion_async(inline_params(uri, 1, 0)) is None
+        change(client, uri, 3, (rng(0, 0, 40, 0), ""))  # 1,860: under it again
+        await until(lambda: fake.docs.get(uri, {}).get("version") == 3, what="the document, whole")
+        assert fake.docs[uri]["text"] == "y = 2\n" * 10 + text
+        await until(lambda: client.messages, what="the notice")
+        assert "more than the daemon keeps in a document (2,000)" in client.messages[0].message
+    finally:
+        await fake.stop()
+
+
+async def test_a_change_refused_with_its_resync_is_followed_by_a_whole_document(fake, sock, lsp_client):
+    """The daemon refused a change and the re-sync after it (its copy is older): the next change
+    goes as an `open` of the whole text, never as an edit of the copy the daemon kept."""
+    client = await lsp_client(sock)
+    uri = "file:///tmp/refused.py"
+    open_doc(client, uri, "a = 1\nb = 2\n")
+    await until(lambda: uri in fake.docs, what="the document")
+    fake.refuse_text = "REFUSE"
+    change(client, uri, 2, (rng(1, 0, 1, 0), "REFUSE\n"))
+    await until(lambda: len(fake.methods("open")) == 2, what="the re-sync")
+    await asyncio.sleep(0.2)  # its refusal comes back
+    assert fake.docs[uri] == {"text": "a = 1\nb = 2\n", "version": 1}  # the daemon kept its copy
+    fake.refuse_text = None
+    change(client, uri, 3, (rng(1, 0, 2, 0), "c = 3\n"))  # replaces the REFUSE line
+    await until(lambda: fake.docs[uri]["version"] == 3, what="the next change")
+    assert fake.docs[uri]["text"] == "a = 1\nc = 3\nb = 2\n"
+    change(client, uri, 4, (rng(0, 0, 0, 0), "#"))  # in step again: edits as usual
+    await until(lambda: fake.docs[uri]["version"] == 4, what="an edit")
+    assert fake.docs[uri]["text"] == "#a = 1\nc = 3\nb = 2\n" and fake.methods("change")[-1]["version"] == 4
