@@ -423,6 +423,8 @@ class NgramdServer(LanguageServer):
             except DaemonError as exc:
                 if not _is_out_of_date(exc):  # the daemon's copy is stale or gone: re-send it, once
                     raise
+                if uri in self._too_large:  # it grew too large meanwhile: that is why, not "not open"
+                    raise DaemonError(rpc.INVALID_PARAMS, self._too_large_reason(doc), "edit") from exc
                 self.resync(uri)
                 result = await self.link.call("edit", params, max(0.01, deadline - time.monotonic()))
         except (asyncio.CancelledError, DaemonUnavailable):
