@@ -91,7 +91,8 @@ def position_noise(seed: int, position: int, vocab: int) -> torch.Tensor:
 
 
 def sample_token(p: torch.Tensor, noise: torch.Tensor) -> int:
-    """The token argmax(log p + noise) (``p``: [vocab], ``noise``: [vocab] from
-    ``position_noise``): distributed as p over the noise; a token of probability 0 never."""
+    """The token argmax(log p + noise) (``p``: [vocab] on any device, ``noise``: [vocab] from
+    ``position_noise``, on the CPU): distributed as p over the noise; a token of probability 0
+    never. Computed on the CPU in float64, so a seed draws alike on every device."""
     assert p.dim() == 1 and p.shape == noise.shape, (p.shape, noise.shape)
-    return int(torch.argmax(torch.log(p.double()) + noise))
+    return int(torch.argmax(torch.log(p.detach().to("cpu", torch.float64)) + noise))

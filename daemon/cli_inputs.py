@@ -51,12 +51,14 @@ def offset_of(text: str, line: int, col: int) -> int:
     return start + col
 
 
-def check_generation_args(max_tokens: int | None, temperature: float, top_p: float) -> None:
+def check_generation_args(max_tokens: int | None, temperature: float, top_p: float,
+                          seed: int | None = None) -> None:
     """The checks the engine would make, before the model is loaded (seconds) rather than after."""
     if max_tokens is not None and max_tokens < 1:
         raise InputError("--max-tokens must be at least 1")
     try:
-        check_sampling(SamplingParams(temperature=temperature, top_p=top_p), names=("--temperature", "--top-p"))
+        check_sampling(SamplingParams(temperature=temperature, top_p=top_p, seed=seed),
+                       names=("--temperature", "--top-p", "--seed"))
     except ValueError as exc:
         raise InputError(str(exc)) from None
 

@@ -22,7 +22,7 @@ def run(args: Any) -> int:
         path = Path(args.file)
         text = read_source(path)
         offset = offset_of(text, args.line, args.col)
-        check_generation_args(args.max_tokens, args.temperature, args.top_p)
+        check_generation_args(args.max_tokens, args.temperature, args.top_p, args.seed)
         for ws in args.workspace:
             if not Path(ws).is_dir():
                 raise InputError(f"--workspace {ws}: not a directory")

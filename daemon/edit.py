@@ -43,9 +43,6 @@ if TYPE_CHECKING:
     from daemon.completer import Completer
 
 MAX_TOKENS_CAP = 4096
-# an instruction is a sentence or a paragraph; a huge one would be tokenized on the model's
-# worker, uncancellable, before the edit is found too long (10 MB took 12 s)
-MAX_INSTRUCTION_CHARS = 10_000
 
 
 class EditDraftPolicy:
@@ -105,17 +102,9 @@ def validate(req: EditRequest) -> None:
         raise ValueError("text must be a string")
     check_range(req.text, req.start, req.end)
     check_instruction(req.instruction)
-    check_instruction_length(req.instruction)
     if req.max_tokens is not None and (not isinstance(req.max_tokens, int) or req.max_tokens < 1):
         raise ValueError(f"max_tokens must be a positive integer, got {req.max_tokens!r}")
     check_sampling(req.sampling)
-
-
-def check_instruction_length(instruction: str) -> None:
-    """ValueError for an instruction over ``MAX_INSTRUCTION_CHARS`` (no tokenizing needed)."""
-    if len(instruction) > MAX_INSTRUCTION_CHARS:
-        raise ValueError(f"the edit is too long to rewrite: the instruction has {len(instruction)} characters, "
-                         f"at most {MAX_INSTRUCTION_CHARS} are taken; shorten the instruction")
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def run(args: Any) -> int:
     try:
         text = read_source(path, allow_empty=True)
         start, end = resolve_range(text, args.start, args.end)
-        check_generation_args(args.max_tokens, args.temperature, args.top_p)
+        check_generation_args(args.max_tokens, args.temperature, args.top_p, args.seed)
     except InputError as exc:
         return _error(str(exc))
     if not args.instruction.strip():

@@ -36,22 +36,43 @@ def check_top_p(value: float) -> float:
     return value
 
 
-def check_sampling(sampling: "SamplingParams", names: tuple[str, str] = ("temperature", "top_p")) -> None:
-    """``check_temperature`` and ``check_top_p``; ValueError naming the field as ``names`` call
-    them (the command line names its flags)."""
+MAX_SEED = 2**63 - 1  # seeds are 0..MAX_SEED (numpy's SeedSequence takes no negative ones)
+
+
+def check_seed(value: int | None) -> int | None:
+    """``value`` when it is None or in [0, MAX_SEED]; else ValueError."""
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise ValueError(f"must be between 0 and {MAX_SEED}, got {value}")
+    return value
+
+
+def check_sampling(sampling: "SamplingParams",
+                   names: tuple[str, str, str] = ("temperature", "top_p", "seed")) -> None:
+    """``check_temperature``, ``check_top_p`` and ``check_seed``; ValueError naming the field as
+    ``names`` call them (the command line names its flags)."""
     for name, value, check in ((names[0], sampling.temperature, check_temperature),
-                               (names[1], sampling.top_p, check_top_p)):
+                               (names[1], sampling.top_p, check_top_p),
+                               (names[2], sampling.seed, check_seed)):
         try:
             check(value)
         except ValueError as exc:
             raise ValueError(f"{name} {exc}") from None
 
 
+# An edit's instruction is a sentence or a paragraph; a huge one would be tokenized on the
+# model's worker, uncancellable, before the edit is found too long (10 MB took 12 s).
+MAX_INSTRUCTION_CHARS = 10_000
+
+
 def check_instruction(value: object) -> str:
-    """An edit's instruction when it has some non-blank text; else ValueError (the RPC checks it
-    before queueing, the engine for in-process callers)."""
+    """An edit's instruction when it has some non-blank text and at most MAX_INSTRUCTION_CHARS
+    characters; else ValueError (the RPC checks it before queueing, the engine for in-process
+    callers)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError("the instruction is empty")
+    if len(value) > MAX_INSTRUCTION_CHARS:
+        raise ValueError(f"the edit is too long to rewrite: the instruction has {len(value)} characters, "
+                         f"at most {MAX_INSTRUCTION_CHARS} are taken; shorten the instruction")
     return value
 
 

@@ -244,9 +244,8 @@ class Service:
     def _check_edit_length(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError for an edit too long for the model, judged from characters (nothing is
         tokenized here); one found too long only once tokenized is refused by its job."""
-        from daemon.edit import LengthBound, check_instruction_length  # imports torch: not at startup
+        from daemon.edit import LengthBound  # imports torch: not at startup
 
-        check_instruction_length(instruction)
         runtime = getattr(self.completer, "runtime", None)
         if self._edit_bound is None and runtime is not None:
             self._edit_bound = LengthBound.of(runtime) or False  # False: the model does not tell
@@ -483,13 +482,11 @@ def _check_range(key: str, value: Any, lo: Any, hi: Any) -> Any:
 
 
 def _sampling(p: dict) -> SamplingParams:
-    seed = p.get("seed")
-    if seed is not None:
-        seed = _check_range("seed", _req(p, "seed", int), 0, 2**63 - 1)
+    seed = _req(p, "seed", int) if p.get("seed") is not None else None
     sampling = SamplingParams(temperature=float(_opt(p, "temperature", float, 0.0)),
                               top_p=float(_opt(p, "topP", float, 1.0)), seed=seed)
     try:  # the rule the CLI and in-process callers share
-        check_sampling(sampling, names=("'temperature'", "'topP'"))
+        check_sampling(sampling, names=("'temperature'", "'topP'", "'seed'"))
     except ValueError as exc:
         raise RpcError(INVALID_PARAMS, str(exc)) from None
     return sampling

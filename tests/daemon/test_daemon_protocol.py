@@ -467,3 +467,12 @@ def test_a_client_that_leaves_with_many_replies_pending_gets_no_writes(inproc, c
     with inproc.client() as c:
         assert c.call("status")["daemon"]["ready"]
     assert not [r for r in caplog.records if "socket.send() raised" in r.getMessage()]
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63])
+def test_a_seed_out_of_range_is_refused_naming_it(inproc, seed):
+    with inproc.client() as c:
+        with pytest.raises(Exception) as err:
+            c.call("complete", {"uri": "file:///s.py", "text": "x = 1\n", "offset": 6, "maxTokens": 1,
+                                "temperature": 0.5, "seed": seed})
+    assert "'seed' must be between 0 and" in str(err.value)

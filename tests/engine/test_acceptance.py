@@ -97,3 +97,13 @@ def test_chi2_detects_a_wrong_rule():
         else:
             samples.append(_draw(P, 5, t))
     assert _chi2(samples, P) < 1e-6
+
+
+def test_probabilities_on_another_device_are_drawn_on_the_cpu():
+    """``p`` lives on the model's device (cuda on a GPU); the noise on the CPU: the draw moves p."""
+    p = P.to("meta")  # a device with no data: adding it to CPU noise fails unless p is moved first
+    try:
+        sample_token(p, position_noise(1, 0, 6))
+    except NotImplementedError:  # "Cannot copy out of meta tensor": it was moved, not added
+        return
+    raise AssertionError("a meta tensor was drawn from: p was not moved to the CPU")

@@ -27,6 +27,7 @@ def source(tmp_path):
     (["--temperature", "-2"], "--temperature must be >= 0"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
     (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+    (["--temperature", "0.5", "--seed", "-1"], "--seed must be between 0 and"),
 ])
 @pytest.mark.parametrize("command", ["complete", "edit"])
 def test_sampling_flags_are_checked_before_the_model_loads(no_model_load, source, capsys, command, flags, message):
