@@ -16,7 +16,9 @@ at x this is: accept x with probability p(x); on rejection sample from p with
 x removed and renormalised. Several sibling candidates x1, x2, ... at one
 position (a tree draft) are tried in turn, each against the residual left by
 the previous rejections (SpecInfer, Miao et al. 2023). Either way the emitted
-token is distributed exactly as p.
+token is distributed exactly as p. This module realises that rule by a seeded
+Gumbel-max draw (below), which accepts x with probability p(x) and leaves the
+residual on rejection, for one candidate or several.
 
 Worked example (greedy). Draft [7, 8, 9]; target argmax per row [7, 8, 4, 5].
 Rows 0 and 1 agree with the draft, row 2 says 4, not 9: accepted = 2, the

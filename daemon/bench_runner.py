@@ -413,8 +413,6 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 2)
 
 
-
-
 class case_document:
     """While a case runs: the file's on-disk copy is out of the index and the case's
     text is the open current buffer; afterwards the workspace is as it was."""

@@ -84,6 +84,11 @@ def socket_is_live(sock: Path, timeout: float = 1.0) -> bool:
         s.close()
 
 
+# `ngramd serve`'s exit status when another daemon holds the socket's lock (running or still
+# loading); the LSP's daemon link then waits for that daemon instead of backing off.
+EXIT_ALREADY_RUNNING = 3
+
+
 class AlreadyRunning(Exception):
     pass
 

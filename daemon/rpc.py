@@ -90,6 +90,9 @@ Message = Request | Response | Notification
 # The daemon's last notification to every client when it exits because it was asked to
 # (`shutdown`, SIGTERM/SIGINT); a daemon that dies sends none.
 EXITING = "exiting"
+# The daemon's notice of an error in a message it could not answer (docs/rpc.md "Errors");
+# with ``fatal: true`` it closes the connection next (bytes it cannot read past).
+ERROR_NOTICE = "error"
 
 
 def pack_request(msgid: int, method: str, params: Any) -> bytes:

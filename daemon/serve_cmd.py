@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.paths import AlreadyRunning, claim_socket, resolve_socket_path, socket_is_live
+from daemon.paths import EXIT_ALREADY_RUNNING, AlreadyRunning, claim_socket, resolve_socket_path, socket_is_live
 from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES
 
-EXIT_ALREADY_RUNNING = 3
 # The least --max-message-bytes: a negative limit breaks msgpack's reader (every connection
 # dies inside a daemon that looks ready), and a few hundred bytes refuse all but the smallest
 # requests. 0 is refused too rather than meaning the default.

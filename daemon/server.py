@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from daemon.paths import is_socket
 from daemon.rpc import (
-    DEFAULT_MAX_MESSAGE_BYTES, EXITING, INTERNAL_ERROR, Notification, Request, Response,
+    DEFAULT_MAX_MESSAGE_BYTES, ERROR_NOTICE, EXITING, INTERNAL_ERROR, Notification, Request, Response,
     RpcError, decode, msgid_of, pack_notification, pack_response, FrameReader,
 )
 
@@ -73,7 +73,7 @@ class Connection:
                 self.closed = True  # the peer left; its replies have nowhere to go
 
     async def send_error_notification(self, err: RpcError, **extra: Any) -> None:
-        await self.send(pack_notification("error", {**err.to_wire(), **extra}))
+        await self.send(pack_notification(ERROR_NOTICE, {**err.to_wire(), **extra}))
 
 
 class Server:

@@ -67,8 +67,9 @@ class Ignorer:
 
     Where the scan lists files with git (``git ls-files --exclude-standard``), the rules git adds
     apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
-    .gitignore files above the folder), read once and again after ``forget_git_rules``. A file git tracks is not ignored even when the rules
-    match it (``git add -f``), as the scan indexes it; nor is a folder that holds one. Those
+    .gitignore files above the folder), read once and again after ``forget_git_rules``. A file
+    git tracks is not ignored even when the rules match it (``git add -f``), as the scan
+    indexes it; nor is a folder that holds one. Those
     files (``workspace.tracked_ignored``, usually a handful) are asked of git only when a path
     matches the rules, again once git's index file changed (a ``git add``) or ``forget_git_rules``
     was called (a ``.gitignore`` changed, or a rescan begins)."""

@@ -5,7 +5,7 @@
 # `apt-get download` against a private package list and unpacked under DEST/SUITE. DEST/SUITE/nvim
 # runs that Neovim through the suite's own dynamic loader and libraries, so the system's glibc
 # and packages stay untouched. Processes Neovim starts (the language server) run on the system's.
-# Needs apt-get, dpkg-deb and the Debian mirror; prints why and exits 1 where they are missing.
+# Needs apt-get, dpkg-deb and the Debian mirror: exits non-zero, saying why, without them.
 set -euo pipefail
 suite=${1:?usage: fetch_neovim.sh SUITE [DEST]}
 dest=$(realpath -m "${2:-$(dirname "$0")/.neovim}")/$suite
@@ -39,12 +39,16 @@ for deb in "$work"/debs/*.deb; do
   dpkg-deb -x "$deb" "$dest/root"
 done
 root="$dest/root"
-libs="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu"
+# the suite's dynamic loader (ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, ...) and its library folder
+loader=$(ls "$root"/usr/lib/*-linux-gnu/ld-linux*.so.* 2>/dev/null | head -1)
+[ -n "$loader" ] || { echo "fetch_neovim.sh: no dynamic loader in Debian $suite's libc6" >&2; exit 1; }
+libdir=$(dirname "$loader")
+libs="$libdir:$root/lib/$(basename "$libdir")"
 cat > "$dest/nvim" <<EOF
 #!/bin/sh
 # Debian $suite's Neovim, run with its own loader and libraries (editors/fetch_neovim.sh).
 export VIMRUNTIME="$root/usr/share/nvim/runtime"
-exec "$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path "$libs" "$root/usr/bin/nvim" "\$@"
+exec "$loader" --library-path "$libs" "$root/usr/bin/nvim" "\$@"
 EOF
 chmod +x "$dest/nvim"
 echo "fetch_neovim.sh: $("$dest/nvim" --version | head -1) in $dest"

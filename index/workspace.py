@@ -196,7 +196,8 @@ def tracked_ignored(root: Path) -> frozenset[Path]:
 
 
 def _walk_files(root: Path, counts: Counter) -> list[Path]:
-    """The walk: files under ``root``, by name, real folders before those reached through a link.
+    """The walk: files under ``root`` (sorted by the caller), real folders before those reached
+    through a link.
 
     A folder reached twice is visited only the first time, so the real path must come first:
     the text is then listed under its own path, as git lists it, and the watcher (which

@@ -33,9 +33,6 @@ log = logging.getLogger(__name__)
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs: any left is lone
 REPLACEMENT = "\ufffd"
-# The daemon's notice of an error in a message it could not answer (docs/rpc.md "Errors");
-# with ``fatal: true`` it closes the connection next (bytes it cannot read past).
-ERROR_NOTICE = "error"
 
 
 class DaemonError(Exception):
@@ -176,7 +173,7 @@ class RpcConnection:
         if isinstance(msg, rpc.Notification) and msg.method == rpc.EXITING:
             self.exit_announced = True
             return
-        if isinstance(msg, rpc.Notification) and msg.method == ERROR_NOTICE:
+        if isinstance(msg, rpc.Notification) and msg.method == rpc.ERROR_NOTICE:
             params = msg.params if isinstance(msg.params, dict) else {}
             message = str(params.get("message") or params)
             if params.get("fatal"):

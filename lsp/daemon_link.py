@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from daemon.paths import lock_holder
+from daemon.paths import EXIT_ALREADY_RUNNING, lock_holder
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.spawn import spawn_daemon
 
@@ -50,9 +50,6 @@ log = logging.getLogger(__name__)
 
 SPAWN_BACKOFF_S = 10.0
 POLL_S = 0.1
-# `ngramd serve`'s exit status when another daemon holds the socket's lock (running or
-# still loading): daemon/serve_cmd.py (not imported: the LSP stays light)
-EXIT_ALREADY_RUNNING = 3
 # A connection lost sooner than this after it was made ready, without an `exiting` notice,
 # is an early drop; the second in a row (or any fatal notice) delays the next connect by
 # RECONNECT_BACKOFF_S, doubled from the third on, up to RECONNECT_BACKOFF_MAX_S.

@@ -5,8 +5,9 @@ Vocabulary:
   counter by every ``didOpen`` and ``didChange`` (never reused, so a document closed
   and reopened meanwhile cannot look unchanged); a completion that started under an
   older generation is *stale* and answers nothing.
-- *too large*: an open document whose ``open`` message would be longer than the
-  daemon reads (``maxMessageBytes``, its ``initialize`` answer): it is not sent
+- *too large*: an open document longer than the daemon keeps (``maxDocumentChars``) or
+  whose ``open`` message would be longer than it reads (``maxMessageBytes``; both from its
+  ``initialize`` answer): it is not sent
   (neither its opens nor its changes), completions in it answer nothing at once and a
   rewrite of it fails saying so; the user is told once per document. When it shrinks
   under the limit it is sent whole (``open``) and served again.
@@ -189,9 +190,9 @@ class NgramdServer(LanguageServer):
             fut.add_done_callback(lambda f: self._sync_done(f, uri, method))
 
     def _sync_done(self, fut: asyncio.Future[Any], uri: str, method: str) -> None:
+        if method == "open":
+            self._resync_done(fut, uri)  # the daemon holds this text now, or still its older copy
         if fut.cancelled() or not isinstance(fut.exception(), DaemonError):
-            if method == "open" and not fut.cancelled():
-                self._unsynced.discard(uri)  # the daemon holds this text now
             return  # a lost connection is re-synced whole on reconnect
         log.warning("daemon refused %s for %s (%s); re-sending the document", method, uri,
                     fut.exception())
@@ -208,11 +209,14 @@ class NgramdServer(LanguageServer):
                 fut.add_done_callback(lambda f: self._resync_done(f, uri))
 
     def _resync_done(self, fut: asyncio.Future[Any], uri: str) -> None:
+        """After a whole ``open`` of ``uri``: in step if the daemon took it; if it refused it,
+        the next change is sent whole too (a lost connection re-sends it anyway)."""
         if fut.cancelled():
             return
         if isinstance(fut.exception(), DaemonError):
-            log.warning("daemon refused the re-sync of %s (%s): its next change is sent whole",
-                        uri, fut.exception())
+            if uri not in self._unsynced:
+                log.warning("daemon refused the whole text of %s (%s): its next change is sent whole",
+                            uri, fut.exception())
             self._unsynced.add(uri)
         elif fut.exception() is None:
             self._unsynced.discard(uri)
@@ -261,8 +265,8 @@ class NgramdServer(LanguageServer):
             conn.max_message_bytes = limit  # an older daemon does not say: the default stays
         self.max_message_bytes = conn.max_message_bytes
         chars = self.daemon_info.get("maxDocumentChars")
-        if isinstance(chars, int) and not isinstance(chars, bool) and chars > 0:
-            self.max_document_chars = chars
+        self.max_document_chars = (chars if isinstance(chars, int) and not isinstance(chars, bool) and chars > 0
+                                   else DEFAULT_MAX_DOCUMENT_CHARS)  # an older daemon does not say
         pid = self.daemon_info.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             conn.daemon_pid = pid  # the link then knows a daemon it started served

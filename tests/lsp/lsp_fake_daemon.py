@@ -231,6 +231,6 @@ if __name__ == "__main__":
         try:
             lock = claim_socket(Path(opts.socket))  # held until this process exits
         except AlreadyRunning:
-            sys.exit(3)  # daemon/serve_cmd.py's EXIT_ALREADY_RUNNING
+            sys.exit(3)  # daemon.paths.EXIT_ALREADY_RUNNING
         time.sleep(opts.load)
     asyncio.run(_main(opts.socket, opts.linger))
