@@ -40,12 +40,12 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from daemon import rpc
-from daemon.documents import DEFAULT_MAX_DOCUMENT_CHARS
 from daemon.paths import resolve_socket_path
 from daemon.requests import FINISHED_EDIT_STOPS
 from lsp import positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from lsp.daemon_limits import DaemonLimits, message_fits
 from lsp.daemon_link import DaemonLink
 from lsp.protocol import NgramdProtocol, is_parse_error
 
@@ -55,9 +55,6 @@ VERSION = "0.1.0"
 CLIENT_NAME = f"ngramd-lsp {VERSION}"
 PROBE_S = 1.0  # how long an observing status waits to connect to a running daemon
 MAX_REFUSALS_SHOWN = 8  # distinct refusals shown between two completions: more is a flood
-# How much longer than its smallest a packed request can be for the same params: the msgid
-# (msgpack int, up to 9 bytes) and the header of its long string (up to 5).
-PACKING_SLACK = 16
 
 
 @dataclass
@@ -94,8 +91,7 @@ class NgramdServer(LanguageServer):
         self._inflight: dict[str, str] = {}
         _quiet_pygls_for_closed_documents()
         self._refusals_shown: set[str] = set()  # the daemon's refusals shown to the user
-        self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES  # the connected daemon's, once it says
-        self.max_document_chars = DEFAULT_MAX_DOCUMENT_CHARS  # likewise
+        self.limits = DaemonLimits()  # the connected daemon's, once it says
         # open documents whose last sync the daemon refused, its re-sync too: the next change
         # goes as a whole `open`, never as an edit of a copy the daemon does not hold
         self._unsynced: set[str] = set()
@@ -225,8 +221,7 @@ class NgramdServer(LanguageServer):
         """Whether the daemon reads ``doc``'s ``open`` and keeps the document; keeps
         ``_too_large`` up to date and tells the user (and the log) once per open document
         that it is too large."""
-        if (len(doc.source) <= self.max_document_chars
-                and message_fits("open", self._open_params(doc), "text", self.max_message_bytes)):
+        if self.limits.document_fits(self._open_params(doc)):
             if doc.uri in self._too_large:
                 self._too_large.discard(doc.uri)
                 log.info("%s fits the daemon again: sending it", doc.uri)
@@ -241,13 +236,7 @@ class NgramdServer(LanguageServer):
         return False
 
     def _too_large_reason(self, doc: TextDocument) -> str:
-        if len(doc.source) > self.max_document_chars:
-            return (f"{doc.uri} has {len(doc.source):,} characters, more than the daemon keeps in "
-                    f"a document ({self.max_document_chars:,}), so it gets no completions or rewrites")
-        size = len(doc.source.encode("utf-8", "surrogatepass"))  # once per document: exact
-        return (f"{doc.uri} is {size:,} bytes, longer than the daemon reads in one message "
-                f"({self.max_message_bytes:,} bytes), so it gets no completions or rewrites; "
-                f"a daemon started with a larger `ngramd serve --max-message-bytes` takes it")
+        return self.limits.too_large_reason(doc.uri, doc.source)
 
     async def _on_connect(self, conn: RpcConnection) -> None:
         """A new daemon connection: say hello, then re-send every open buffer and any
@@ -260,13 +249,8 @@ class NgramdServer(LanguageServer):
         info = await conn.request("initialize", {"client": CLIENT_NAME, "workspaceFolders": folders},
                                   timeout=60.0)
         self.daemon_info = info if isinstance(info, dict) else {}
-        limit = self.daemon_info.get("maxMessageBytes")
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-            conn.max_message_bytes = limit  # an older daemon does not say: the default stays
-        self.max_message_bytes = conn.max_message_bytes
-        chars = self.daemon_info.get("maxDocumentChars")
-        self.max_document_chars = (chars if isinstance(chars, int) and not isinstance(chars, bool) and chars > 0
-                                   else DEFAULT_MAX_DOCUMENT_CHARS)  # an older daemon does not say
+        self.limits.update(self.daemon_info)
+        conn.max_message_bytes = self.limits.max_message_bytes
         pid = self.daemon_info.get("pid")
         if isinstance(pid, int) and not isinstance(pid, bool):
             conn.daemon_pid = pid  # the link then knows a daemon it started served
@@ -321,7 +305,7 @@ class NgramdServer(LanguageServer):
             del params["version"]
         request_id = f"{os.getpid()}-{next(self._ids)}"
         params["requestId"] = request_id
-        if selected is not None and not message_fits("complete", params, "text", self.max_message_bytes):
+        if selected is not None and not message_fits("complete", params, "text", self.limits.max_message_bytes):
             log.debug("completion of %s with the selection applied is longer than the daemon reads", uri)
             return None
         self.cancel_inflight(uri)
@@ -517,25 +501,6 @@ class NgramdServer(LanguageServer):
             log.info("request for a document that is not open (closed meanwhile?): %s", error)
             return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
-
-
-def message_fits(method: str, params: dict[str, Any], text_key: str, limit: int) -> bool:
-    """Whether the request ``method(params)`` packs to at most ``limit`` bytes; one within
-    ``PACKING_SLACK`` of the limit counts as too long (never send what may be refused).
-
-    Counted without packing its one long string ``params[text_key]``: a code point is 1 to
-    4 UTF-8 bytes (4 only past U+FFFF, two UTF-16 units: at most 3 bytes per unit), so the
-    text is encoded to count its bytes only when its length puts it near the limit. Lone
-    surrogates count 3 bytes, as the U+FFFD they are sent as (lsp/daemon_client.py)."""
-    text = params[text_key]
-    rest = len(rpc.pack_request(0, method, {**params, text_key: ""})) + PACKING_SLACK
-    if text.isascii():  # O(1) in CPython: a byte per character
-        return rest + len(text) <= limit
-    if rest + len(text) > limit:
-        return False
-    if rest + 4 * len(text) <= limit:
-        return True
-    return rest + len(text.encode("utf-8", "surrogatepass")) <= limit
 
 
 def is_closed_document_error(error: BaseException | None) -> bool:

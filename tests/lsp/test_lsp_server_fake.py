@@ -785,7 +785,7 @@ def test_message_fits_counts_utf8_bytes_without_packing_far_from_the_limit(unit)
     """message_fits never lets through a message the daemon cannot read, and refuses one that
     fits only within PACKING_SLACK of the limit (lone surrogates are sent as U+FFFD)."""
     from lsp.daemon_client import replace_lone_surrogates
-    from lsp.server import PACKING_SLACK, message_fits
+    from lsp.daemon_limits import PACKING_SLACK, message_fits
 
     for n in (10, 100, 1000):
         params = {"uri": "file:///tmp/a.py", "text": unit * n, "version": 3, "languageId": "python"}
