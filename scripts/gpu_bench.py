@@ -102,13 +102,21 @@ def verify_cost_curve(model: Any, device: str, ctxs: tuple[int, ...], sizes: tup
                 for n in sizes:
                     _sync(device)
                     t0 = time.perf_counter()
-                    model(input_ids=ids[:, ctx:ctx + n], past_key_values=cache, use_cache=True)
+                    model(input_ids=ids[:, ctx:ctx + n], use_cache=True, **{_cache_kwarg(model): cache})
                     _sync(device)
                     per_size[n].append((time.perf_counter() - t0) * 1000)
                     # negative: remove that many (transformers 5.2x refuses a positive max length)
                     cache.crop(-(cache.get_seq_length() - ctx))
             out["ms"][ctx] = {n: round(min(t[1:]), 3) for n, t in per_size.items()}
     return out
+
+
+def _cache_kwarg(model: Any) -> str:
+    """The forward's name for the KV cache: ``cache`` in newer transformers, where
+    ``past_key_values`` is deprecated (as daemon/model.py decides)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _prefilled(model: Any, ids: Any, device: str, times: list[float], kind: str | None) -> tuple[Any, str]:
@@ -123,7 +131,7 @@ def _prefilled(model: Any, ids: Any, device: str, times: list[float], kind: str 
             cache = make_cache()
             _sync(device)
             t0 = time.perf_counter()
-            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=ids, use_cache=True, logits_to_keep=1, **{_cache_kwarg(model): cache})
             _sync(device)
         except Exception as exc:
             if k == "dynamic":
