@@ -12,7 +12,9 @@ Vocabulary:
   pattern decides: ``workspace.gitignored``, shared with the scan's walk); in a git
   work tree also by the rules git adds (``workspace.git_exclude_rules``: ``info/exclude``,
   the user's excludes file, the .gitignore files above the folder), unless git
-  tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``); or a
+  tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``, followed
+  through ``git add -f`` and ``git rm --cached`` too: git's index file is checked with the folder
+  every ``GONE_POLL_S``); or a
   symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
@@ -83,7 +85,11 @@ class Ignorer:
         self._git_index: Path | None = None
         self._git_rules: list[tuple[Path, pathspec.PathSpec]] = []  # git_exclude_rules; none when the scan walks
         self._git_index_stat: object = _UNASKED  # the index file's _stat_key when git was last asked
-        self._tracked: frozenset[Path] = frozenset()  # the tracked files the rules match, their folders
+        self._tracked_files: frozenset[Path] = frozenset()  # the tracked files the rules match
+        self._tracked: frozenset[Path] = frozenset()  # those files and their folders
+        # what ``tracked_changes`` last answered from: the index file's _stat_key, the files
+        self._reconciled_stat: object = _UNASKED
+        self._reconciled_files: frozenset[Path] = frozenset()
 
     def ignored(self, path: Path) -> bool:
         try:
@@ -119,19 +125,44 @@ class Ignorer:
                 self._git_index = git_index(self.root)
                 self._git_rules = [] if self._git_index is None else git_exclude_rules(self.root)
                 self._git_index_stat = _UNASKED
-                self._tracked = frozenset()
+                self._tracked_files = self._tracked = frozenset()
+                self._reconciled_stat = _UNASKED  # the rules may match other tracked files now
             return self._git_rules
 
     def _tracked_ignored(self) -> frozenset[Path]:
         with self._git_lock:
-            if self._git_index is None:
-                return self._tracked  # the scan walks: it applies the rules to every file
-            index_stat = _stat_key(self._git_index)  # before ls-files: a later change asks again
-            if index_stat != self._git_index_stat:
-                self._git_index_stat = index_stat
-                files = tracked_ignored(self.root)
-                self._tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
+            self._refresh_tracked()
             return self._tracked
+
+    def tracked_changes(self) -> frozenset[Path]:
+        """The files that joined or left ``workspace.tracked_ignored`` since the last call (all of
+        them at the first; a scan calls it as it begins): a ``git add -f`` or ``git rm --cached``
+        changes what the scan lists with no file event, as nothing under .git is watched. Where
+        the scan walks, or git's index file is as it was, that costs a stat (and git's runs once
+        after ``forget_git_rules``)."""
+        self._asked_git()
+        with self._git_lock:
+            if self._git_index is None:
+                return frozenset()
+            index_stat = self._refresh_tracked()
+            if index_stat == self._reconciled_stat:
+                return frozenset()
+            changed = self._tracked_files ^ self._reconciled_files
+            self._reconciled_stat, self._reconciled_files = index_stat, self._tracked_files
+            return changed
+
+    def _refresh_tracked(self) -> object:
+        """Ask git for the tracked files the rules match once its index file changed (under
+        ``_git_lock``); the index file's _stat_key they were read at."""
+        if self._git_index is None:
+            return self._git_index_stat  # the scan walks: it applies the rules to every file
+        index_stat = _stat_key(self._git_index)  # before ls-files: a later change asks again
+        if index_stat != self._git_index_stat:
+            self._git_index_stat = index_stat
+            files = tracked_ignored(self.root)
+            self._tracked_files = files
+            self._tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
+        return index_stat
 
     def _spec(self, directory: Path) -> pathspec.PathSpec | None:
         gi = directory / ".gitignore"
@@ -304,6 +335,10 @@ class WorkspaceWatcher:
             state["state"] = "indexing"
             state.pop("error", None)
             try:
+                with self._folders_lock:
+                    ignorer = self._ignorers.get(root)
+                if ignorer is not None:  # the scan lists what git tracks now: later changes are from there
+                    ignorer.tracked_changes()
                 counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
                 state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
                 state["state"] = "stopped" if stop.is_set() else "ready"
@@ -361,6 +396,7 @@ class WorkspaceWatcher:
                 for root in roots:
                     try:
                         self._check_root(root)
+                        self._reconcile_tracked(root)
                     except Exception:  # the flusher must live on: every folder's events need it
                         log.exception("checking workspace folder %s failed", root)
             with self._cond:
@@ -431,6 +467,25 @@ class WorkspaceWatcher:
             # event for itself and none for its files.
             self.index.remove_tree(path)
             self._count("removed")
+
+    def _reconcile_tracked(self, root: Path) -> None:
+        """Follow ``git add -f`` and ``git rm --cached`` of files the rules match: no file event
+        comes (nothing under .git is followed), yet the scan's ``git ls-files`` lists them or not.
+        A file git now tracks is indexed as an event would; one it left that the rules ignore
+        leaves the index, unless another folder holds it and does not ignore it."""
+        with self._folders_lock:
+            ignorer = None if root in self._gone else self._ignorers.get(root)
+        if ignorer is None:
+            return
+        for path in sorted(ignorer.tracked_changes()):
+            if not ignorer.ignored(path):
+                self._apply(path)
+                continue
+            with self._folders_lock:
+                others = [ig for r, ig in self._ignorers.items() if r != root and r in path.parents]
+            if not any(not ig.ignored(path) for ig in others):  # outside the lock: it may ask git
+                self.index.remove_file(path)
+                self._count("removed")
 
     def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
         """The watched directory itself was deleted, and its watch with it (watchdog's thread).

@@ -582,3 +582,40 @@ def test_scan_and_events_agree_on_a_tracked_file_the_gitignore_matches(tmp_path)
         wait_until(lambda: _indexed_text(index, str(root / "a.py")) == "a = 2\n")
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("tracked_at_scan", [False, True])
+def test_git_add_force_and_rm_cached_reach_the_index_without_an_edit(tmp_path, git_home, tracked_at_scan):
+    """With the real index in a git work tree: ``git add -f`` of a file the .gitignore matches makes
+    the scan's ``git ls-files`` list it, ``git rm --cached`` unlists it; neither touches the file
+    (no event comes for it, nor for git's index), yet the index follows both, whichever comes first."""
+    from index import IndexConfig, NgramIndex
+
+    root = (tmp_path / "repo").resolve()
+    (root / "build").mkdir(parents=True)
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build" / "keep.py").write_text("k = 1\n")
+    (root / "a.py").write_text("a = 1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".gitignore", "a.py")
+    if tracked_at_scan:
+        _git(root, "add", "-f", "build/keep.py")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    keep = str(root / "build" / "keep.py")
+    others = [str(root / ".gitignore"), str(root / "a.py")]
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert sorted(index._files) == sorted(others + [keep] * tracked_at_scan)
+        for _ in range(2):
+            if keep in index._files:
+                _git(root, "rm", "-q", "--cached", "build/keep.py")
+                wait_until(lambda: keep not in index._files)
+            else:
+                _git(root, "add", "-f", "build/keep.py")
+                wait_until(lambda: _indexed_text(index, keep) == "k = 1\n")
+        assert sorted(index._files) == sorted(others + [keep] * tracked_at_scan)
+    finally:
+        w.stop()
