@@ -118,6 +118,8 @@ def register(server: NgramdServer) -> None:
         if rng.start == rng.end or not ls.settings.enabled:
             return []
         doc = ls.require_document(params.text_document.uri)
+        if ls.is_too_large(doc.uri):  # the rewrite would fail (the user was told why)
+            return []
         if params.context.only and not any(_kind_covers(str(getattr(k, "value", k)), REWRITE_KIND)
                                            for k in params.context.only):
             return []

@@ -235,6 +235,10 @@ class NgramdServer(LanguageServer):
                                                              message=f"ngramd: {why}"))
         return False
 
+    def is_too_large(self, uri: str) -> bool:
+        """Whether the open document ``uri`` is too large for the daemon (nothing of it is sent)."""
+        return uri in self._too_large
+
     def _too_large_reason(self, doc: TextDocument) -> str:
         return self.limits.too_large_reason(doc.uri, doc.source)
 

@@ -749,6 +749,10 @@ async def test_a_document_too_large_for_the_daemon_is_skipped_told_once_and_resu
                                                                     "end": {"line": 1, "character": 5}}]))
         assert "longer than the daemon reads" in err.value.message, err.value.message
         assert "--max-message-bytes" in err.value.message
+        actions = await client.text_document_code_action_async(types.CodeActionParams(  # nor offered
+            text_document=types.TextDocumentIdentifier(uri=big), range=rng(1, 0, 1, 5),
+            context=types.CodeActionContext(diagnostics=[])))
+        assert not actions
         change(client, small, 2, (rng(1, 4, 1, 4), "r"))  # after the big one's: a barrier
         await until(lambda: fake.docs.get(small, {}).get("version") == 2, what="the small document's change")
         result = await client.text_document_inline_completion_async(inline_params(small, 1, 5))
@@ -769,6 +773,10 @@ async def test_a_document_too_large_for_the_daemon_is_skipped_told_once_and_resu
         change(client, big, 7, (rng(0, 0, 0, 0), "z"))  # then keystrokes as usual
         await until(lambda: fake.docs[big]["version"] == 7, what="a change")
         assert fake.docs[big]["text"] == "z" + expected
+        actions = await client.text_document_code_action_async(types.CodeActionParams(  # offered again
+            text_document=types.TextDocumentIdentifier(uri=big), range=rng(1, 0, 1, 5),
+            context=types.CodeActionContext(diagnostics=[])))
+        assert actions and actions[0].title
         result = await client.text_document_inline_completion_async(inline_params(big, 1, 0))
         assert result is not None and result.items, result
 
