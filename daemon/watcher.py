@@ -158,8 +158,11 @@ class Ignorer:
             return self._git_index_stat  # the scan walks: it applies the rules to every file
         index_stat = _stat_key(self._git_index)  # before ls-files: a later change asks again
         if index_stat != self._git_index_stat:
-            self._git_index_stat = index_stat
             files = tracked_ignored(self.root)
+            if files is None:  # git failed (a timeout, no fork): keep its last answer, ask again next time
+                log.warning("git ls-files failed in %s: its tracked ignored files are as they were", self.root)
+                return self._git_index_stat
+            self._git_index_stat = index_stat
             self._tracked_files = files
             self._tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
         return index_stat
@@ -478,14 +481,17 @@ class WorkspaceWatcher:
         if ignorer is None:
             return
         for path in sorted(ignorer.tracked_changes()):
-            if not ignorer.ignored(path):
-                self._apply(path)
-                continue
-            with self._folders_lock:
-                others = [ig for r, ig in self._ignorers.items() if r != root and r in path.parents]
-            if not any(not ig.ignored(path) for ig in others):  # outside the lock: it may ask git
-                self.index.remove_file(path)
-                self._count("removed")
+            try:  # one path that fails (unreadable, say) must not lose the others of this change
+                if not ignorer.ignored(path):
+                    self._apply(path)
+                    continue
+                with self._folders_lock:
+                    others = [ig for r, ig in self._ignorers.items() if r != root and r in path.parents]
+                if not any(not ig.ignored(path) for ig in others):  # outside the lock: it may ask git
+                    self.index.remove_file(path)
+                    self._count("removed")
+            except Exception:
+                log.exception("following git's tracking of %s failed", path)
 
     def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
         """The watched directory itself was deleted, and its watch with it (watchdog's thread).

@@ -187,12 +187,14 @@ def _default_excludes_file() -> Path:
     return Path(config_home) / "git" / "ignore"
 
 
-def tracked_ignored(root: Path) -> frozenset[Path]:
+def tracked_ignored(root: Path) -> frozenset[Path] | None:
     """The files git tracks under ``root`` that its ignore rules match (added with ``git add -f``,
     or ignored after they were added): ``git ls-files`` lists them, so the scan indexes them and
     the watcher must follow them. Usually a handful: git checks only tracked files for this.
-    Call it only where the scan uses git (``git_index``); empty when git fails."""
-    return frozenset(_git_ls_files(root, "-ci", "--exclude-standard") or ())
+    Call it only where the scan uses git (``git_index``); None when git fails (not "none": a
+    caller would take every such file for untracked)."""
+    files = _git_ls_files(root, "-ci", "--exclude-standard")
+    return None if files is None else frozenset(files)
 
 
 def _walk_files(root: Path, counts: Counter) -> list[Path]:

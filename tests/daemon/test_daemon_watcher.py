@@ -619,3 +619,75 @@ def test_git_add_force_and_rm_cached_reach_the_index_without_an_edit(tmp_path, g
         assert sorted(index._files) == sorted(others + [keep] * tracked_at_scan)
     finally:
         w.stop()
+
+
+def _repo_with_forced_files(tmp_path):
+    """A git work tree whose .gitignore matches build/, with build/a.py, b.py, c.py force-added."""
+    root = (tmp_path / "repo").resolve()
+    (root / "build").mkdir(parents=True)
+    (root / ".gitignore").write_text("build/\n")
+    for name in "abc":
+        (root / "build" / f"{name}.py").write_text(f"{name} = 1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".gitignore")
+    _git(root, "add", "-f", "build/a.py", "build/b.py", "build/c.py")
+    return root, [str(root / "build" / f"{name}.py") for name in "abc"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_failed_git_ls_files_leaves_the_tracked_ignored_files_indexed(tmp_path, git_home, monkeypatch):
+    """git failing once (a timeout, no fork) is no answer: the files it listed before stay indexed,
+    and the next check asks again (it took the failure for "none tracked" and removed them all)."""
+    import daemon.watcher as watcher_module
+    from index import IndexConfig, NgramIndex
+
+    root, forced = _repo_with_forced_files(tmp_path)
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert all(f in index._files for f in forced)
+        real, asked = watcher_module.tracked_ignored, []
+
+        def fails_once(folder):
+            asked.append(folder)
+            return None if len(asked) == 1 else real(folder)
+
+        monkeypatch.setattr(watcher_module, "tracked_ignored", fails_once)
+        (root / "z.py").write_text("z = 1\n")
+        _git(root, "add", "z.py")  # git's index changes: the watcher asks git again
+        wait_until(lambda: len(asked) >= 2)  # the failure, then the retry
+        (root / "build" / "d.py").write_text("d = 1\n")
+        _git(root, "add", "-f", "build/d.py")  # and it goes on following git
+        wait_until(lambda: str(root / "build" / "d.py") in index._files)
+        assert all(f in index._files for f in forced)
+    finally:
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_one_file_that_fails_to_index_does_not_lose_the_others_git_added(tmp_path, git_home, monkeypatch):
+    from index import IndexConfig, NgramIndex
+
+    root, forced = _repo_with_forced_files(tmp_path)
+    _git(root, "rm", "-q", "--cached", "build/a.py", "build/b.py", "build/c.py")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert not any(f in index._files for f in forced)
+        real = index.index_file
+
+        def unreadable_a(path):
+            if str(path).endswith("a.py"):
+                raise OSError("EIO")
+            return real(path)
+
+        monkeypatch.setattr(index, "index_file", unreadable_a)
+        _git(root, "add", "-f", "build/a.py", "build/b.py", "build/c.py")
+        wait_until(lambda: all(f in index._files for f in forced[1:]))
+        assert forced[0] not in index._files
+    finally:
+        w.stop()
