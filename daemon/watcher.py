@@ -14,8 +14,7 @@ Vocabulary:
   the user's excludes file, the .gitignore files above the folder), unless git
   tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``, followed
   through ``git add -f`` and ``git rm --cached`` too: git's index file is checked with the folder
-  every ``GONE_POLL_S``); or a
-  symlink to a file outside the folder (``workspace.links_outside``, as the scan),
+  every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
@@ -71,10 +70,11 @@ class Ignorer:
     apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
     .gitignore files above the folder), read once and again after ``forget_git_rules``. A file
     git tracks is not ignored even when the rules match it (``git add -f``), as the scan
-    indexes it; nor is a folder that holds one. Those
-    files (``workspace.tracked_ignored``, usually a handful) are asked of git only when a path
-    matches the rules, again once git's index file changed (a ``git add``) or ``forget_git_rules``
-    was called (a ``.gitignore`` changed, or a rescan begins)."""
+    indexes it; nor is a folder that holds one. Those files (``workspace.tracked_ignored``,
+    usually a handful) are asked of git when a path matches the rules or the folder's periodic
+    check (``tracked_changes``) runs, again only once git's index file changed (a ``git add``) or
+    ``forget_git_rules`` was called (a ``.gitignore`` in or above the folder changed, or a rescan
+    begins)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -380,8 +380,9 @@ class WorkspaceWatcher:
                 self._first_pending = now
             self._pending.add(path)
             if os.path.basename(path) == ".gitignore":  # before the flush handles the files it matches
-                for ignorer in list(self._ignorers.values()):
-                    ignorer.forget_git_rules()
+                for root, ignorer in list(self._ignorers.items()):
+                    if _rules_reach(Path(path).parent, root):
+                        ignorer.forget_git_rules()
             self._last_event = now
             self._count("events")
             self._cond.notify()
@@ -551,6 +552,12 @@ def _links_to_a_held_file(path: Path, ignorer: Ignorer) -> bool:
     path (its walk takes real folders first) and the link not at all."""
     real = os.path.realpath(path)
     return real != os.fspath(path) and not ignorer.ignored(Path(real))
+
+
+def _rules_reach(directory: Path, root: Path) -> bool:
+    """Whether a ``.gitignore`` in ``directory`` can change what the folder ``root`` ignores (or the
+    tracked files its rules match): one inside the folder, or one above it (git_exclude_rules)."""
+    return directory == root or root in directory.parents or directory in root.parents
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:

@@ -691,3 +691,14 @@ def test_one_file_that_fails_to_index_does_not_lose_the_others_git_added(tmp_pat
         assert forced[0] not in index._files
     finally:
         w.stop()
+
+
+def test_a_gitignore_reaches_the_folders_it_can_change_only():
+    """A .gitignore event makes git be asked again only by the folders whose rules it is part of:
+    its own folder and those below (their own rules), and the folder it is in if above (git's)."""
+    from daemon.watcher import _rules_reach
+
+    root = Path("/w/proj")
+    assert _rules_reach(Path("/w/proj"), root) and _rules_reach(Path("/w/proj/sub"), root)
+    assert _rules_reach(Path("/w"), root)  # a .gitignore above the folder: git_exclude_rules
+    assert not _rules_reach(Path("/w/other"), root) and not _rules_reach(Path("/w/projx"), root)
