@@ -242,6 +242,10 @@ class NgramdServer(LanguageServer):
     def _too_large_reason(self, doc: TextDocument) -> str:
         return self.limits.too_large_reason(doc.uri, doc.source)
 
+    def _too_large_refusal(self, doc: TextDocument) -> DaemonError:
+        """A rewrite's error for a document too large for the daemon, worded as the daemon's."""
+        return DaemonError(rpc.INVALID_PARAMS, self._too_large_reason(doc), "edit")
+
     async def _on_connect(self, conn: RpcConnection) -> None:
         """A new daemon connection: say hello, then re-send every open buffer and any
         workspace folder change made while the hello was in flight.
@@ -397,7 +401,7 @@ class NgramdServer(LanguageServer):
         doc = self.require_document(uri)
         uri = doc.uri  # the spelling the daemon knows (the request's may be encoded otherwise)
         if uri in self._too_large:
-            raise DaemonError(rpc.INVALID_PARAMS, self._too_large_reason(doc), "edit")
+            raise self._too_large_refusal(doc)
         at = doc.version
         if version is not None and version != at:
             raise JsonRpcContentModified(
@@ -416,7 +420,7 @@ class NgramdServer(LanguageServer):
                 if not _is_out_of_date(exc):  # the daemon's copy is stale or gone: re-send it, once
                     raise
                 if uri in self._too_large:  # it grew too large meanwhile: that is why, not "not open"
-                    raise DaemonError(rpc.INVALID_PARAMS, self._too_large_reason(doc), "edit") from exc
+                    raise self._too_large_refusal(doc) from exc
                 self.resync(uri)
                 result = await self.link.call("edit", params, max(0.01, deadline - time.monotonic()))
         except (asyncio.CancelledError, DaemonUnavailable):
