@@ -47,3 +47,16 @@ def test_an_edit_too_long_for_the_model_is_refused_before_it_supersedes_the_runn
             assert c.call("status")["requests"]["running"] is not None  # still running, not superseded
         assert c.call("cancel", {"uri": "b"}) == {"cancelled": 1}
         c.wait_response(running)
+
+
+def test_the_edit_length_bound_is_found_when_the_service_is_built_not_on_the_first_edit():
+    """Reading every token's bytes takes ~0.15 s on the real vocabulary: done before the
+    event loop runs, not inside the first edit's handler on the loop."""
+    from daemon.service import Service
+
+    reads = []
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64), modules=lambda: [])
+    runtime = SimpleNamespace(model=model, vocab_size=3, token_bytes=lambda i: reads.append(i) or b"ab"[:i])
+    service = Service(SimpleNamespace(runtime=runtime), None)
+    assert sorted(reads) == [0, 1, 2]
+    assert service._edit_bound.positions == 64 and service._edit_bound.longest_token == 2
