@@ -147,10 +147,27 @@ async def test_unencodable_request_fails_alone_and_the_connection_goes_on(fake, 
     conn.close()
 
 
+@pytest.fixture
+def fake_daemons(monkeypatch):
+    """``fake_daemons(*options)`` makes the link's ``spawn_daemon`` start the standalone fake
+    daemon (with ``options``, see lsp_fake_daemon.py) and returns the list its processes are
+    added to; every one is killed after the test (after the test's own clean-up)."""
+    started: list = []
+
+    def use(*options: str) -> list:
+        procs = _spawn_fake_daemons(monkeypatch, *options)
+        started.append(procs)
+        return procs
+    yield use
+    for procs in started:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def _spawn_fake_daemons(monkeypatch, *options: str) -> list:
-    """Make the link's ``spawn_daemon`` start the standalone fake daemon (with ``options``,
-    see lsp_fake_daemon.py); the started processes are returned in the list (the caller
-    kills them)."""
+    """Make the link's ``spawn_daemon`` start the standalone fake daemon (with ``options``);
+    the started processes are returned in the list."""
     import subprocess
     import sys
     from pathlib import Path
@@ -169,15 +186,12 @@ def _spawn_fake_daemons(monkeypatch, *options: str) -> list:
 
 
 @pytest_asyncio.fixture
-async def spawning_link(sock, monkeypatch):
+async def spawning_link(sock, fake_daemons):
     """(a DaemonLink that may start daemons, the fake daemons it started); all gone afterwards."""
-    procs = _spawn_fake_daemons(monkeypatch)
+    procs = fake_daemons()
     link = DaemonLink(sock, spawn=True, start_timeout=30)
     yield link, procs
     await link.close()
-    for p in procs:
-        p.kill()
-        p.wait()
 
 
 async def test_lost_daemon_is_reconnected_without_spawning_until_a_request(sock, spawning_link):
@@ -228,19 +242,16 @@ async def test_a_started_daemon_that_dies_slowly_is_replaced_without_backing_off
 
 
 async def test_a_started_daemon_that_dies_for_long_is_waited_for_not_taken_for_a_failed_start(
-        sock, monkeypatch):
+        sock, fake_daemons):
     """However long a daemon that served takes to exit (an indexing thread joined, a CUDA
     context torn down), its exit is no failed start: the next daemon starts once it is gone."""
-    procs = _spawn_fake_daemons(monkeypatch, "--linger", "2")
+    procs = fake_daemons("--linger", "2")
     link = DaemonLink(sock, spawn=True, start_timeout=30)
     try:
         assert (await link.call("status", None, 30))["daemon"]["server"] == "fake"
         await _first_dies_slowly_and_a_second_starts(link, procs)
     finally:
         await link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 async def _first_dies_slowly_and_a_second_starts(link: DaemonLink, procs) -> None:
@@ -258,12 +269,12 @@ async def _first_dies_slowly_and_a_second_starts(link: DaemonLink, procs) -> Non
     assert procs[0].poll() is not None and link.ready and link.spawned == 2
 
 
-async def test_editors_racing_to_restart_a_crashed_daemon_all_get_the_winner(sock, monkeypatch):
+async def test_editors_racing_to_restart_a_crashed_daemon_all_get_the_winner(sock, fake_daemons):
     """After a crash every editor's link starts a daemon at once; the losers' `ngramd serve`
     exits with code 3 (another is starting): they wait for the winner's socket, not back off."""
     from lsp_helpers import until
 
-    procs = _spawn_fake_daemons(monkeypatch, "--claim", "--load", "1")
+    procs = fake_daemons("--claim", "--load", "1")
     a = DaemonLink(sock, spawn=True, start_timeout=30)
     b = DaemonLink(sock, spawn=True, start_timeout=30)
     try:
@@ -280,9 +291,6 @@ async def test_editors_racing_to_restart_a_crashed_daemon_all_get_the_winner(soc
     finally:
         await a.close()
         await b.close()
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 async def test_a_connection_the_daemon_refuses_is_not_reconnected_in_a_loop(sock, monkeypatch):
@@ -386,7 +394,7 @@ async def test_request_during_a_connect_only_reconnect_starts_a_daemon(spawning_
     assert len(procs) == 1 and link.spawned == 1
 
 
-async def test_server_status_observe_starts_nothing(sock, monkeypatch):
+async def test_server_status_observe_starts_nothing(sock, fake_daemons):
     """``ngramd.status({spawn: false})`` with no daemon: "stopped", also while the
     reconnect after a loss (which only connects) is in flight; never a daemon started."""
     from lsp_helpers import until
@@ -394,7 +402,7 @@ async def test_server_status_observe_starts_nothing(sock, monkeypatch):
     from lsp.config import Settings
     from lsp.server import NgramdServer
 
-    procs = _spawn_fake_daemons(monkeypatch)
+    procs = fake_daemons()
     server = NgramdServer(Settings(), sock, spawn=True)
     try:
         status = await server.status(observe=True)
@@ -409,7 +417,7 @@ async def test_server_status_observe_starts_nothing(sock, monkeypatch):
         await server.link.close()
 
 
-async def test_server_status_observe_says_starting_only_while_a_daemon_may_be_started(sock, monkeypatch):
+async def test_server_status_observe_says_starting_only_while_a_daemon_may_be_started(sock, fake_daemons):
     """"starting" (the editor shows a spinner and keeps polling) only while the attempt
     in flight may start a daemon, as the editor's ``initialized`` does."""
     from lsp_helpers import until
@@ -417,7 +425,7 @@ async def test_server_status_observe_says_starting_only_while_a_daemon_may_be_st
     from lsp.config import Settings
     from lsp.server import NgramdServer
 
-    procs = _spawn_fake_daemons(monkeypatch)
+    procs = fake_daemons()
     server = NgramdServer(Settings(), sock, spawn=True)
     try:
         server.link.start()
@@ -428,19 +436,16 @@ async def test_server_status_observe_says_starting_only_while_a_daemon_may_be_st
         assert status["daemon"]["daemon"]["server"] == "fake" and len(procs) == 1
     finally:
         await server.link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
-async def test_server_status_observe_connects_to_a_daemon_started_elsewhere(sock, monkeypatch):
+async def test_server_status_observe_connects_to_a_daemon_started_elsewhere(sock, fake_daemons):
     """A poll finds a daemon another editor started (connect only, nothing started)."""
     from lsp_fake_daemon import FakeDaemon
 
     from lsp.config import Settings
     from lsp.server import NgramdServer
 
-    procs = _spawn_fake_daemons(monkeypatch)
+    procs = fake_daemons()
     server = NgramdServer(Settings(), sock, spawn=True)
     other = None
     try:
@@ -457,9 +462,6 @@ async def test_server_status_observe_connects_to_a_daemon_started_elsewhere(sock
         await server.link.close()
         if other is not None:
             await other.stop()
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 async def test_a_session_lost_before_any_answer_is_tried_again_at_once(sock):
@@ -496,13 +498,13 @@ async def test_after_the_socket_setting_changes_a_daemon_is_started_on_the_new_s
     assert procs[0].poll() is None  # the old one is left running (other editors may use it)
 
 
-async def test_a_failed_start_on_the_old_socket_does_not_hold_back_the_new_one(tmp_path, sock, monkeypatch):
+async def test_a_failed_start_on_the_old_socket_does_not_hold_back_the_new_one(tmp_path, sock, fake_daemons):
     """A daemon that cannot start on its socket (here its folder cannot be created) backs
     spawning off; the user's fix (another socket) starts a daemon at once, not after
     SPAWN_BACKOFF_S."""
     blocker = tmp_path / "file"
     blocker.write_text("")
-    procs = _spawn_fake_daemons(monkeypatch)
+    procs = fake_daemons()
     link = DaemonLink(str(blocker / "sub" / "d.sock"), spawn=True, start_timeout=30)
     try:
         with pytest.raises(DaemonUnavailable, match="before answering"):
@@ -512,12 +514,9 @@ async def test_a_failed_start_on_the_old_socket_does_not_hold_back_the_new_one(t
         assert link.spawned == 2 and len(procs) == 2
     finally:
         await link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
-async def test_a_daemon_whose_start_outlived_start_timeout_then_served_is_no_failed_start(sock, monkeypatch):
+async def test_a_daemon_whose_start_outlived_start_timeout_then_served_is_no_failed_start(sock, fake_daemons):
     """The first call gives up on a slow start (start_timeout); the next one reaches that daemon
     by the plain connect. The pid in its initialize answer marks it served, so when it later
     dies slowly its exit is not taken for a failed start (a back-off): the next one starts."""
@@ -528,7 +527,7 @@ async def test_a_daemon_whose_start_outlived_start_timeout_then_served_is_no_fai
     from lsp.config import Settings
     from lsp.server import NgramdServer
 
-    procs = _spawn_fake_daemons(monkeypatch, "--claim", "--load", "1", "--linger", "1")
+    procs = fake_daemons("--claim", "--load", "1", "--linger", "1")
     server = NgramdServer(Settings(), sock, spawn=True)  # its on_connect: initialize gives the pid
     link = server.link
     link.start_timeout = 0.3  # shorter than the load
@@ -542,9 +541,6 @@ async def test_a_daemon_whose_start_outlived_start_timeout_then_served_is_no_fai
         await _first_dies_slowly_and_a_second_starts(link, procs)
     finally:
         await link.close()
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 async def test_a_session_whose_initialize_timed_out_is_not_tried_again(sock):
