@@ -171,31 +171,73 @@ function expandHome(p: string, env: Environment): string {
   return p;
 }
 
+/** A workspace folder: its name (VS Code's `WorkspaceFolder.name`) and its file system path. */
+export interface NamedFolder {
+  name: string;
+  path: string;
+}
+
+/** A folder given as a bare path is named after its last component, as VS Code names it by default. */
+function named(folder: string | NamedFolder, p: typeof path.posix): NamedFolder {
+  return typeof folder === "string" ? { name: p.basename(folder), path: folder } : folder;
+}
+
+// `${workspaceFolder}` (the first folder) and `${workspaceFolder:name}` (the folder of that name)
+const WORKSPACE_FOLDER_VARIABLE = /\$\{workspaceFolder(?::([^}]*))?\}/g;
+
+/**
+ * `setting` with `${workspaceFolder}` and `${workspaceFolder:name}` replaced as VS Code's own
+ * variables are: the first folder, and the first folder named `name`. A variable that names
+ * no open folder is an error (never a path that silently points elsewhere).
+ */
+export function expandWorkspaceFolders(
+  setting: string,
+  folders: readonly NamedFolder[],
+  settingName: string,
+): { ok: true; value: string } | { ok: false; error: string } {
+  let error: string | undefined;
+  const value = setting.replace(WORKSPACE_FOLDER_VARIABLE, (variable: string, name: string | undefined) => {
+    const folder = name === undefined ? folders[0] : folders.find((f) => f.name === name);
+    if (folder) {
+      return folder.path;
+    }
+    if (error === undefined) {
+      const open = folders.length ? `open folders: ${folders.map((f) => JSON.stringify(f.name)).join(", ")}` : "no folder is open";
+      error = name === undefined
+        ? `${settingName} uses ${variable} but no folder is open: ${setting}`
+        : `${settingName} uses ${variable} but no workspace folder is named ${JSON.stringify(name)} (${open}): ${setting}`;
+    }
+    return variable;
+  });
+  return error === undefined ? { ok: true, value } : { ok: false, error };
+}
+
 /**
  * Where `ngramd` is, in this order:
- * 1. the `ngramd.serverPath` setting (`~` and `${workspaceFolder}` expanded; a relative
- *    path is taken from the first workspace folder) — if set, it must exist: a wrong
- *    explicit path is an error, never silently replaced by another binary;
+ * 1. the `ngramd.serverPath` setting (`~`, `${workspaceFolder}` and `${workspaceFolder:name}`
+ *    expanded; a relative path is taken from the first workspace folder) — if set, it must
+ *    exist: a wrong explicit path is an error, never silently replaced by another binary;
  * 2. `<folder>/.venv/bin/ngramd` in each workspace folder, in order;
  * 3. `ngramd` on PATH.
+ * A folder given as a plain path is named after its last component.
  */
 export function resolveServerPath(
   setting: string,
-  workspaceFolders: readonly string[],
+  folders: readonly (string | NamedFolder)[],
   env: Environment,
   plat: PlatformInfo,
 ): ResolvedServer {
   const win = plat.platform === "win32";
   const p = win ? path.win32 : path.posix;
   const exe = win ? "ngramd.exe" : "ngramd";
+  const namedFolders = folders.map((f) => named(f, p));
+  const workspaceFolders = namedFolders.map((f) => f.path);
   if (setting) {
-    let candidate = expandHome(setting, env);
-    if (candidate.includes("${workspaceFolder}")) {
-      if (workspaceFolders.length === 0) {
-        return { ok: false, error: `ngramd.serverPath uses \${workspaceFolder} but no folder is open: ${setting}` };
-      }
-      candidate = candidate.split("${workspaceFolder}").join(workspaceFolders[0]);
+    const expanded = expandWorkspaceFolders(expandHome(setting, env), namedFolders, "ngramd.serverPath");
+    if (!expanded.ok) {
+      return expanded;
     }
+    let candidate = expanded.value;
     if (!p.isAbsolute(candidate)) {
       if (workspaceFolders.length === 0) {
         return { ok: false, error: `ngramd.serverPath is relative but no folder is open: ${setting}` };
@@ -235,14 +277,30 @@ export interface InspectedSetting {
   workspaceFolderValue?: unknown;
 }
 
+/** The settings scopes a command can write, most specific last. */
+export type SettingScope = "global" | "workspace" | "workspaceFolder";
+
 /**
- * The scope a command must write a setting to for the write to take effect: the
- * workspace's when the workspace (or a folder of it) sets it, since that value wins
- * over the user's; else the user's (global) settings.
+ * The scope a command must write a setting to for the write to take effect: the most
+ * specific scope that sets it (a folder's value wins over the workspace's, which wins over
+ * the user's), since that is the one deciding the effective value; else the user's
+ * (global) settings. `inspected` must come from a configuration scoped to the resource
+ * (the active editor's document) for a folder's value to show.
  */
-export function settingScope(inspected: InspectedSetting | undefined): "workspace" | "global" {
-  if (inspected && (inspected.workspaceValue !== undefined || inspected.workspaceFolderValue !== undefined)) {
+export function settingScope(inspected: InspectedSetting | undefined): SettingScope {
+  if (inspected?.workspaceFolderValue !== undefined) {
+    return "workspaceFolder";
+  }
+  if (inspected?.workspaceValue !== undefined) {
     return "workspace";
   }
   return "global";
+}
+
+/** How a message names a scope: "the user settings", "the workspace settings", "the settings of folder "api"". */
+export function describeScope(scope: SettingScope, folderName?: string): string {
+  if (scope === "workspaceFolder") {
+    return folderName === undefined ? "the folder settings" : `the settings of folder ${JSON.stringify(folderName)}`;
+  }
+  return scope === "workspace" ? "the workspace settings" : "the user settings";
 }

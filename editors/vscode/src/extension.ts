@@ -24,7 +24,10 @@ import {
 } from "vscode-languageclient/node";
 
 import {
+  describeScope,
   initializationOptions,
+  InitializationOptions,
+  NamedFolder,
   needsRestart,
   NgramdSettings,
   readSettings,
@@ -85,8 +88,33 @@ function isExecutable(p: string): boolean {
   }
 }
 
-function workspaceFolderPaths(): string[] {
-  return (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath);
+function fileWorkspaceFolders(): NamedFolder[] {
+  return (vscode.workspace.workspaceFolders ?? [])
+    .filter((f) => f.uri.scheme === "file")
+    .map((f) => ({ name: f.name, path: f.uri.fsPath }));
+}
+
+/**
+ * `ngramd.enable` for a document: a folder of a multi-root workspace may set its own
+ * value (the setting is resource-scoped), which wins over the workspace's and the user's.
+ */
+function enabledFor(resource: vscode.Uri | undefined): boolean {
+  if (!resource) {
+    return settings.enable;
+  }
+  const cfg = vscode.workspace.getConfiguration("ngramd", resource);
+  return readSettings((key) => cfg.get(key)).enable;
+}
+
+/**
+ * The options for the server, whose `enabled` is one flag for all documents: on when any
+ * folder (or the workspace) enables completions. The client then answers locally for
+ * documents whose folder disables them (see the middleware).
+ */
+function serverInitializationOptions(): InitializationOptions {
+  const folders = vscode.workspace.workspaceFolders ?? [];
+  const enable = settings.enable || folders.some((f) => enabledFor(f.uri));
+  return initializationOptions({ ...settings, enable });
 }
 
 function showStatus(view: StatusView): void {
@@ -107,7 +135,7 @@ async function startClient(): Promise<void> {
   if (deactivated) {
     return;
   }
-  const resolved = resolveServerPath(settings.serverPath, workspaceFolderPaths(), process.env, {
+  const resolved = resolveServerPath(settings.serverPath, fileWorkspaceFolders(), process.env, {
     platform: process.platform,
     isExecutable,
   });
@@ -124,7 +152,7 @@ async function startClient(): Promise<void> {
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: initializationOptions(settings),
+    initializationOptions: serverInitializationOptions(),
     outputChannel: output,
     middleware: {
       workspace: {
@@ -134,9 +162,9 @@ async function startClient(): Promise<void> {
           return next(params, CancellationToken.None);
         },
       },
-      // Disabled: answer locally, so that no request reaches the server.
+      // Disabled (for this document's folder): answer locally, so that no request reaches the server.
       provideInlineCompletionItems: (document, position, ctx, token, next) => {
-        if (!settings.enable) {
+        if (!enabledFor(document.uri)) {
           return undefined;
         }
         pollPaused = false; // the server may start a daemon for this request: watch it again
@@ -270,15 +298,24 @@ async function showStatusCommand(): Promise<void> {
 }
 
 async function toggleCommand(): Promise<void> {
-  const cfg = vscode.workspace.getConfiguration("ngramd");
+  // The active editor's folder decides: in a multi-root workspace a folder may set
+  // ngramd.enable itself, and that value shadows the workspace's and the user's.
+  const resource = vscode.window.activeTextEditor?.document.uri;
+  const folder = resource ? vscode.workspace.getWorkspaceFolder(resource) : undefined;
+  const cfg = vscode.workspace.getConfiguration("ngramd", folder?.uri ?? resource);
+  const enable = !readSettings((key) => cfg.get(key)).enable;
   // The setting is the single source of truth; its change reaches the server through
   // workspace/didChangeConfiguration (see onDidChangeConfiguration below). It is written
-  // where its effective value comes from: a Global write under a workspace value is void.
-  const target =
-    settingScope(cfg.inspect("enable")) === "workspace"
-      ? vscode.ConfigurationTarget.Workspace
-      : vscode.ConfigurationTarget.Global;
-  await cfg.update("enable", !settings.enable, target);
+  // to the scope its effective value comes from: a write under a more specific value is void.
+  const scope = settingScope(cfg.inspect("enable"));
+  const target = {
+    workspaceFolder: vscode.ConfigurationTarget.WorkspaceFolder,
+    workspace: vscode.ConfigurationTarget.Workspace,
+    global: vscode.ConfigurationTarget.Global,
+  }[scope];
+  await cfg.update("enable", enable, target);
+  void vscode.window.showInformationMessage(
+    `ngramd: inline completions ${enable ? "enabled" : "disabled"} in ${describeScope(scope, folder?.name)}.`);
 }
 
 /** The user's instruction for a rewrite; undefined when the input box is dismissed. */
@@ -383,7 +420,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await restartClient();
       } else if (client && client.state === State.Running) {
         await client.sendNotification(DidChangeConfigurationNotification.type, {
-          settings: { ngramd: initializationOptions(settings) },
+          settings: { ngramd: serverInitializationOptions() },
         });
         void refreshStatus();
       }

@@ -9,6 +9,7 @@ import {
   readSettings,
   resolveServerPath,
   serverArgs,
+  settingScope,
 } from "../config";
 
 function getter(values: Record<string, unknown>) {
@@ -118,6 +119,49 @@ test("server path: ~, ${workspaceFolder} and relative settings", () => {
   assert.equal((resolveServerPath("tools/ngramd", ["/ws"], env, plat) as { path: string }).path, "/ws/tools/ngramd");
   assert.equal(resolveServerPath("tools/ngramd", [], env, plat).ok, false);
   assert.equal(resolveServerPath("${workspaceFolder}/tools/ngramd", [], env, plat).ok, false);
+});
+
+test("server path: ${workspaceFolder:name} is the folder of that name, as in VS Code's own variables", () => {
+  const plat = fakeFs(["/ws/tools/bin/ngramd", "/ws/api/bin/ngramd"]);
+  const env = { HOME: "/home/u", PATH: "" };
+  // folders given as paths are named after their last component (VS Code's default name)
+  assert.deepEqual(resolveServerPath("${workspaceFolder:tools}/bin/ngramd", ["/ws/api", "/ws/tools"], env, plat), {
+    ok: true,
+    path: "/ws/tools/bin/ngramd",
+    source: "setting",
+  });
+  // ${workspaceFolder} stays the first folder
+  assert.equal((resolveServerPath("${workspaceFolder}/bin/ngramd", ["/ws/api", "/ws/tools"], env, plat) as { path: string }).path,
+    "/ws/api/bin/ngramd");
+});
+
+test("server path: ${workspaceFolder:name} uses the folder's own name, not its directory's", () => {
+  const plat = fakeFs(["/src/backend-v2/bin/ngramd"]);
+  const folders = [{ name: "frontend", path: "/src/web" }, { name: "backend", path: "/src/backend-v2" }];
+  assert.equal((resolveServerPath("${workspaceFolder:backend}/bin/ngramd", folders, {}, plat) as { path: string }).path,
+    "/src/backend-v2/bin/ngramd");
+  assert.equal(resolveServerPath("${workspaceFolder:backend-v2}/bin/ngramd", folders, {}, plat).ok, false);
+});
+
+test("server path: ${workspaceFolder:name} naming no open folder is a clear error, not another path", () => {
+  const plat = fakeFs(["/ws/api/bin/ngramd", "/usr/bin/ngramd"]);
+  const r = resolveServerPath("${workspaceFolder:nope}/bin/ngramd", ["/ws/api", "/ws/tools"], { PATH: "/usr/bin" }, plat);
+  assert.equal(r.ok, false);
+  const error = (r as { error: string }).error;
+  assert.match(error, /no workspace folder is named "nope"/);
+  assert.match(error, /open folders: "api", "tools"/);
+  assert.match(error, /\$\{workspaceFolder:nope\}\/bin\/ngramd/, "the setting as written");
+  const none = resolveServerPath("${workspaceFolder:api}/bin/ngramd", [], {}, plat);
+  assert.equal(none.ok, false);
+  assert.match((none as { error: string }).error, /no workspace folder is named "api" \(no folder is open\)/);
+});
+
+test("a setting is written to the most specific scope that sets it (that value decides)", () => {
+  assert.equal(settingScope(undefined), "global");
+  assert.equal(settingScope({ globalValue: false }), "global");
+  assert.equal(settingScope({ globalValue: false, workspaceValue: true }), "workspace");
+  assert.equal(settingScope({ workspaceValue: true, workspaceFolderValue: false }), "workspaceFolder");
+  assert.equal(settingScope({ workspaceFolderValue: true }), "workspaceFolder");
 });
 
 test("server path: workspace .venv before PATH, first folder that has one", () => {

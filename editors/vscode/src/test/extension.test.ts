@@ -2,6 +2,7 @@
 // (fake_vscode.ts): what the extension sends to `ngramd lsp` and shows to the user.
 import { afterEach, beforeEach, mock, test } from "node:test";
 import * as assert from "node:assert/strict";
+import * as path from "node:path";
 
 import { Harness, loadExtension, settle } from "./fake_vscode";
 import { SERVER_COMMANDS } from "../commands";
@@ -66,6 +67,76 @@ test("toggle flips the effective setting, also when the workspace sets ngramd.en
   delete h.config.workspace.enable;
   await h.commands.get("ngramd.toggleCompletions")!();
   assert.equal(h.config.global.enable, false);
+});
+
+/** An active editor on a file, as far as the toggle and the middleware look at it. */
+function editorOn(fsPath: string) {
+  const uri = { scheme: "file", fsPath, toString: () => `file://${fsPath}` };
+  return { document: { uri, version: 1 }, selection: { isEmpty: true } };
+}
+
+test("toggle in a multi-root workspace overrides the active editor's folder value and says which scope it wrote", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }, { name: "web", path: "/ws/web" }];
+  h.config.workspace.enable = true;
+  h.config.folder.api = { enable: true };
+  await activate();
+  const toggle = h.commands.get("ngramd.toggleCompletions")!;
+  const middleware = h.clients[0].clientOptions.middleware as Record<string, Function>;
+  const asked: string[] = [];
+  const complete = (fsPath: string) =>
+    middleware.provideInlineCompletionItems(editorOn(fsPath).document, {}, {}, {}, async () => {
+      asked.push(fsPath);
+      return { items: [] };
+    });
+
+  h.window.activeTextEditor = editorOn("/ws/api/main.py");
+  await toggle();
+  assert.equal(h.config.folder.api.enable, false, "the folder's value, which shadows the workspace's, is the one written");
+  assert.equal(h.config.workspace.enable, true);
+  assert.match(h.messages.at(-1)!.text, /disabled in the settings of folder "api"/);
+  await complete("/ws/api/main.py");
+  await complete("/ws/web/app.ts");
+  assert.deepEqual(asked, ["/ws/web/app.ts"], "only the disabled folder's document is answered locally");
+  const sent = h.clients[0].notifications.at(-1) as { settings: { ngramd: { enabled: boolean } } };
+  assert.equal(sent.settings.ngramd.enabled, true, "the server stays on for the folder that still wants completions");
+
+  await toggle();
+  assert.equal(h.config.folder.api.enable, true);
+  assert.match(h.messages.at(-1)!.text, /enabled in the settings of folder "api"/);
+
+  // a folder without its own value: the workspace's decides, and is written
+  h.window.activeTextEditor = editorOn("/ws/web/app.ts");
+  await toggle();
+  assert.equal(h.config.workspace.enable, false);
+  assert.equal("enable" in h.config.folder.web, false, "no folder value is made up");
+  assert.match(h.messages.at(-1)!.text, /disabled in the workspace settings/);
+});
+
+test("toggle without a workspace value writes the user settings and says so", async () => {
+  h.config.global.enable = false;
+  await activate();
+  await h.commands.get("ngramd.toggleCompletions")!();
+  assert.equal(h.config.global.enable, true);
+  assert.match(h.messages.at(-1)!.text, /enabled in the user settings/);
+});
+
+test("serverPath with ${workspaceFolder:name} starts the server of the folder named so", async () => {
+  const dir = path.dirname(process.execPath);
+  h.folders = [{ name: "first", path: "/nonexistent" }, { name: "runtime", path: dir }];
+  h.config.global.serverPath = "${workspaceFolder:runtime}/" + path.basename(process.execPath);
+  await activate();
+  assert.equal(h.clients.length, 1, JSON.stringify(h.messages));
+  assert.equal((h.clients[0].serverOptions as { command: string }).command, process.execPath);
+});
+
+test("serverPath with ${workspaceFolder:name} of no open folder tells the user, and starts nothing", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }];
+  h.config.global.serverPath = "${workspaceFolder:nope}/bin/ngramd";
+  await activate();
+  assert.equal(h.clients.length, 0);
+  const errors = h.messages.filter((m) => m.kind === "error");
+  assert.equal(errors.length, 1);
+  assert.match(errors[0].text, /ngramd\.serverPath uses \$\{workspaceFolder:nope\} but no workspace folder is named "nope" \(open folders: "api"\)/);
 });
 
 test("restarts that overlap leave exactly one language server running", async () => {

@@ -87,8 +87,17 @@ export interface Harness {
   clients: FakeClient[];
   /** Registered VS Code commands by id. */
   commands: Map<string, (...args: unknown[]) => Promise<unknown>>;
-  /** Settings under `ngramd.` per scope; `get` returns the effective value. */
-  config: { global: Record<string, unknown>; workspace: Record<string, unknown>; workspaceFolder: Record<string, unknown> };
+  /**
+   * Settings under `ngramd.` per scope, folders' by folder name; `get` returns the effective
+   * value (a folder's applies to a configuration scoped to a resource inside that folder).
+   */
+  config: {
+    global: Record<string, unknown>;
+    workspace: Record<string, unknown>;
+    folder: Record<string, Record<string, unknown>>;
+  };
+  /** The open workspace folders (none: undefined, as VS Code gives with no folder open). */
+  folders: { name: string; path: string }[];
   configListeners: Listener[];
   statusItem: { text: string; tooltip: string };
   messages: { kind: string; text: string }[];
@@ -108,7 +117,8 @@ export function loadExtension(): Harness {
   const h = {
     clients: [] as FakeClient[],
     commands: new Map(),
-    config: { global: { serverPath: process.execPath }, workspace: {}, workspaceFolder: {} },
+    config: { global: { serverPath: process.execPath }, workspace: {}, folder: {} },
+    folders: [],
     configListeners: [] as Listener[],
     messages: [] as { kind: string; text: string }[],
     inputBoxAnswers: [] as (string | undefined)[],
@@ -117,13 +127,17 @@ export function loadExtension(): Harness {
     answer: async () => ({ connected: true, daemon: { generation: { drafted: 0, accepted: 0 } } }),
   } as unknown as Harness;
 
-  const effective = (key: string) => {
-    for (const scope of [h.config.workspaceFolder, h.config.workspace, h.config.global]) {
-      if (key in scope) {
-        return scope[key];
-      }
-    }
-    return undefined;
+  const uri = (fsPath: string) => ({ scheme: "file", fsPath, toString: () => `file://${fsPath}` });
+  const workspaceFolders = () => h.folders.map((f, index) => ({ name: f.name, index, uri: uri(f.path) }));
+  // The folder holding a resource (a Uri-like { fsPath }), as vscode.workspace.getWorkspaceFolder.
+  const folderOf = (resource: unknown) => {
+    const p = (resource as { fsPath?: string } | undefined)?.fsPath;
+    return p === undefined ? undefined
+      : workspaceFolders().find((f) => p === f.uri.fsPath || p.startsWith(f.uri.fsPath + path.sep));
+  };
+  const folderValues = (resource: unknown): Record<string, unknown> | undefined => {
+    const folder = folderOf(resource);
+    return folder && (h.config.folder[folder.name] ??= {});
   };
   const disposable = { dispose: () => undefined };
   const statusItem = { text: "", tooltip: "", command: "", backgroundColor: undefined, show() {}, hide() {}, dispose() {} };
@@ -172,23 +186,29 @@ export function loadExtension(): Harness {
     },
     workspace: {
       get workspaceFolders() {
-        return undefined;
+        return h.folders.length ? workspaceFolders() : undefined;
       },
-      getConfiguration: (section: string) => {
+      getWorkspaceFolder: folderOf,
+      getConfiguration: (section: string, resource?: unknown) => {
         if (section !== "ngramd") {
           throw new Error(`unexpected section ${section}`);
         }
+        const scopes = () => [folderValues(resource) ?? {}, h.config.workspace, h.config.global];
         return {
-          get: (key: string) => effective(key),
+          get: (key: string) => scopes().find((scope) => key in scope)?.[key],
           inspect: (key: string) => ({
             key: `ngramd.${key}`,
             globalValue: h.config.global[key],
             workspaceValue: h.config.workspace[key],
-            workspaceFolderValue: h.config.workspaceFolder[key],
+            workspaceFolderValue: folderValues(resource)?.[key],
           }),
           update: async (key: string, value: unknown, target: number | boolean | undefined) => {
-            const scope =
-              target === 3 ? h.config.workspaceFolder : target === 2 || target === false ? h.config.workspace : h.config.global;
+            const folder = folderValues(resource);
+            if (target === 3 && !folder) {
+              // VS Code refuses a folder write without a resource inside a folder
+              throw new Error("Unable to write to Folder Settings because no resource is provided.");
+            }
+            const scope = target === 3 ? folder! : target === 2 || target === false ? h.config.workspace : h.config.global;
             if (value === undefined) {
               delete scope[key];
             } else {
