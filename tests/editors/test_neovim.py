@@ -83,6 +83,8 @@ def test_plugin_against_fake_server(nvim: str, tmp_path: Path) -> None:
                      "changed during the prompt", "past the last line", "twice at once", "CRLF",
                      "server exits before answering",
                      "typing in Insert mode", "Replace mode", "<BS> after an accept", "another window",
+                     "<BS> right after an accept deletes the accepted text",
+                     "deletes across the accepted line break", "<BS> past the accepted text",
                      "<C-c>"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
 

@@ -714,10 +714,35 @@ local scenarios = {
     want = { "def add(a, b):", "    return a + b", "# done # keep" }, mode = "R",
   },
   {
-    -- Pins the documented limitation: <BS> restores what Replace mode overwrote after the
-    -- accept (" #"), never the "xyz" the typing overwrote before it (not into "# done");
-    -- past that it only moves left. (Only typeahead run in one go, feedkeys "x", made
-    -- 0.7.2 put "xyz" back inside the suggestion; typed keys do not.)
+    -- As in Insert mode: Replace mode's own <BS> would only move left over text it did not
+    -- type, leaving the suggestion in place ("ZZ" would then overwrite "on" of "done").
+    name = "Replace mode: <BS> right after an accept deletes the accepted text, as in Insert mode",
+    lines = { "def add(a, b):", "    xyz # keep" }, row = 2, col = 4, keys = "Rret",
+    want = { "def add(a, b):", "    return a + b", "# done # keep" }, mode = "R",
+    after = "<BS><BS><BS>ZZ", after_want = { "def add(a, b):", "    return a + b", "# dZZ keep" },
+  },
+  {
+    -- 6 <BS> delete "# done", the 7th the line break the suggestion brought ('backspace'
+    -- has "eol" by default), as Insert mode's <BS> does.
+    name = "Replace mode: <BS> right after an accept deletes across the accepted line break",
+    lines = { "def add(a, b):", "    xyz # keep" }, row = 2, col = 4, keys = "Rret",
+    want = { "def add(a, b):", "    return a + b", "# done # keep" }, mode = "R",
+    after = string.rep("<BS>", 7) .. "ZZ", after_want = { "def add(a, b):", "    return a + bZZ keep" },
+  },
+  {
+    -- 16 <BS> delete the accepted "urn a + b\n# done"; from there on <BS> is Replace mode's
+    -- own and restores the "xyz" that typing "ret" overwrote: the line is as it was.
+    name = "Replace mode: <BS> past the accepted text is Replace mode's own and restores what typing overwrote",
+    lines = { "def add(a, b):", "    xyz # keep" }, row = 2, col = 4, keys = "Rret",
+    want = { "def add(a, b):", "    return a + b", "# done # keep" }, mode = "R",
+    after = string.rep("<BS>", 19), after_want = { "def add(a, b):", "    xyz # keep" },
+  },
+  {
+    -- Once other keys are typed after the accept, <BS> is Replace mode's own again: it
+    -- restores what Replace mode overwrote after the accept (" #"), never the "xyz" the
+    -- typing overwrote before it (not into "# done"); past that it only moves left. (Only
+    -- typeahead run in one go, feedkeys "x", made 0.7.2 put "xyz" back inside the
+    -- suggestion; typed keys do not.)
     name = "Replace mode: <BS> after an accept restores no overwritten text inside the suggestion",
     lines = { "def add(a, b):", "    xyz # keep" }, row = 2, col = 4, keys = "Rret",
     want = { "def add(a, b):", "    return a + b", "# done # keep" }, mode = "R",

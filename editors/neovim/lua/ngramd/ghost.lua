@@ -267,6 +267,88 @@ function M.cycle(bufnr, delta)
   return false
 end
 
+-- Replace mode's own <BS> only restores characters this Replace session overwrote; over
+-- text it did not type (an accepted suggestion) it merely moves left. Right after an
+-- accept in Replace mode, <BS> deletes the accepted text instead, a character at a time
+-- as in Insert mode: a buffer-local <BS> mapping lives exactly as long as the cursor stays
+-- at the end of the (shrinking) accepted text with nothing else changed.
+-- bufnr -> { srow, scol, erow, ecol, tick }: the accepted text's start and end (0-based
+-- byte positions; the cursor is at the end) and the changedtick that goes with them.
+local accepted = {}
+
+--- Forgets the Replace-mode accept of `bufnr`; <BS> is Neovim's (or the user's) again.
+local function forget_accepted(bufnr)
+  if accepted[bufnr] then
+    accepted[bufnr] = nil
+    pcall(vim.keymap.del, "i", "<BS>", { buffer = bufnr })
+  end
+end
+
+--- Is the cursor still at the end of the text accepted in Replace mode, nothing else changed?
+local function at_accepted_end(bufnr)
+  local a = accepted[bufnr]
+  if not a or vim.api.nvim_get_current_buf() ~= bufnr or vim.fn.mode() ~= "R" then
+    return false
+  end
+  local row, col = cursor()
+  return row == a.erow and col == a.ecol and vim.api.nvim_buf_get_changedtick(bufnr) == a.tick
+end
+
+local function can_backspace_eol()
+  local bs = vim.o.backspace
+  return bs:find("eol", 1, true) ~= nil or bs == "2" or bs == "3"
+end
+
+--- The keys for <BS> while an accept is remembered (an expr mapping's value).
+function M.backspace_keys(bufnr)
+  if at_accepted_end(bufnr) then
+    return "<Cmd>lua require('ngramd.ghost').backspace_accepted(" .. bufnr .. ")<CR>"
+  end
+  return "<BS>"
+end
+
+--- Deletes the character before the cursor, which belongs to the text accepted in Replace
+--- mode (the line break before it at the start of a line, where 'backspace' allows "eol").
+function M.backspace_accepted(bufnr)
+  local a = accepted[bufnr]
+  if not at_accepted_end(bufnr) then
+    return forget_accepted(bufnr)
+  end
+  local row, col = a.erow, a.ecol
+  if col > 0 then
+    local line = line_at(bufnr, row)
+    col = col - 1 + vim.str_utf_start(line, col) -- the start of the character before the cursor
+  elseif can_backspace_eol() then
+    row = row - 1
+    col = #line_at(bufnr, row)
+  else
+    return forget_accepted(bufnr)
+  end
+  vim.api.nvim_buf_set_text(bufnr, row, col, a.erow, a.ecol, { "" })
+  vim.api.nvim_win_set_cursor(0, { row + 1, col })
+  a.erow, a.ecol, a.tick = row, col, vim.api.nvim_buf_get_changedtick(bufnr)
+  if row == a.srow and col <= a.scol then
+    forget_accepted(bufnr) -- all of it deleted: further <BS> is Replace mode's own
+  end
+end
+
+--- Remembers text just accepted in Replace mode, from (srow, scol) to the cursor.
+local function remember_accepted(bufnr, srow, scol)
+  forget_accepted(bufnr)
+  local erow, ecol = cursor()
+  if erow < srow or erow == srow and ecol <= scol then
+    return
+  end
+  local map = vim.fn.maparg("<BS>", "i", false, true)
+  if map.buffer == 1 then
+    return -- the buffer's own <BS> mapping (e.g. an autopairs plugin's) is left alone
+  end
+  accepted[bufnr] = { srow = srow, scol = scol, erow = erow, ecol = ecol, tick = vim.api.nvim_buf_get_changedtick(bufnr) }
+  vim.keymap.set("i", "<BS>", function()
+    return M.backspace_keys(bufnr)
+  end, { buffer = bufnr, expr = true, silent = true, desc = "ngramd: <BS> deletes the accepted suggestion" })
+end
+
 --- Inserts the drawn suggestion, replacing the item's range; returns true if it did.
 function M.accept(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
@@ -283,6 +365,9 @@ function M.accept(bufnr)
   vim.api.nvim_buf_set_text(bufnr, srow, scol, erow, ecol, lines)
   local crow, ccol = text.end_of_insert(srow, scol, lines)
   vim.api.nvim_win_set_cursor(0, { crow + 1, ccol })
+  if vim.fn.mode() == "R" then
+    remember_accepted(bufnr, row, col) -- the text after the cursor it was accepted at
+  end
   if item.command then
     local client = vim.lsp.get_client_by_id(s.client_id)
     if client then
@@ -306,6 +391,9 @@ function M.attach(bufnr)
     vim.api.nvim_create_autocmd(events, { group = group, buffer = bufnr, callback = callback })
   end
   on({ "TextChangedI", "CursorMovedI" }, function()
+    if not at_accepted_end(bufnr) then
+      forget_accepted(bufnr)
+    end
     M.on_change(bufnr)
   end)
   -- The extmark shows in every window on the buffer: leaving the window clears it
@@ -313,15 +401,20 @@ function M.attach(bufnr)
   -- which do not all fire InsertLeave (ModeChanged does).
   on({ "InsertLeave", "BufLeave", "WinLeave" }, function()
     M.dismiss(bufnr)
+    forget_accepted(bufnr)
   end)
   on("ModeChanged", function()
     local new = vim.v.event and vim.v.event.new_mode or vim.fn.mode()
     if not new:match("^[iR]") then
       M.dismiss(bufnr)
     end
+    if new ~= "R" then
+      forget_accepted(bufnr)
+    end
   end)
   on("BufUnload", function()
     M.dismiss(bufnr)
+    forget_accepted(bufnr)
     state[bufnr] = nil
     pcall(vim.api.nvim_del_augroup_by_id, group)
   end)
