@@ -95,6 +95,13 @@ class Completer:
 
         return run_edit(self, req, cancel)
 
+    def prepare_edit(self, uri: str, text: str, start: int, end: int,
+                     cancel: threading.Event | None = None) -> Any:
+        """Prefill an edit's prompt up to its instruction; see daemon/edit.py ``prepare_edit``."""
+        from daemon.edit import prepare_edit
+
+        return prepare_edit(self, uri, text, start, end, cancel)
+
     def decode(self, key: Hashable, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
                stopper: StopChecker, sampling: SamplingParams, forced: ForcedPrefix | None = None,
                cancel: threading.Event | None = None, propose_k: int | None = None, t0: float | None = None,
@@ -116,6 +123,19 @@ class Completer:
             out = generate(self.runtime, kv, prompt_ids, proposer, policy, stopper, sampling, forced, stats,
                            cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)
         return out, stats
+
+    def warm(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None
+             ) -> GenerationStats | None:
+        """Prefill ``prompt_ids`` (all but the last, as for any prompt) on the KV cache kept under
+        ``key`` and generate nothing: a later request on ``key`` whose prompt starts with them
+        prefills only the rest. None when cancelled (the chunks done so far stay cached)."""
+        stats = GenerationStats()
+        with self._lock:
+            kv = self.pool.get(key)
+            if not prefill(self.runtime, kv, prompt_ids, stats, cancel, self.cfg.prefill_chunk,
+                           reuse=self.cfg.reuse_kv):
+                return None
+        return stats
 
     def record(self, result: CompletionResult, t0: float) -> CompletionResult:
         """Stamp ``result`` with its time since ``t0`` and add it to the totals."""

@@ -178,6 +178,55 @@ def closed_answer(text: str, stop_reason: str, fence: str) -> str:
     return text + fence if stop_reason == "eos" else text  # eos after the last line's own newline
 
 
+# Two instructions whose first tokens differ: their prompts part where the instruction begins.
+_PLACEHOLDER_INSTRUCTIONS = ("a", "b")
+
+
+def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: str = "") -> list[int]:
+    """The edit prompt's token ids before the instruction: every instruction's prompt for this
+    range starts with them (the file around the range, the selection, the words before the
+    instruction), so they can be prefilled while the user is still typing it."""
+    first, second = (build_edit_prompt(runtime, text, start, end, placeholder, uri).prompt_ids
+                     for placeholder in _PLACEHOLDER_INSTRUCTIONS)
+    shared = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
+    return first[:shared]
+
+
+def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int,
+                 cancel: threading.Event | None = None) -> PreparedEdit:
+    """Prefill the prompt of an edit of ``text[start:end]`` up to its instruction, on the KV
+    cache the edit will use: the edit itself then prefills only the instruction and what
+    follows. Output is unchanged: the edit reuses the cached prefix as any request on a
+    warm cache does. Raises ValueError for a bad range or a prompt longer than the model's
+    positions."""
+    if not isinstance(text, str):
+        raise ValueError("text must be a string")
+    check_range(text, start, end)
+    ids = instruction_free_prefix(completer.runtime, text, start, end, uri)
+    limit = model_positions(completer.runtime)
+    if limit is not None and len(ids) > limit:
+        raise ValueError(f"the edit is too long to rewrite: the prompt before the instruction has "
+                         f"{len(ids)} tokens, the model has {limit} positions; select less")
+    stats = completer.warm(edit_cache_key(uri), ids, cancel)
+    if stats is None:
+        return PreparedEdit(len(ids), 0, 0, cancelled=True)
+    return PreparedEdit(len(ids), stats.prefill_tokens, stats.reused_tokens)
+
+
+@dataclass(frozen=True)
+class PreparedEdit:
+    """What ``prepare_edit`` did: the prefix's tokens, those it ran through the model, and
+    those already cached (an edit of the same range prepared before)."""
+
+    tokens: int
+    prefilled: int
+    reused: int
+    cancelled: bool = False
+
+    def to_dict(self) -> dict[str, int]:
+        return {"tokens": self.tokens, "prefilled": self.prefilled, "reused": self.reused}
+
+
 def edit_proposer(ep: EditPrompt, index: Any | None, uri: str,
                   config: EditProposerConfig | None = None) -> EditProposer:
     """The original as the draft; the fallback is the n-gram index and the output so far,

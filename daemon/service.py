@@ -35,7 +35,7 @@ from daemon.requests import (
 )
 from daemon.rpc import CONTENT_MODIFIED, DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
-from daemon.worker import Job, Worker
+from daemon.worker import PREPARE, Job, Worker
 
 log = logging.getLogger("ngramd.service")
 
@@ -240,6 +240,22 @@ class Service:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
         return await self._run_job("edit", conn, p, lambda cancel: self.completer.edit(req, cancel))
+
+    async def _m_prepareEdit(self, conn: int, p: dict) -> Any:
+        """Prefill an edit's prompt up to its instruction while the user types it; the job gives
+        way to any other request (daemon/worker.py, "preempted")."""
+        uri = _uri(p)
+        text = self._document_text(uri, p)
+        start = _req_int(p, "start", 0, len(text))
+        end = _req_int(p, "end", start, len(text))
+        prepare = getattr(self.completer, "prepare_edit", None)
+        if not callable(prepare):
+            raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'prepareEdit'")
+        try:  # an edit of this range could never run: say so now, not when the edit is asked
+            self._check_edit_length(text, start, end, "")
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc)) from None
+        return await self._run_job(PREPARE, conn, p, lambda cancel: prepare(uri, text, start, end, cancel))
 
     def _check_edit_length(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError for an edit too long for the model, judged from characters (nothing is

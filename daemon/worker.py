@@ -7,8 +7,12 @@ Vocabulary:
   that uri — a queued one is dropped before it runs, the running one has its
   Event set. Only the same kind: a completion asked while a rewrite of the
   document runs (the editor asks on every pause) must not throw the rewrite away.
+- *preempted*: a ``prepare`` job (work done ahead of a request the user has not
+  made yet, e.g. an edit's prompt prefilled while its instruction is typed) gives
+  way to any other job: it is cancelled when one is queued, so it never delays
+  a request. What it finished stays useful (a prefill keeps its done chunks).
 - *cancelled*: the job's future fails with ``REQUEST_CANCELLED`` (reason in the
-  message: "cancelled", "superseded", "client disconnected", "shutdown").
+  message: "cancelled", "superseded", "preempted", "client disconnected", "shutdown").
 
 Only one thread touches the model, so the engine needs no locking; the asyncio
 loop only enqueues and awaits futures, so it stays responsive while a long
@@ -32,9 +36,12 @@ log = logging.getLogger("ngramd.worker")
 _ids = itertools.count(1)
 
 
+PREPARE = "prepare"  # the kind of a job that gives way to any other (see "preempted" above)
+
+
 @dataclass(eq=False)
 class Job:
-    kind: str  # "complete" | "edit"
+    kind: str  # "complete" | "edit" | PREPARE
     uri: str
     fn: Callable[[threading.Event], Any]  # runs on the worker thread
     future: asyncio.Future
@@ -93,6 +100,8 @@ class Worker:
                 job.resolve(error=RpcError(REQUEST_CANCELLED, "the daemon is shutting down"))
                 return
             self._cancel_where(lambda j: j.uri == job.uri and j.kind == job.kind, "superseded")
+            if job.kind != PREPARE:
+                self._cancel_where(lambda j: j.kind == PREPARE, "preempted")
             if len(self._queue) >= self.max_queued:  # a flood of distinct uris
                 self.counts["refused"] += 1
                 job.resolve(error=RpcError(INTERNAL_ERROR, f"busy: {len(self._queue)} requests queued"))

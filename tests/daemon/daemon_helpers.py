@@ -54,6 +54,17 @@ class FakeCompleter:
         return CompletionResult(text, [ord(c) for c in text], "", GenerationStats(generated=len(text)),
                                 stop_reason="eos")
 
+    def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None) -> Any:
+        """What the real one reports, by characters (blocks like ``complete`` on ``BLOCK``)."""
+        from daemon.edit import PreparedEdit
+
+        self.calls.append(uri)
+        if "BLOCK" in text:
+            self.started.set()
+            cancel.wait(30)
+            return PreparedEdit(0, 0, 0, cancelled=True)
+        return PreparedEdit(end + 1, end, 0)
+
 
 class FakeIndex:
     """Records the calls the service makes; ``index_workspace`` lists files."""

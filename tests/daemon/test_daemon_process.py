@@ -200,6 +200,26 @@ def test_newer_request_supersedes_the_older(daemon):
         assert 1 <= len(c.wait(new)["token_ids"]) <= 4
 
 
+def test_a_prepared_edit_prefills_only_its_instruction_and_answers_as_unprepared(daemon):
+    """prepareEdit (sent when the editor asks for the instruction) fills the edit's KV cache up
+    to the instruction; the edit then reuses it and its answer is the same token for token."""
+    with daemon.client() as c:
+        uri = "file:///tmp/ngd-prepare.py"
+        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
+        edit = {"uri": uri, "start": 0, "end": len(SOURCE), "instruction": "rename n to count",
+                "maxTokens": 12}
+        cold = c.call("edit", edit)
+        c.call("close", {"uri": uri})  # drops the document's KV caches
+        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
+        prepared = c.call("prepareEdit", {"uri": uri, "start": edit["start"], "end": edit["end"], "version": 1})
+        assert prepared["prefilled"] == prepared["tokens"] - 1 > 40 and prepared["reused"] == 0
+        warm = c.call("edit", edit)
+        assert warm["token_ids"] == cold["token_ids"] and warm["text"] == cold["text"]
+        assert warm["stats"]["reused_tokens"] == prepared["prefilled"]
+        assert warm["stats"]["prefill_tokens"] == cold["stats"]["prefill_tokens"] - prepared["prefilled"]
+        c.call("close", {"uri": uri})
+
+
 def test_file_events_update_the_index(daemon):
     with daemon.client() as c:
         wait_until(lambda: all(f["state"] == "ready" for f in c.call("status")["workspace"]["folders"]))

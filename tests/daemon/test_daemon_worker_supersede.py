@@ -49,3 +49,19 @@ def test_a_newer_job_of_the_same_kind_and_document_supersedes_the_older():
     assert out == ["done", "request superseded", "done", "done"]
     out = asyncio.run(_outcomes([("edit", "file:///a.py"), ("edit", "file:///a.py")]))
     assert out == ["request superseded", "done"]
+
+
+def test_a_prepare_job_gives_way_to_any_other_job():
+    """Work ahead of a request (an edit's prompt prefilled while its instruction is typed)
+    never delays one: any other job, of any document, preempts it, running or queued."""
+    out = asyncio.run(_outcomes([("prepare", "file:///a.py"), ("complete", "file:///b.py")]))
+    assert out == ["request preempted", "done"]
+    out = asyncio.run(_outcomes([("complete", "file:///b.py"), ("prepare", "file:///a.py"),
+                                 ("edit", "file:///a.py")]))
+    assert out == ["done", "request preempted", "done"]
+
+
+def test_a_prepare_job_does_not_preempt_another_documents_prepare():
+    out = asyncio.run(_outcomes([("prepare", "file:///a.py"), ("prepare", "file:///b.py"),
+                                 ("prepare", "file:///b.py")]))
+    assert out == ["done", "request superseded", "done"]

@@ -1,0 +1,98 @@
+"""An edit's prompt prefilled up to its instruction, while the user types it (prepare_edit)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from daemon.edit import edit_cache_key, instruction_free_prefix, prepare_edit, run_edit
+from daemon.edit_prompt import EditRangeError, build_edit_prompt
+from daemon.requests import EditRequest
+
+SRC = '''import math
+
+
+def norm(values):
+    """Euclidean norm."""
+    s = 0
+    for v in values:
+        s += v * v
+    return math.sqrt(s)
+'''
+START = SRC.index("def norm")
+END = len(SRC)
+URI = "file:///w/norm.py"
+INSTRUCTIONS = ["rename s to total", "Add type hints.", "x", "  use sum() ", "'quote' first", "42 things", "(paren)"]
+
+
+@pytest.fixture
+def completer(tiny_runtime):
+    from daemon.completer import Completer
+    from daemon.engine import EngineConfig
+
+    return Completer(tiny_runtime, None, EngineConfig(calibrate=False))
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_every_instructions_prompt_starts_with_the_prepared_prefix(tok_runtime, chat):
+    runtime = tok_runtime if chat else SimpleNamespace(
+        tokenizer=SimpleNamespace(chat_template=None), eos_token_id=tok_runtime.eos_token_id,
+        encode=tok_runtime.encode)
+    prefix = instruction_free_prefix(runtime, SRC, START, END, URI)
+    assert len(prefix) > 40  # the file around the range and the selection, not a few tokens
+    for instruction in INSTRUCTIONS:
+        ids = build_edit_prompt(runtime, SRC, START, END, instruction, URI).prompt_ids
+        assert ids[:len(prefix)] == prefix, instruction
+        assert len(ids) > len(prefix)  # the instruction itself is not in it
+    assert tok_runtime.decode(prefix).endswith("Instruction:")
+
+
+def _edit(completer, instruction, speculate=True):
+    req = EditRequest(uri=URI, text=SRC, start=START, end=END, instruction=instruction, max_tokens=24,
+                      speculate=speculate)
+    return run_edit(completer, req, threading.Event())
+
+
+@pytest.mark.parametrize("speculate", [True, False])
+def test_a_prepared_edit_prefills_only_its_instruction_and_answers_as_a_cold_one(
+        tiny_runtime, completer, speculate):
+    cold = _edit(completer, "rename s to total", speculate)
+    completer.drop_cache(URI)
+    prepared = completer.prepare_edit(URI, SRC, START, END, threading.Event())
+    assert not prepared.cancelled and prepared.reused == 0
+    assert prepared.prefilled == prepared.tokens - 1  # all but the last token, as for any prompt
+    warm = _edit(completer, "rename s to total", speculate)
+    assert warm.token_ids == cold.token_ids and warm.text == cold.text
+    assert warm.stats.reused_tokens == prepared.prefilled
+    prompt_len = len(build_edit_prompt(tiny_runtime, SRC, START, END, "rename s to total", URI).prompt_ids)
+    assert warm.stats.prefill_tokens == prompt_len - 1 - prepared.prefilled < 25  # the instruction's tail
+    assert cold.stats.prefill_tokens == prompt_len - 1
+
+
+def test_preparing_the_same_range_again_reuses_the_cached_prefix(completer):
+    first = completer.prepare_edit(URI, SRC, START, END)
+    again = completer.prepare_edit(URI, SRC, START, END)
+    assert again.tokens == first.tokens and again.reused == first.tokens - 1 and again.prefilled == 0
+    other = completer.prepare_edit(URI, SRC, SRC.index("    s = 0"), END)  # another selection: a new prefix
+    assert 0 < other.reused < other.tokens - 1 and other.prefilled > 0
+
+
+def test_a_prepare_cancelled_before_it_starts_says_so(completer):
+    cancel = threading.Event()
+    cancel.set()
+    prepared = prepare_edit(completer, URI, SRC, START, END, cancel)
+    assert prepared.cancelled and prepared.prefilled == 0 and len(completer.pool.get(edit_cache_key(URI))) == 0
+
+
+def test_bad_ranges_and_prompts_too_long_are_clear_errors(completer, tiny_runtime, monkeypatch):
+    with pytest.raises(EditRangeError, match="after end"):
+        completer.prepare_edit(URI, SRC, 10, 5)
+    with pytest.raises(EditRangeError, match="outside the document"):
+        completer.prepare_edit(URI, SRC, 0, len(SRC) + 1)
+    with pytest.raises(ValueError, match="text must be a string"):
+        completer.prepare_edit(URI, None, 0, 0)
+    monkeypatch.setattr(tiny_runtime.model.config, "max_position_embeddings", 50)
+    with pytest.raises(ValueError, match="too long to rewrite.*before the instruction"):
+        completer.prepare_edit(URI, SRC, START, END)
