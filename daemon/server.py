@@ -18,6 +18,11 @@ Errors, and where they go:
   unsynchronisable: an ``error`` notification is sent and the connection is
   closed. The daemon itself keeps serving every other client.
 
+End of input: a client that closed its socket has its requests cancelled. One that only
+shut its write side (``shutdown(SHUT_WR)``, as ``socat`` and ``nc -N`` do) still reads:
+it gets the answer to every request received (a truncated last message is dropped),
+and the ``exiting`` notice if the daemon stops meanwhile, then the connection closes.
+
 Security: only ``AF_UNIX``; the socket is created under umask 0o177 (so it is
 never briefly world-accessible) and then chmod 0600.
 """
@@ -28,6 +33,7 @@ import asyncio
 import itertools
 import logging
 import os
+import select
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -45,6 +51,9 @@ SHUTDOWN_GRACE_S = 2.0
 # requests of one connection being handled or waiting to send their answer; past this the
 # connection is not read until some finish (a client that never reads cannot pile up tasks)
 MAX_IN_FLIGHT = 64
+# how often a half-closed connection waiting for its answers is checked for a full close
+# (asyncio no longer watches a socket once it has read its end of input)
+HANGUP_POLL_S = 0.1
 _conn_ids = itertools.count(1)
 
 
@@ -87,6 +96,7 @@ class Server:
         self.max_in_flight = MAX_IN_FLIGHT
         self.connections: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._stop: asyncio.Event | None = None  # set once the daemon is to exit (run)
 
     async def start(self) -> None:
         old = os.umask(0o177)
@@ -100,7 +110,7 @@ class Server:
     async def run(self, on_ready: Callable[[], None] | None = None) -> None:
         """Start, call ``on_ready``, serve until ``shutdown`` or SIGTERM/SIGINT."""
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
+        stop = self._stop = asyncio.Event()
         self.service.shutdown_requested = stop
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -154,6 +164,8 @@ class Server:
             while not conn.closed:
                 data = await reader.read(READ_CHUNK)
                 if not data:
+                    if not _peer_hung_up(writer):  # only its write side is shut: it still reads
+                        await self._answer_half_closed(conn)
                     break
                 try:
                     objs = frames.feed(data)
@@ -178,6 +190,18 @@ class Server:
                 writer.close()
             except Exception:
                 pass
+
+    async def _answer_half_closed(self, conn: Connection) -> None:
+        """Wait until every request ``conn`` sent is answered; if the daemon is exiting, until
+        ``close`` has sent it the ``exiting`` notice and closed it. Returns early when the
+        client closes its socket meanwhile (its requests are then cancelled, as at a close)."""
+        while conn.tasks and not conn.closed:
+            await asyncio.wait(set(conn.tasks), timeout=HANGUP_POLL_S)
+            if _peer_hung_up(conn.writer):
+                return
+        # a `shutdown` request sets the event before its answer is written, so it is seen here
+        if self._stop is not None and self._stop.is_set() and not conn.closed:
+            await conn.writer.wait_closed()
 
     async def _wait_for_room(self, conn: Connection) -> None:
         """Back-pressure: hold off reading while ``max_in_flight`` requests are pending."""
@@ -229,4 +253,16 @@ class Server:
         self.service.errors[code] += 1
 
 
-
+def _peer_hung_up(writer: asyncio.StreamWriter) -> bool:
+    """True when the client closed its socket, not just shut its write side (both read as end
+    of input). Linux reports POLLHUP only for the former; where it is not reported this says
+    False, and the answers of a client that left are dropped when written."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or not hasattr(select, "poll"):
+        return False
+    fd = sock.fileno()
+    if fd < 0:  # the transport closed it
+        return True
+    poller = select.poll()
+    poller.register(fd, 0)  # no events asked for: hang-up and error are reported anyway
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
