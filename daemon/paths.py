@@ -17,6 +17,14 @@ never lets two daemons hold two different lock files): the holder unlinks the
 path *while still holding* the flock, then unlocks; an acquirer, once its flock
 succeeds, checks that the path still names the inode it locked, and otherwise
 (it locked a file just unlinked) closes it and tries again on the new path.
+
+Probes: ``lock_holder`` (``ngramd status``/``stop``, the LSP waiting for a daemon) takes a
+*shared* flock for an instant to learn whether a daemon holds the lock. An acquirer whose
+exclusive flock fails therefore tries a shared one: if that succeeds no daemon holds the
+lock, only probes (or another starter doing the same test), so it lets go and tries the
+exclusive lock again (for at most ``PROBE_WAIT_S``) rather than report a daemon that is
+not there. Only an exclusive holder makes it raise AlreadyRunning, so two daemons still
+never hold the lock together.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import fcntl
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 import platformdirs
@@ -36,6 +45,11 @@ MAX_SOCKET_PATH_BYTES = 103
 # tries to lock ``<socket>.lock`` when it keeps being removed under us (each retry means a
 # daemon exited between our open and our flock; more than a few in a row is not a race)
 LOCK_ATTEMPTS = 10
+# how long an acquirer waits while the lock is held by probes only (each holds it for an
+# instant: longer means something other than ngramd holds it), and the pause between tries
+PROBE_WAIT_S = 5.0
+PROBE_RETRY_S = 0.001
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
 class NotASocket(OSError):
@@ -104,14 +118,9 @@ class SocketLock:
         for _ in range(LOCK_ATTEMPTS):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                holder = _read_pid(fd)
+                self._lock_exclusive(fd)
+            except BaseException:
                 os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    who = f" (pid {holder})" if holder else ""
-                    raise AlreadyRunning(f"another ngramd daemon{who} is running or starting "
-                                         f"on {self.path.with_suffix('')}") from exc
                 raise
             if _names_inode(self.path, fd):
                 os.ftruncate(fd, 0)
@@ -120,6 +129,32 @@ class SocketLock:
                 return
             os.close(fd)  # its holder removed it on exit after we opened it: take the new file
         raise OSError(f"could not lock {self.path}: it was removed {LOCK_ATTEMPTS} times while locking")
+
+    def _lock_exclusive(self, fd: int) -> None:
+        """flock ``fd`` exclusively; AlreadyRunning when a daemon (an exclusive holder) has it.
+        Waits out probes (shared holders), see the module docstring."""
+        deadline = time.monotonic() + PROBE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in _BUSY:
+                    raise
+            try:  # a shared lock is granted only while nobody holds it exclusively
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in _BUSY:
+                    raise
+                holder = _read_pid(fd)
+                who = f" (pid {holder})" if holder else ""
+                raise AlreadyRunning(f"another ngramd daemon{who} is running or starting "
+                                     f"on {self.path.with_suffix('')}") from exc
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            if time.monotonic() > deadline:
+                raise OSError(f"{self.path} has been locked shared (not by an ngramd daemon) "
+                              f"for {PROBE_WAIT_S:.0f} s")
+            time.sleep(PROBE_RETRY_S)
 
     def release(self) -> None:
         """Remove the lock file, then unlock (the order the protocol above needs)."""

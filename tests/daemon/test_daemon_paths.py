@@ -165,3 +165,52 @@ def test_status_text_shows_the_packed_weight_copies():
     assert "rss 1024.0 MiB  (packed weight copies 513.0 MiB)" in format_status(status)
     status["model"]["packed_weights_bytes"] = 0  # none (a GPU, or a model too big to pack)
     assert "packed" not in format_status(status)
+
+
+def test_a_status_probe_never_makes_a_starting_daemon_fail(tmp_path, monkeypatch):
+    """`ngramd status`/`stop` and the LSP (lock_holder) take a shared lock on the lock file for
+    an instant to see who holds it. A daemon claiming the socket in that instant waits for the
+    probe to let go instead of reporting "already running" with no daemon there. Here the
+    probe is held at that instant: it lets go only once the claim has met its lock."""
+    import fcntl
+    import threading
+
+    import daemon.paths as paths
+
+    sock = tmp_path / "s.sock"
+    sock.with_name(sock.name + ".lock").touch()  # left by an earlier daemon: the probe opens it
+    monkeypatch.setattr(paths, "PROBE_WAIT_S", 600.0, raising=False)  # no deadline in play
+    real_flock = fcntl.flock
+    claim_met_the_probe = threading.Event()
+    outcome: list = []
+
+    def claim() -> None:
+        try:
+            outcome.append(claim_socket(sock))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    starter = threading.Thread(target=claim)
+
+    def flock(fd, operation):
+        if operation == fcntl.LOCK_UN and threading.current_thread() is threading.main_thread():
+            starter.start()  # the probe holds its shared lock: a daemon starts now
+            assert claim_met_the_probe.wait(60)
+        try:
+            return real_flock(fd, operation)
+        except OSError:
+            if threading.current_thread() is starter and operation & fcntl.LOCK_EX:
+                claim_met_the_probe.set()
+            raise
+
+    monkeypatch.setattr(paths.fcntl, "flock", flock)
+    assert paths.lock_holder(sock) is None  # the probe: nobody holds the lock
+    starter.join(60)
+    monkeypatch.undo()
+    assert len(outcome) == 1 and isinstance(outcome[0], paths.SocketLock), outcome
+    try:
+        assert paths.lock_holder(sock) == os.getpid()  # the daemon holds it
+        with pytest.raises(AlreadyRunning):  # and a second daemon is still refused
+            claim_socket(sock)
+    finally:
+        outcome[0].release()
