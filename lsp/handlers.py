@@ -8,6 +8,10 @@ Commands:
   (ContentModified) rather than applied to the wrong text. The rewrite code action
   carries no instruction (null), so that a client can ask the user for one; the server
   then uses ``DEFAULT_INSTRUCTION``.
+- ``ngramd.prepareRewrite(uri, range, version?)``: the daemon's ``prepareEdit``: an editor
+  sends it when it starts asking the user for a rewrite's instruction, so that the
+  daemon prefills the rewrite's prompt meanwhile. Answers the daemon's figures, or null
+  when nothing was prepared (it is only a head start: it never fails the editor).
 - ``ngramd.status()``: settings, connection state, counters and the daemon's status.
 - ``ngramd.toggle(enabled?)``: flip (or set) ``enabled``; returns the new value.
 """
@@ -27,6 +31,7 @@ from lsp.server import NgramdServer
 log = logging.getLogger(__name__)
 
 REWRITE = "ngramd.rewriteSelection"
+PREPARE_REWRITE = "ngramd.prepareRewrite"
 STATUS = "ngramd.status"
 TOGGLE = "ngramd.toggle"
 REWRITE_TITLE = "Rewrite selection with ngramd"
@@ -148,6 +153,13 @@ def register(server: NgramdServer) -> None:
             log.warning("the editor did not apply the rewrite: %s", getattr(applied, "failure_reason", None))
         return _unstructure(ls, edit)
 
+    @server.command(PREPARE_REWRITE)
+    async def prepare_rewrite(ls: NgramdServer, *args: Any) -> Any:
+        if not 2 <= len(args) <= 3:
+            raise JsonRpcInvalidParams(f"{PREPARE_REWRITE} takes [uri, range, version?], got {len(args)} arguments")
+        uri, rng, version = _uri_range_version(ls, PREPARE_REWRITE, args[0], args[1], args[2] if len(args) == 3 else None)
+        return await ls.prepare_edit(uri, rng, version)
+
     @server.command(STATUS)
     async def status(ls: NgramdServer, *args: Any) -> dict[str, Any]:
         # [{"spawn": false}]: an editor's poll, which must never start a daemon
@@ -190,20 +202,25 @@ def _rewrite_args(ls: NgramdServer, args: list[Any]) -> tuple[str, types.Range, 
     if not 2 <= len(args) <= 4:
         raise JsonRpcInvalidParams(f"{REWRITE} takes [uri, range, instruction?, version?], "
                                    f"got {len(args)} arguments")
-    uri, raw_range = args[0], args[1]
     instruction = args[2] if len(args) >= 3 and args[2] is not None else DEFAULT_INSTRUCTION
-    version = args[3] if len(args) == 4 else None
-    if not isinstance(uri, str) or not uri:
-        raise JsonRpcInvalidParams(f"{REWRITE}: uri must be a string, got {uri!r}")
     if not isinstance(instruction, str):
         raise JsonRpcInvalidParams(f"{REWRITE}: instruction must be a string, got {instruction!r}")
+    uri, rng, version = _uri_range_version(ls, REWRITE, args[0], args[1], args[3] if len(args) == 4 else None)
+    return uri, rng, instruction, version
+
+
+def _uri_range_version(ls: NgramdServer, command: str, uri: Any, raw_range: Any,
+                       version: Any) -> tuple[str, types.Range, int | None]:
+    """A command's document, range and (optional) version, with errors that say what is wrong."""
+    if not isinstance(uri, str) or not uri:
+        raise JsonRpcInvalidParams(f"{command}: uri must be a string, got {uri!r}")
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
-        raise JsonRpcInvalidParams(f"{REWRITE}: version must be an integer or null, got {version!r}")
+        raise JsonRpcInvalidParams(f"{command}: version must be an integer or null, got {version!r}")
     try:
         rng = ls.protocol._converter.structure(raw_range, types.Range)
     except Exception as exc:
-        raise JsonRpcInvalidParams(f"{REWRITE}: range must be an LSP Range, got {raw_range!r}") from exc
-    return uri, rng, instruction, version
+        raise JsonRpcInvalidParams(f"{command}: range must be an LSP Range, got {raw_range!r}") from exc
+    return uri, rng, version
 
 
 async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str,

@@ -435,6 +435,24 @@ class NgramdServer(LanguageServer):
                 f"{uri} changed while ngramd rewrote it (version {at}, now {doc.version}); ask again")
         return Rewrite(uri, at, replaced, result["text"])
 
+    async def prepare_edit(self, uri: str, rng: types.Range, version: int | None = None) -> dict[str, Any] | None:
+        """Ask the daemon to prefill a rewrite's prompt of ``rng`` up to its instruction (the
+        editor is asking the user for it). None when nothing was prepared: a document too
+        large or at another version, a daemon that refused, is busy (the job gives way to any
+        request) or is away. Never raises for those: a head start is no request of the user's.
+        """
+        doc = self.require_document(uri)
+        if doc.uri in self._too_large or (version is not None and version != doc.version):
+            return None
+        start, end = self.range_of(doc, rng)
+        params = {"uri": doc.uri, "start": start, "end": end, "version": doc.version or 0}
+        try:
+            result = await self.link.call("prepareEdit", params, max(self.settings.timeout_ms / 1000, 30.0))
+        except (DaemonError, DaemonUnavailable) as exc:
+            log.debug("no rewrite prepared for %s: %s", doc.uri, exc)
+            return None
+        return result if isinstance(result, dict) else None
+
     # -- status -----------------------------------------------------------------------
 
     async def status(self, observe: bool = False) -> dict[str, Any]:

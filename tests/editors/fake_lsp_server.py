@@ -24,6 +24,8 @@ workspace/executeCommand:
   document's is refused with ContentModified (as the real server does). Every version
   received (None when absent) is in the status's ``rewrite_versions``. The instruction
   ``exit-before-answering`` ends this server at once (a crash mid-request)
+- ngramd.prepareRewrite uri range version -> null; the arguments are in the status's
+  ``prepared``, and every rewrite command's name in ``commands``, in arrival order
 - fake.document uri        -> the server's copy of the document (incremental sync check)
 """
 
@@ -39,7 +41,7 @@ from pygls.lsp.server import LanguageServer
 
 server = LanguageServer("fake-ngramd", "0.0")
 seen: dict[str, Any] = {"init": None, "settings": [], "triggers": [], "enabled": True,
-                        "rewrite_versions": []}
+                        "rewrite_versions": [], "prepared": [], "commands": []}
 
 TARGET = "return a + b"
 
@@ -106,7 +108,15 @@ def status(ls: LanguageServer, *args: Any) -> dict[str, Any]:
         "settings": seen["settings"],
         "triggers": seen["triggers"],
         "rewrite_versions": seen["rewrite_versions"],
+        "prepared": seen["prepared"],
+        "commands": seen["commands"],
     }
+
+
+@server.command("ngramd.prepareRewrite")
+def prepare_rewrite(ls: LanguageServer, *args: Any) -> None:
+    seen["prepared"].append(list(args))
+    seen["commands"].append("ngramd.prepareRewrite")
 
 
 @server.command("ngramd.toggle")
@@ -125,6 +135,7 @@ async def rewrite(ls: LanguageServer, *args: Any) -> Any:
     uri, raw_range, instruction = args[:3]
     version = args[3] if len(args) > 3 else None
     seen["rewrite_versions"].append(version)
+    seen["commands"].append("ngramd.rewriteSelection")
     if instruction == "exit-before-answering":
         os._exit(0)
     rng = ls.protocol._converter.structure(raw_range, types.Range)

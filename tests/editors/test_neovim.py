@@ -80,7 +80,7 @@ def test_plugin_against_fake_server(nvim: str, tmp_path: Path) -> None:
     for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "negotiated encoding",
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "typed from a charwise selection", "<Cmd> mapping in Visual mode", "stale selection", "returned edit", "document version",
-                     "changed during the prompt", "past the last line", "twice at once", "CRLF",
+                     "changed during the prompt", "prepare the rewrite", "past the last line", "twice at once", "CRLF",
                      "server exits before answering",
                      "typing in Insert mode", "Replace mode", "<BS> after an accept", "another window",
                      "<BS> right after an accept deletes the accepted text",

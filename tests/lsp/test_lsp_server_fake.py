@@ -24,7 +24,7 @@ EMOJI = "\U0001F600"
 
 async def test_initialize_result(fake, sock):
     """The server advertises inline completion (with options), completion, code actions
-    with resolve, its three commands, and incremental sync."""
+    with resolve, its four commands, and incremental sync."""
     import os
     import sys
 
@@ -45,7 +45,7 @@ async def test_initialize_result(fake, sock):
         assert caps.completion_provider is not None
         assert caps.code_action_provider.resolve_provider is True
         assert set(caps.execute_command_provider.commands) == {
-            "ngramd.rewriteSelection", "ngramd.status", "ngramd.toggle"}
+            "ngramd.rewriteSelection", "ngramd.prepareRewrite", "ngramd.status", "ngramd.toggle"}
         sync = caps.text_document_sync
         assert sync.change == types.TextDocumentSyncKind.Incremental and sync.open_close
         assert caps.position_encoding == types.PositionEncodingKind.Utf16
@@ -262,6 +262,30 @@ async def test_rewrite_errors_are_clear(fake, sock, lsp_client):
         await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="ngramd.rewriteSelection", arguments=[URI, "not a range"]))
     assert err.value.code == types.ErrorCodes.InvalidParams and "range" in err.value.message
+
+
+async def test_prepare_rewrite_asks_the_daemon_to_prepare_the_range_and_never_fails_the_editor(
+        fake, sock, lsp_client):
+    """Sent when the editor starts asking for the instruction: the daemon gets the range in
+    characters (the emoji is two UTF-16 units) and the document's version; a refusal, a
+    stale version or a daemon error answers null, never an error the editor would show."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, f"s = '{EMOJI}'\nt = 2\n")
+    await until(lambda: URI in fake.docs)
+
+    async def prepare(*args):
+        return await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.prepareRewrite", arguments=[URI, *args]))
+    whole = {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 5}}
+    assert await prepare(whole, 1) == {"tokens": 14, "prefilled": 13, "reused": 0}
+    assert fake.methods("prepareEdit") == [{"uri": URI, "start": 0, "end": 13, "version": 1}]
+    assert await prepare(whole, 7) is None  # the range belongs to another version
+    fake.prepare_error = (rpc.METHOD_NOT_FOUND, "this engine does not support 'prepareEdit'")
+    assert await prepare(whole) is None
+    assert len(fake.methods("prepareEdit")) == 2
+    with pytest.raises(JsonRpcException) as err:
+        await prepare("not a range")
+    assert err.value.code == types.ErrorCodes.InvalidParams and "prepareRewrite: range" in err.value.message
 
 
 async def test_a_rewrite_cut_off_before_its_end_is_refused_not_applied(fake, sock, lsp_client):

@@ -11,6 +11,7 @@ export const SERVER_COMMANDS = Object.freeze({
   status: "ngramd.status",
   toggle: "ngramd.toggle",
   rewriteSelection: "ngramd.rewriteSelection",
+  prepareRewrite: "ngramd.prepareRewrite",
 });
 
 export const CLIENT_COMMANDS = Object.freeze({

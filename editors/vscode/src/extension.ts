@@ -176,6 +176,7 @@ async function startClient(): Promise<void> {
       resolveCodeAction: async (item, token, next) => {
         const data = (item as { data?: unknown }).data;
         if (rewriteResolveNeedsInstruction(item.kind?.value, data)) {
+          prepareRewrite(data["uri"], data["range"], data["version"]);
           const instruction = await askInstruction();
           if (instruction === undefined) {
             return item;
@@ -318,6 +319,19 @@ async function toggleCommand(): Promise<void> {
     `ngramd: inline completions ${enable ? "enabled" : "disabled"} in ${describeScope(scope, folder?.name)}.`);
 }
 
+/**
+ * Ask the server to prepare a rewrite of `lspRange` (a protocol range): the daemon prefills
+ * the rewrite's prompt up to the instruction while the user types it, so the rewrite itself
+ * starts sooner. A head start only: nothing waits on it, and its outcome (a busy daemon
+ * drops it, an older server lacks the command) is ignored.
+ */
+function prepareRewrite(uri: unknown, lspRange: unknown, version: unknown): void {
+  void serverCommand(SERVER_COMMANDS.prepareRewrite, [uri, lspRange, version ?? null]).then(
+    undefined,
+    () => undefined,
+  );
+}
+
 /** The user's instruction for a rewrite; undefined when the input box is dismissed. */
 function askInstruction(): Thenable<string | undefined> {
   return vscode.window.showInputBox({
@@ -348,6 +362,7 @@ async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, version
     range = editor.selection;
     version = editor.document.version; // before the prompt: typing meanwhile moves the range
   }
+  prepareRewrite(uri, runningClient().code2ProtocolConverter.asRange(range), version);
   const instruction = await askInstruction();
   if (instruction === undefined) {
     return;

@@ -513,6 +513,30 @@ if suite == "fake" then
     assert(notes[1] and notes[1]:find("rewrite failed", 1, true), vim.inspect(notes))
   end)
 
+  test(":NgramdRewrite asks the server to prepare the rewrite before the instruction prompt", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    local version = vim.lsp.util.buf_versions[buf]
+    local before = #execute("ngramd.status", {}).commands
+    local input = vim.fn.input
+    vim.fn.input = function()
+      return "return-only up"
+    end
+    local ok, done = pcall(rewrite_and_wait, { line1 = 2, line2 = 2 })
+    vim.fn.input = input
+    assert(ok, done)
+    eq(done, true, "rewrite error")
+    local status = execute("ngramd.status", {})
+    eq({ unpack(status.commands, before + 1) }, { "ngramd.prepareRewrite", "ngramd.rewriteSelection" }, "commands")
+    local prepared = status.prepared[#status.prepared]
+    eq(prepared[1], vim.uri_from_bufnr(buf), "uri")
+    eq(prepared[2].start.line, 1, "range start")
+    eq(prepared[3], version, "version")
+    eq(lines(), { "alpha beta", "[GAMMA]" })
+    -- an instruction given on the command line leaves no time to gain: nothing prepared
+    eq(rewrite_and_wait({ line1 = 1, line2 = 1, instruction = "return-only up" }), true, "rewrite error")
+    eq(#execute("ngramd.status", {}).prepared, #status.prepared, "prepared without a prompt")
+  end)
+
   test(":NgramdRewrite with a range past the last line rewrites up to the last line", function()
     set_lines({ "alpha", "beta" }, 1, 0)
     eq(rewrite_and_wait({ line1 = 2, line2 = 9, instruction = "return-only up" }), true, "rewrite error")

@@ -492,6 +492,12 @@ function M.rewrite(opts)
   end
   local instruction = opts.instruction
   if instruction == nil then
+    -- A head start: the daemon prefills the rewrite's prompt while the user types the
+    -- instruction. Its reply is ignored (a busy daemon drops it; an older server lacks it).
+    client_mod.request(client, "workspace/executeCommand", {
+      command = "ngramd.prepareRewrite",
+      arguments = { vim.uri_from_bufnr(bufnr), range, version },
+    }, function() end, bufnr)
     instruction = vim.fn.input("Rewrite: ")
   end
   if instruction == nil or vim.trim(instruction) == "" then

@@ -192,6 +192,51 @@ test("a rewrite can be cancelled from its progress notification", async () => {
   assert.equal(req.token, cancelled, "the progress' token reaches the request ($/cancelRequest)");
 });
 
+test("a rewrite asks the server to prepare it before the instruction is asked, and ignores how that ends", async () => {
+  await activate();
+  const client = h.clients[0];
+  let asked = -1;
+  const prompt = (h.vscode.window as Record<string, unknown>).showInputBox as (...a: unknown[]) => Thenable<string | undefined>;
+  (h.vscode.window as Record<string, unknown>).showInputBox = (...a: unknown[]) => {
+    asked = client.requests.length;
+    return prompt(...a);
+  };
+  h.answer = async (req) => {
+    if (req.params.command === SERVER_COMMANDS.prepareRewrite) {
+      throw Object.assign(new Error("unknown command"), { code: -32602 }); // an older server
+    }
+    return null;
+  };
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  h.inputBoxAnswers.push("add types");
+  await h.commands.get("ngramd.rewrite")!();
+  const [prepare] = client.commandRequests(SERVER_COMMANDS.prepareRewrite);
+  assert.ok(prepare, "no prepare request");
+  assert.ok(client.requests.indexOf(prepare) < asked, "sent before the input box opened");
+  const [uri, range, version] = prepare.params.arguments!;
+  assert.equal(uri, "file:///a.py");
+  assert.deepEqual(range, (h.window.activeTextEditor as { selection: unknown }).selection, "the selection, as a protocol range");
+  assert.equal(version, 4);
+  assert.equal(client.commandRequests(SERVER_COMMANDS.rewriteSelection).length, 1, "the rewrite still runs");
+  assert.deepEqual(h.messages, [], "a failed prepare is not shown");
+});
+
+test("a light-bulb rewrite asks the server to prepare it before the instruction is asked", async () => {
+  await activate();
+  const client = h.clients[0];
+  const middleware = client.clientOptions.middleware as Record<string, Function>;
+  const range = { start: { line: 2, character: 0 }, end: { line: 3, character: 1 } };
+  const item = { kind: { value: "refactor.rewrite" }, data: { uri: "file:///a.py", range, instruction: null, version: 3 } };
+  h.answer = async () => null;
+  h.inputBoxAnswers.push(undefined); // dismissed: the prepare was still sent
+  await middleware.resolveCodeAction(item, { isCancellationRequested: false }, async () => item);
+  const [prepare] = client.commandRequests(SERVER_COMMANDS.prepareRewrite);
+  assert.deepEqual(prepare.params.arguments, ["file:///a.py", range, 3]);
+});
+
 test("a rewrite the user cancelled shows no error", async () => {
   await activate();
   const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
