@@ -16,10 +16,15 @@ Vocabulary:
   through ``git add -f`` and ``git rm --cached`` too: git's index file is checked with the folder
   every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path).
+- *asking git*: git runs on a thread per folder, one run at a time (``_ask_git``), never on the
+  flusher's: a slow or hanging git would hold every folder's events. A path whose verdict needs
+  git's next answer (the rules are being read again, or they match it and git's index changed)
+  waits for it and is applied then; every other path goes on.
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
-  ``.gitignore`` files changed (files it now ignores leave the index) or after the
+  ``.gitignore`` files or its repository's ``.git/info/exclude`` changed (files they now
+  ignore leave the index) or after the
   folder itself was replaced; the folder's rules from git are read again. One scan
   per folder runs at a time; a request during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
@@ -39,6 +44,7 @@ import stat
 import threading
 import time
 import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,6 +68,19 @@ DELETED = "deleted"  # a folder's inode once its directory was deleted: equal to
 _UNASKED = object()  # git not asked yet: equal to no state of its index file
 
 
+@dataclass(frozen=True)
+class _GitAnswer:
+    """What git said about one folder, replaced whole (one assignment): the flusher reads it with
+    no lock, while git runs for the next one on another thread."""
+    rules_generation: int  # the ``forget_git_rules`` count the rules were read after (-1: not yet)
+    index: Path | None = None  # git's index file; None where the scan walks
+    rules: list[tuple[Path, pathspec.PathSpec]] = field(default_factory=list)  # git_exclude_rules
+    tracked_stat: object = _UNASKED  # the index file's _stat_key when git ls-files last answered
+    asked_stat: object = _UNASKED  # ... when it last ran, answered or failed (no answer: keep the last)
+    tracked_files: frozenset[Path] = frozenset()  # the tracked files the rules match
+    tracked: frozenset[Path] = frozenset()  # those files and their folders
+
+
 class Ignorer:
     """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
     specs cached by file mtime.
@@ -74,36 +93,66 @@ class Ignorer:
     usually a handful) are asked of git when a path matches the rules or the folder's periodic
     check (``tracked_changes``) runs, again only once git's index file changed (a ``git add``) or
     ``forget_git_rules`` was called (a ``.gitignore`` in or above the folder changed, or a rescan
-    begins)."""
+    begins).
+
+    ``ignored`` asks git when its answer is out of date; ``ignored_now`` never does (the watcher's
+    flusher must not wait on git): it says None where the answer needs git's next one."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._specs: dict[Path, tuple[float, pathspec.PathSpec | None]] = {}
         self._lock = threading.Lock()
         self._git_lock = threading.Lock()  # one git run at a time
-        self._git_stale = True  # set from watchdog's thread: a plain assignment, no lock
-        self._git_index: Path | None = None
-        self._git_rules: list[tuple[Path, pathspec.PathSpec]] = []  # git_exclude_rules; none when the scan walks
-        self._git_index_stat: object = _UNASKED  # the index file's _stat_key when git was last asked
-        self._tracked_files: frozenset[Path] = frozenset()  # the tracked files the rules match
-        self._tracked: frozenset[Path] = frozenset()  # those files and their folders
+        self._rules_wanted = 0  # bumped by forget_git_rules: an answer read before is out of date
+        self._answer = _GitAnswer(rules_generation=-1)
         # what ``tracked_changes`` last answered from: the index file's _stat_key, the files
         self._reconciled_stat: object = _UNASKED
         self._reconciled_files: frozenset[Path] = frozenset()
 
     def ignored(self, path: Path) -> bool:
-        try:
-            rel = path.relative_to(self.root)
-        except ValueError:
-            return True  # outside the folder
-        parts = rel.parts
-        if ".git" in parts:
+        parts = self._parts(path)
+        if parts is None:
             return True
-        return self._matches_rules(parts, self._asked_git()) and path not in self._tracked_ignored()
+        return self._matches_rules(parts, self._asked_git().rules) and path not in self._tracked_ignored()
+
+    def ignored_now(self, path: Path) -> bool | None:
+        """``ignored`` from git's last answer, without running git (a stat of its index file at
+        most); None when that answer is out of date for ``path``: the rules are to be read again,
+        or they match it and git's index file changed since ls-files last ran."""
+        parts = self._parts(path)
+        if parts is None:
+            return True
+        answer = self._answer
+        if answer.rules_generation != self._rules_wanted:
+            return None
+        if not self._matches_rules(parts, answer.rules):
+            return False
+        if answer.index is None:
+            return True  # the scan walks: the rules alone decide
+        if _stat_key(answer.index) not in (answer.tracked_stat, answer.asked_stat):
+            return None
+        return path not in answer.tracked
+
+    def git_outdated(self) -> bool:
+        """Whether ``tracked_changes`` would run git (the rules are to be read again, or git's
+        index file changed since it last answered); costs a stat, runs no git."""
+        answer = self._answer
+        if answer.rules_generation != self._rules_wanted:
+            return True
+        return answer.index is not None and _stat_key(answer.index) != self._reconciled_stat
 
     def forget_git_rules(self) -> None:
         """Ask git again at the next path: its rules may have changed (a ``.gitignore`` did, or a rescan begins)."""
-        self._git_stale = True
+        with self._lock:  # from watchdog's thread, the flusher, scan threads: no increment lost
+            self._rules_wanted += 1
+
+    def _parts(self, path: Path) -> tuple[str, ...] | None:
+        """``path``'s parts below the folder; None when it is ignored whatever the rules (outside, or in .git)."""
+        try:
+            parts = path.relative_to(self.root).parts
+        except ValueError:
+            return None  # outside the folder
+        return None if ".git" in parts else parts
 
     def _matches_rules(self, parts: tuple[str, ...], git_rules: list[tuple[Path, pathspec.PathSpec]]) -> bool:
         specs = list(git_rules)  # lowest precedence first, as gitignored wants them
@@ -117,22 +166,22 @@ class Ignorer:
             directory = directory / name
         return False
 
-    def _asked_git(self) -> list[tuple[Path, pathspec.PathSpec]]:
-        """The rules git adds (none where the scan walks: ``_git_index`` is None); git is asked again once stale."""
+    def _asked_git(self) -> _GitAnswer:
+        """Git's answer with the rules it adds (none where the scan walks: ``index`` is None); git is
+        asked again once ``forget_git_rules`` was called."""
         with self._git_lock:
-            if self._git_stale:
-                self._git_stale = False  # before the git runs: a change during them asks again
-                self._git_index = git_index(self.root)
-                self._git_rules = [] if self._git_index is None else git_exclude_rules(self.root)
-                self._git_index_stat = _UNASKED
-                self._tracked_files = self._tracked = frozenset()
+            wanted = self._rules_wanted  # before the git runs: a change during them asks again
+            if self._answer.rules_generation != wanted:
+                index = git_index(self.root)
+                rules = [] if index is None else git_exclude_rules(self.root)
+                self._answer = _GitAnswer(wanted, index, rules)
                 self._reconciled_stat = _UNASKED  # the rules may match other tracked files now
-            return self._git_rules
+            return self._answer
 
     def _tracked_ignored(self) -> frozenset[Path]:
         with self._git_lock:
             self._refresh_tracked()
-            return self._tracked
+            return self._answer.tracked
 
     def tracked_changes(self) -> frozenset[Path]:
         """The files that joined or left ``workspace.tracked_ignored`` since the last call (all of
@@ -142,29 +191,32 @@ class Ignorer:
         after ``forget_git_rules``)."""
         self._asked_git()
         with self._git_lock:
-            if self._git_index is None:
+            if self._answer.index is None:
                 return frozenset()
             index_stat = self._refresh_tracked()
             if index_stat == self._reconciled_stat:
                 return frozenset()
-            changed = self._tracked_files ^ self._reconciled_files
-            self._reconciled_stat, self._reconciled_files = index_stat, self._tracked_files
+            tracked_files = self._answer.tracked_files
+            changed = tracked_files ^ self._reconciled_files
+            self._reconciled_stat, self._reconciled_files = index_stat, tracked_files
             return changed
 
     def _refresh_tracked(self) -> object:
         """Ask git for the tracked files the rules match once its index file changed (under
         ``_git_lock``); the index file's _stat_key they were read at."""
-        if self._git_index is None:
-            return self._git_index_stat  # the scan walks: it applies the rules to every file
-        index_stat = _stat_key(self._git_index)  # before ls-files: a later change asks again
-        if index_stat != self._git_index_stat:
+        answer = self._answer
+        if answer.index is None:
+            return answer.tracked_stat  # the scan walks: it applies the rules to every file
+        index_stat = _stat_key(answer.index)  # before ls-files: a later change asks again
+        if index_stat != answer.tracked_stat:
             files = tracked_ignored(self.root)
             if files is None:  # git failed (a timeout, no fork): keep its last answer, ask again next time
                 log.warning("git ls-files failed in %s: its tracked ignored files are as they were", self.root)
-                return self._git_index_stat
-            self._git_index_stat = index_stat
-            self._tracked_files = files
-            self._tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
+                self._answer = replace(answer, asked_stat=index_stat)
+                return answer.tracked_stat
+            tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
+            self._answer = replace(answer, tracked_stat=index_stat, asked_stat=index_stat,
+                                   tracked_files=files, tracked=tracked)
         return index_stat
 
     def _spec(self, directory: Path) -> pathspec.PathSpec | None:
@@ -226,6 +278,11 @@ class WorkspaceWatcher:
         self._ignorers: dict[Path, Ignorer] = {}
         self._watches: dict[Path, Any] = {}
         self._gone: set[Path] = set()  # folders whose directory is not there
+        # git runs on a thread per folder (_ask_git), not the flusher's: a slow git must not hold file
+        # events. Both keyed by Ignorer (a folder added again has a new one): whether one more run is
+        # asked for, and the paths that wait for its answer (ignored_now said None).
+        self._git_runs: dict[Ignorer, bool] = {}
+        self._waiting_on_git: dict[Ignorer, set[str]] = {}
         self._observer = Observer()
         self._observer.daemon = True
         self._observer.start()
@@ -383,8 +440,23 @@ class WorkspaceWatcher:
                 for root, ignorer in list(self._ignorers.items()):
                     if _rules_reach(Path(path).parent, root):
                         ignorer.forget_git_rules()
+            elif _is_info_exclude(Path(path)):  # the rules git adds for the work tree at its top
+                top = Path(path).parents[2]
+                for root, ignorer in list(self._ignorers.items()):
+                    if root == top or top in root.parents:
+                        ignorer.forget_git_rules()
             self._last_event = now
             self._count("events")
+            self._cond.notify()
+
+    def _requeue(self, paths: set[str]) -> None:
+        """Have the flusher apply ``paths`` again (no new event: not counted, no debounce restart)."""
+        if not paths:
+            return
+        with self._cond:
+            if not self._pending:
+                self._first_pending = time.monotonic()
+            self._pending.update(paths)
             self._cond.notify()
 
     def _flush_loop(self) -> None:
@@ -400,7 +472,7 @@ class WorkspaceWatcher:
                 for root in roots:
                     try:
                         self._check_root(root)
-                        self._reconcile_tracked(root)
+                        self._follow_tracked(root)
                     except Exception:  # the flusher must live on: every folder's events need it
                         log.exception("checking workspace folder %s failed", root)
             with self._cond:
@@ -438,7 +510,18 @@ class WorkspaceWatcher:
         if path == root:  # the folder itself was deleted, moved, or replaced
             self._check_root(root)
             return
-        if ignorer is None or ignorer.ignored(path):
+        if ignorer is None:
+            self._count("ignored")
+            return
+        if path.parent.parent.parent == root and _is_info_exclude(path):  # as a .gitignore: the scan decides again
+            state = self.folders.get(root)
+            if state is not None:
+                self._scan(root, state)
+        ignored = ignorer.ignored_now(path)
+        if ignored is None:  # git's answer is out of date: the path waits for the next one
+            self._ask_git(root, waiting=path)
+            return
+        if ignored:
             self._count("ignored")
             return
         if path.name == ".gitignore":  # what the folder ignores changed: the scan decides again
@@ -453,17 +536,25 @@ class WorkspaceWatcher:
                 self._count("ignored")
                 self.index.remove_file(path)
                 return
-            if _links_to_a_held_file(path, ignorer):  # indexed once, under the target's own path
+            linked = _links_to_a_held_file(path, ignorer)
+            if linked is None:
+                self._ask_git(root, waiting=path)
+                return
+            if linked:  # indexed once, under the target's own path
                 self._count("ignored")
                 self.index.remove_file(path)
                 return
             if self.index.index_file(path):
                 self._count("reindexed")
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
-                holder = None if root in self.folders else self._root_of(path)
-                held = root in self.folders or (holder is not None and not self._ignorers[holder].ignored(path))
-            if not held:
+                kept = root in self.folders
+                holder = None if kept else self._root_of(path)
+                holder_ignorer = self._ignorers[holder] if holder is not None else None
+            holder_ignores = True if holder_ignorer is None else holder_ignorer.ignored_now(path)
+            if not kept and holder_ignores is not False:
                 self.index.remove_file(path)
+                if holder_ignores is None:  # the other folder decides once git answers it
+                    self._ask_git(holder, waiting=path)
         elif path.is_dir():
             return  # its files get their own events (watchdog emits them for moves too)
         else:
@@ -472,19 +563,72 @@ class WorkspaceWatcher:
             self.index.remove_tree(path)
             self._count("removed")
 
-    def _reconcile_tracked(self, root: Path) -> None:
-        """Follow ``git add -f`` and ``git rm --cached`` of files the rules match: no file event
-        comes (nothing under .git is followed), yet the scan's ``git ls-files`` lists them or not.
-        A file git now tracks is indexed as an event would; one it left that the rules ignore
-        leaves the index, unless another folder holds it and does not ignore it."""
+    def _follow_tracked(self, root: Path) -> None:
+        """Have git asked (``_ask_git``) once its index file changed or the rules are to be read
+        again: a ``git add -f`` or ``git rm --cached`` of a file the rules match sends no file event."""
         with self._folders_lock:
             ignorer = None if root in self._gone else self._ignorers.get(root)
-        if ignorer is None:
+        if ignorer is not None and ignorer.git_outdated():
+            self._ask_git(root)
+
+    def _ask_git(self, root: Path, waiting: Path | None = None) -> None:
+        """Run git for ``root`` on a thread of its own (``_git_loop``), not the flusher's: a slow or
+        hanging git (a big repository, a locked index, a network filesystem) would hold every
+        folder's file events. One run per folder at a time; asked during one, it runs once more.
+        ``waiting``: a path that needs git's answer, applied again once it is in."""
+        with self._folders_lock:
+            ignorer = self._ignorers.get(root)
+            if ignorer is None or not self._is_current(root, ignorer):
+                return
+            if waiting is not None:
+                self._waiting_on_git.setdefault(ignorer, set()).add(str(waiting))
+            if ignorer in self._git_runs:
+                self._git_runs[ignorer] = True
+                return
+            self._git_runs[ignorer] = False
+        threading.Thread(target=self._git_loop, args=(root, ignorer), name="ngramd-git", daemon=True).start()
+
+    def _git_loop(self, root: Path, ignorer: Ignorer) -> None:
+        lower_this_thread()
+        while True:
+            try:
+                self._reconcile_tracked(root, ignorer, ignorer.tracked_changes())  # git runs here
+            except Exception:
+                log.exception("asking git about %s failed", root)
+            with self._folders_lock:
+                waiting = self._waiting_on_git.pop(ignorer, set())
+                current = self._is_current(root, ignorer)
+                again = current and self._git_runs.get(ignorer, False)
+                if again:
+                    self._git_runs[ignorer] = False
+                else:
+                    self._git_runs.pop(ignorer, None)
+            if current:  # else the folder was removed, replaced or stopped: its paths are dropped
+                self._requeue(waiting)
+            if not again:
+                return
+
+    def _is_current(self, root: Path, ignorer: Ignorer) -> bool:
+        """Whether git's answer for ``ignorer`` still counts (under ``_folders_lock``): not for a
+        folder removed, added again (another Ignorer), gone, or a watcher stopped."""
+        return self._ignorers.get(root) is ignorer and root not in self._gone and not self._stop.is_set()
+
+    def _reconcile_tracked(self, root: Path, ignorer: Ignorer, changed: frozenset[Path]) -> None:
+        """Follow ``git add -f`` and ``git rm --cached`` of files the rules match (``changed``, on
+        the git thread): no file event comes (nothing under .git is followed), yet the scan's ``git
+        ls-files`` lists them or not. A file git now tracks goes to the flusher as an event would;
+        one it left that the rules ignore leaves the index, unless another folder holds it and does
+        not ignore it."""
+        if not changed:
             return
-        for path in sorted(ignorer.tracked_changes()):
+        with self._folders_lock:
+            if not self._is_current(root, ignorer):
+                return
+        now_tracked = set()
+        for path in sorted(changed):
             try:  # one path that fails (unreadable, say) must not lose the others of this change
                 if not ignorer.ignored(path):
-                    self._apply(path)
+                    now_tracked.add(str(path))
                     continue
                 with self._folders_lock:
                     others = [ig for r, ig in self._ignorers.items() if r != root and r in path.parents]
@@ -493,6 +637,7 @@ class WorkspaceWatcher:
                     self._count("removed")
             except Exception:
                 log.exception("following git's tracking of %s failed", path)
+        self._requeue(now_tracked)
 
     def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
         """The watched directory itself was deleted, and its watch with it (watchdog's thread).
@@ -546,12 +691,20 @@ class WorkspaceWatcher:
             log.exception("stopping the observer")
 
 
-def _links_to_a_held_file(path: Path, ignorer: Ignorer) -> bool:
+def _links_to_a_held_file(path: Path, ignorer: Ignorer) -> bool | None:
     """Whether ``path`` (under a resolved folder) reaches, through a symlink (its own or a folder's
     on its way), a file of the folder that is not ignored: the scan indexes that file under its own
-    path (its walk takes real folders first) and the link not at all."""
+    path (its walk takes real folders first) and the link not at all. None: that needs git's next answer."""
     real = os.path.realpath(path)
-    return real != os.fspath(path) and not ignorer.ignored(Path(real))
+    if real == os.fspath(path):
+        return False
+    target_ignored = ignorer.ignored_now(Path(real))
+    return None if target_ignored is None else not target_ignored
+
+
+def _is_info_exclude(path: Path) -> bool:
+    """Whether ``path`` is a repository's ``.git/info/exclude`` (git's rules for its work tree)."""
+    return path.name == "exclude" and path.parent.name == "info" and path.parent.parent.name == ".git"
 
 
 def _rules_reach(directory: Path, root: Path) -> bool:

@@ -702,3 +702,106 @@ def test_a_gitignore_reaches_the_folders_it_can_change_only():
     assert _rules_reach(Path("/w/proj"), root) and _rules_reach(Path("/w/proj/sub"), root)
     assert _rules_reach(Path("/w"), root)  # a .gitignore above the folder: git_exclude_rules
     assert not _rules_reach(Path("/w/other"), root) and not _rules_reach(Path("/w/projx"), root)
+
+
+
+def _hang_git_ls_files(monkeypatch, release: threading.Event) -> threading.Event:
+    """From now on ``git ls-files -ci`` as the watcher runs it hangs until ``release`` is set (a
+    locked index, a network filesystem); the Event returned is set once the watcher called it."""
+    import daemon.watcher as watcher_module
+
+    real, asked = watcher_module.tracked_ignored, threading.Event()
+
+    def hangs(folder):
+        asked.set()
+        release.wait()
+        return real(folder)
+
+    monkeypatch.setattr(watcher_module, "tracked_ignored", hangs)
+    return asked
+
+
+def _watch_repo_with_forced_files(tmp_path):
+    from index import IndexConfig, NgramIndex
+
+    root, forced = _repo_with_forced_files(tmp_path)
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    w.add_folder(root)
+    wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+    assert all(f in index._files for f in forced)
+    return w, index, root, forced
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_hanging_git_holds_no_file_event_and_its_answer_is_applied_later(tmp_path, git_home, monkeypatch):
+    """git runs on a thread of its own, not the flusher's: while its ls-files hangs, an edit of a file
+    the rules do not match still reaches the index; an edit of one they match waits for git's answer
+    (whether git tracks it), and once git answers, that edit and the file git now tracks come in."""
+    release = threading.Event()
+    w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
+    try:
+        asked = _hang_git_ls_files(monkeypatch, release)
+        added = root / "build" / "d.py"
+        added.write_text("d = 1\n")
+        _git(root, "add", "-f", "build/d.py")  # git's index changes: the watcher asks git again
+        wait_until(asked.is_set)
+        (root / "build" / "a.py").write_text("a = 2\n")
+        (root / "new.py").write_text("new = 1\n")
+        wait_until(lambda: _indexed_text(index, str(root / "new.py")) == "new = 1\n")
+        assert _indexed_text(index, forced[0]) == "a = 1\n"  # the rules match it: git decides
+        assert str(added) not in index._files
+        release.set()
+        wait_until(lambda: _indexed_text(index, str(added)) == "d = 1\n")
+        wait_until(lambda: _indexed_text(index, forced[0]) == "a = 2\n")
+    finally:
+        release.set()
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_stopping_the_watcher_while_git_hangs_does_not_wait_for_git(tmp_path, git_home, monkeypatch):
+    """The flusher ends at once; git's late answer for a stopped watcher is dropped."""
+    release = threading.Event()
+    w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
+    try:
+        asked = _hang_git_ls_files(monkeypatch, release)
+        (root / "build" / "d.py").write_text("d = 1\n")
+        _git(root, "add", "-f", "build/d.py")
+        wait_until(asked.is_set)
+        w.stop()
+        wait_until(lambda: not w._flusher.is_alive())
+        release.set()
+        wait_until(lambda: not any(t.name == "ngramd-git" for t in threading.enumerate()))
+        assert str(root / "build" / "d.py") not in index._files
+    finally:
+        release.set()
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_an_edit_of_info_exclude_applies_its_rules_as_a_gitignore_edit_does(tmp_path, git_home, monkeypatch):
+    """A file ``.git/info/exclude`` comes to match leaves the index (a rescan), and its edits stay out."""
+    from index import IndexConfig, NgramIndex
+
+    root = (tmp_path / "repo").resolve()
+    root.mkdir()
+    (root / "a.py").write_text("a = 1\n")
+    (root / "secret.py").write_text("password = 1\n")
+    _git(root, "init", "-q")
+    _exclude(root, "info/exclude", "", monkeypatch)  # there before the watch: its edit is an event
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert sorted(index._files) == [str(root / "a.py"), str(root / "secret.py")]
+        _exclude(root, "info/exclude", "secret.py\n", monkeypatch)
+        wait_until(lambda: str(root / "secret.py") not in index._files)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        (root / "secret.py").write_text("password = 2\n")
+        (root / "zz.py").write_text("z = 1\n")  # handled after the other (batches go in path order)
+        wait_until(lambda: _indexed_text(index, str(root / "zz.py")) == "z = 1\n")
+        assert sorted(index._files) == [str(root / "a.py"), str(root / "zz.py")]
+    finally:
+        w.stop()
