@@ -150,7 +150,7 @@ class DocumentStore:
         A holder re-opening with a version below the last one it sent is stale (its
         newer text is already here): refused with CONTENT_MODIFIED, as a stale change is.
         The same version is accepted (a client re-sending its current state)."""
-        self._check_size(text)
+        self.check_size(text)
         doc = self._docs.get(uri)
         if doc is None:
             doc = self._docs[uri] = Document(uri, text, version, language_id)
@@ -174,7 +174,7 @@ class DocumentStore:
             raise RpcError(CONTENT_MODIFIED,
                            f"stale version {version} for {uri[:200]} (document is at {doc.version})")
         text, edits = apply_changes(doc.text, changes)
-        self._check_size(text)
+        self.check_size(text)
         doc.text, doc.version = text, version
         if conn in doc.holders:
             doc.holders[conn] = version
@@ -206,7 +206,9 @@ class DocumentStore:
         return [{"uri": d.uri, "version": d.version, "chars": len(d.text), "holders": len(d.holders)}
                 for d in self._docs.values()]
 
-    def _check_size(self, text: str) -> None:
+    def check_size(self, text: str) -> None:
+        """RpcError(INVALID_PARAMS) for a text longer than a document may be (also the
+        ``text`` of a stateless request: the same limit, whatever the way in)."""
         if len(text) > self.max_document_chars:
             raise RpcError(INVALID_PARAMS,
                            f"document of {len(text)} characters exceeds {self.max_document_chars}")

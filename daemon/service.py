@@ -385,8 +385,10 @@ class Service:
 
     def _document_text(self, uri: str, p: dict) -> str:
         """The text to complete: ``text`` if given (stateless use), else the open document's."""
-        if "text" in p:
-            return _req(p, "text", str)
+        if "text" in p:  # stateless: a ``version`` names no document here, so it is not checked
+            text = _req(p, "text", str)
+            self.docs.check_size(text)
+            return text
         doc = self.docs.get(uri)
         if "version" in p:
             version = _req_int(p, "version")

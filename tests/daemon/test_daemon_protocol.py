@@ -435,6 +435,20 @@ def test_initialize_says_the_longest_message_the_daemon_reads(inproc):
     assert info["maxDocumentChars"] == inproc.service.docs.max_document_chars == 8 << 20
 
 
+@pytest.mark.parametrize("method, extra", [("complete", {"offset": 0}),
+                                           ("edit", {"start": 0, "end": 1, "instruction": "up"}),
+                                           ("prepareEdit", {"start": 0, "end": 1})])
+def test_a_stateless_text_longer_than_a_document_may_be_is_refused(inproc, method, extra):
+    """``text`` in the request instead of an open document: the same limit as ``open``'s."""
+    inproc.service.docs.max_document_chars = 10
+    with inproc.client() as c:
+        with pytest.raises(RpcError) as err:
+            c.call(method, {"uri": "s", "text": "x" * 11, **extra})
+        assert err.value.code == INVALID_PARAMS and "exceeds 10" in err.value.message
+        assert c.call(method, {"uri": "s", "text": "x" * 10, **extra}) is not None
+    assert inproc.completer.calls == ["s"]
+
+
 @pytest.mark.parametrize("chunk", [4096, 65536, 100_000, None])
 def test_a_message_just_under_the_limit_among_others_is_read(chunk):
     """Messages before and after it share the reads: only a message's own bytes count."""
