@@ -42,11 +42,11 @@ def run_serve(args: argparse.Namespace) -> int:
         _max_message_bytes(args)
     except ValueError as exc:
         print(f"ngramd: {exc}", file=sys.stderr)
-        return 1
+        return 2  # bad input, as for argparse's own refusals and `ngramd complete`/`edit`
     for w in workspaces:
         if not w.is_dir():
             print(f"ngramd: workspace {w} is not a directory", file=sys.stderr)
-            return 1
+            return 2
     try:
         lock = claim_socket(sock)
     except AlreadyRunning as exc:

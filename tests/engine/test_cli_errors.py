@@ -39,7 +39,7 @@ def test_sampling_flags_are_checked_before_the_model_loads(no_model_load, source
 
 
 def test_bad_index_limit_is_refused_before_the_model_loads(no_model_load, tmp_path, capsys):
-    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--max-indexed-tokens", "-5"]) == 1
+    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--max-indexed-tokens", "-5"]) == 2
     assert "--max-indexed-tokens must be at least 1" in capsys.readouterr().err
     assert not (tmp_path / "s.sock").exists()
 
@@ -80,6 +80,13 @@ def test_version():
 
 @pytest.mark.parametrize("value", ["-1", "0", "100"])
 def test_a_tiny_message_limit_is_refused_before_the_model_loads(no_model_load, tmp_path, capsys, value):
-    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--max-message-bytes", value]) == 1
+    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--max-message-bytes", value]) == 2
     assert f"--max-message-bytes must be at least 4096, got {value}" in capsys.readouterr().err
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_serve_on_a_workspace_that_is_no_directory_is_bad_input(no_model_load, tmp_path, capsys):
+    (tmp_path / "file.py").write_text("x = 1\n")
+    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--workspace", str(tmp_path / "file.py")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
     assert not (tmp_path / "s.sock").exists()
