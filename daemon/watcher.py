@@ -173,7 +173,11 @@ class Ignorer:
             wanted = self._rules_wanted  # before the git runs: a change during them asks again
             if self._answer.rules_generation != wanted:
                 index = git_index(self.root)
-                rules = [] if index is None else git_exclude_rules(self.root)
+                try:
+                    rules = [] if index is None else git_exclude_rules(self.root)
+                except Exception:  # still an answer: paths waiting on it would ask git again at once, forever
+                    log.exception("reading git's ignore rules for %s failed: keeping the last ones", self.root)
+                    rules = self._answer.rules
                 self._answer = _GitAnswer(wanted, index, rules)
                 self._reconciled_stat = _UNASKED  # the rules may match other tracked files now
             return self._answer

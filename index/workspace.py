@@ -87,7 +87,25 @@ def _read_ignore_file(path: Path) -> pathspec.PathSpec | None:
     """The patterns of the ignore file ``path``; None when there is none. OSError when unreadable."""
     if not path.is_file():
         return None
-    return pathspec.GitIgnoreSpec.from_lines(path.read_text("utf-8", "replace").splitlines())
+    return ignore_spec(path.read_text("utf-8", "replace").splitlines())
+
+
+def ignore_spec(lines: list[str]) -> pathspec.PathSpec:
+    """The patterns of an ignore file's ``lines``. A line pathspec cannot parse (``foo\\``: a
+    trailing backslash) is left out, as git leaves it out: one such line in the user's global
+    excludes file must not stop every folder from being indexed."""
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except ValueError:  # pathspec's GitIgnorePatternError
+        return pathspec.GitIgnoreSpec.from_lines([line for line in lines if _parses(line)])
+
+
+def _parses(line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+        return True
+    except ValueError:
+        return False
 
 
 def gitignored(specs: list[tuple[Path, pathspec.PathSpec]], path: Path, is_dir: bool) -> bool:

@@ -704,7 +704,6 @@ def test_a_gitignore_reaches_the_folders_it_can_change_only():
     assert not _rules_reach(Path("/w/other"), root) and not _rules_reach(Path("/w/projx"), root)
 
 
-
 def _hang_git_ls_files(monkeypatch, release: threading.Event) -> threading.Event:
     """From now on ``git ls-files -ci`` as the watcher runs it hangs until ``release`` is set (a
     locked index, a network filesystem); the Event returned is set once the watcher called it."""
@@ -756,6 +755,34 @@ def test_a_hanging_git_holds_no_file_event_and_its_answer_is_applied_later(tmp_p
         wait_until(lambda: _indexed_text(index, forced[0]) == "a = 2\n")
     finally:
         release.set()
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_reading_git_rules_that_fails_is_an_answer_not_a_loop(tmp_path, git_home, monkeypatch):
+    """Rules that cannot be read (an exception, not an unreadable file) keep the last ones: the
+    paths waiting on them are applied. They were put back to wait and git asked again at once,
+    forever (2,000 git runs in 5 s, the edit never indexed)."""
+    import daemon.watcher as watcher_module
+
+    w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
+    try:
+        calls = []
+
+        def failing(folder):
+            calls.append(folder)
+            raise RuntimeError("no rules today")
+        monkeypatch.setattr(watcher_module, "git_exclude_rules", failing)
+        (root / ".gitignore").write_text("build/\n*.log\n")  # the rules are read again
+        wait_until(lambda: calls)
+        (root / "build" / "a.py").write_text("a = 2\n")  # matched by the rules: git's answer decides
+        (root / "new.py").write_text("new = 1\n")
+        wait_until(lambda: _indexed_text(index, forced[0]) == "a = 2\n")
+        wait_until(lambda: _indexed_text(index, str(root / "new.py")) == "new = 1\n")
+        settled = len(calls)
+        time.sleep(1.0)  # no timing asserted: a loop would call it hundreds of times meanwhile
+        assert len(calls) - settled <= 2, len(calls) - settled
+    finally:
         w.stop()
 
 

@@ -217,6 +217,36 @@ def test_git_exclude_rules_with_the_folder_gitignore_ignore_what_git_ls_files_sk
     assert _names(ws, kept) == _names(ws, discover(ws)) == [".gitignore", "a.py", "keep.md"]
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_line_git_cannot_parse_is_left_out_as_git_leaves_it_out(tmp_path, monkeypatch):
+    """A line ending in a backslash (``foo\\``) raised in pathspec: the folder's scan failed, and one
+    such line in the global excludes file stopped every folder from being indexed."""
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "ignore").write_text("bad\\\n*.tmp\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / ".git" / "info" / "exclude").write_text("x\\\n*.md\n")
+    (ws / ".gitignore").write_text("also\\\n*.log\n")
+    for name in ("a.py", "draft.md", "x.log", "scratch.tmp"):
+        (ws / name).write_text("x\n")
+    specs = git_exclude_rules(ws) + [(ws, read_gitignore(ws))]
+    kept = [f for f in sorted(ws.iterdir()) if f.name != ".git" and not gitignored(specs, f, is_dir=False)]
+    assert _names(ws, kept) == _names(ws, discover(ws)) == [".gitignore", "a.py"]
+    idx = NgramIndex(char_tokenize, IndexConfig(min_n=2))
+    assert idx.index_workspace(ws)["indexed"] == 2
+    walked = tmp_path / "walked"  # no git: the walk reads the .gitignore itself
+    walked.mkdir()
+    (walked / ".gitignore").write_text("also\\\n*.log\n")
+    (walked / "b.py").write_text("x\n")
+    (walked / "y.log").write_text("x\n")
+    assert _names(walked, discover(walked)) == [".gitignore", "b.py"]
+
+
 def _scan_with_event_during_read(root, event) -> NgramIndex:
     """Scan ``root`` with ``event(idx)`` run once inside the scan's tokenize call: a file
     event that the watcher's flusher handles after the scan read the files."""
