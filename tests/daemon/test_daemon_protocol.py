@@ -358,6 +358,7 @@ def test_folder_ownership_survives_disconnects_and_strangers(inproc, tmp_path):
     with inproc.client() as a:
         a.call("initialize", {"client": "a", "workspaceFolders": [str(tmp_path)]})
     with inproc.client() as b:  # a is gone: its folder stays watched
+        _until_the_daemon_saw_it_go(b, "a")
         assert len(b.call("status")["workspace"]["folders"]) == 2
         b.call("workspaceFolders", {"removed": [other.as_uri() + "/"]})  # the command line's: kept
         assert len(b.call("status")["workspace"]["folders"]) == 2
@@ -366,10 +367,17 @@ def test_folder_ownership_survives_disconnects_and_strangers(inproc, tmp_path):
         assert [f["path"] for f in folders] == [str(other.resolve())]
 
 
+def _until_the_daemon_saw_it_go(client, name: str) -> None:
+    """A closed connection is noticed by the daemon's loop when it gets to it (under load, after
+    a later connection's requests): folder ownership changes only then."""
+    wait_until(lambda: name not in [c["client"] for c in client.call("status")["daemon"]["clients"]])
+
+
 def test_a_folder_no_editor_holds_goes_after_the_grace_period(inproc, tmp_path):
     with inproc.client() as a:
         a.call("initialize", {"client": "a", "workspaceFolders": [str(tmp_path)]})
     with inproc.client() as b:  # within the grace period: still watched
+        _until_the_daemon_saw_it_go(b, "a")
         assert len(b.call("status")["workspace"]["folders"]) == 1
     inproc.service.orphan_grace_s = 0.0
     with inproc.client() as c:  # the next connection after it: dropped
