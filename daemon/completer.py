@@ -124,15 +124,17 @@ class Completer:
                            cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)
         return out, stats
 
-    def warm(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None
-             ) -> GenerationStats | None:
+    def warm(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None,
+             chunk: int | None = None) -> GenerationStats | None:
         """Prefill ``prompt_ids`` (all but the last, as for any prompt) on the KV cache kept under
         ``key`` and generate nothing: a later request on ``key`` whose prompt starts with them
-        prefills only the rest. None when cancelled (the chunks done so far stay cached)."""
+        prefills only the rest. ``chunk``: tokens per pass (the configured prefill chunk when
+        None); ``cancel`` is seen between passes. None when cancelled (the passes done so far
+        stay cached)."""
         stats = GenerationStats()
         with self._lock:
             kv = self.pool.get(key)
-            if not prefill(self.runtime, kv, prompt_ids, stats, cancel, self.cfg.prefill_chunk,
+            if not prefill(self.runtime, kv, prompt_ids, stats, cancel, chunk or self.cfg.prefill_chunk,
                            reuse=self.cfg.reuse_kv):
                 return None
         return stats

@@ -180,6 +180,12 @@ def closed_answer(text: str, stop_reason: str, fence: str) -> str:
 
 # Two instructions whose first tokens differ: their prompts part where the instruction begins.
 _PLACEHOLDER_INSTRUCTIONS = ("a", "b")
+# Tokens per prepare pass. A prepare is cancelled between passes when a request comes (it gives
+# way, daemon/worker.py), so this bounds how long a request can wait behind one: with the
+# default model on 2 CPU cores a 128-token pass took ~0.3 s, the 512-token prefill chunk ~1 s,
+# and a 1,070-token prepare 2.26 s in 128-token passes against 1.95 s in 512-token ones
+# (docs/benchmarks.md, "Prepared edits"): it runs while the user types the instruction.
+PREPARE_CHUNK = 128
 
 
 def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: str = "") -> list[int]:
@@ -207,7 +213,7 @@ def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int
     if limit is not None and len(ids) > limit:
         raise ValueError(f"the edit is too long to rewrite: the prompt before the instruction has "
                          f"{len(ids)} tokens, the model has {limit} positions; select less")
-    stats = completer.warm(edit_cache_key(uri), ids, cancel)
+    stats = completer.warm(edit_cache_key(uri), ids, cancel, chunk=PREPARE_CHUNK)
     if stats is None:
         return PreparedEdit(len(ids), 0, 0, cancelled=True)
     return PreparedEdit(len(ids), stats.prefill_tokens, stats.reused_tokens)

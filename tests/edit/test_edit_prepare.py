@@ -96,3 +96,17 @@ def test_bad_ranges_and_prompts_too_long_are_clear_errors(completer, tiny_runtim
     monkeypatch.setattr(tiny_runtime.model.config, "max_position_embeddings", 50)
     with pytest.raises(ValueError, match="too long to rewrite.*before the instruction"):
         completer.prepare_edit(URI, SRC, START, END)
+
+
+def test_a_prepare_runs_in_short_passes_so_that_a_request_waits_behind_one_at_most(
+        tiny_runtime, completer, monkeypatch):
+    """It is cancelled between passes when a request comes: the pass bounds the wait."""
+    from daemon.edit import PREPARE_CHUNK
+
+    rows = []
+    forward = tiny_runtime.forward
+    monkeypatch.setattr(tiny_runtime, "forward", lambda ids, *a, **k: rows.append(ids.shape[1]) or forward(ids, *a, **k))
+    text = SRC * 12
+    prepared = completer.prepare_edit(URI, text, 0, len(text))  # a long selection: several passes
+    assert prepared.prefilled > 2 * PREPARE_CHUNK
+    assert max(rows) == PREPARE_CHUNK and sum(rows) == prepared.prefilled
