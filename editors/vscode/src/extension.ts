@@ -117,6 +117,16 @@ function serverInitializationOptions(): InitializationOptions {
   return initializationOptions({ ...settings, enable });
 }
 
+/** The settings as the server takes them (serverInitializationOptions), sent to a running server. */
+async function sendServerSettings(): Promise<void> {
+  if (client && client.state === State.Running) {
+    await client.sendNotification(DidChangeConfigurationNotification.type, {
+      settings: { ngramd: serverInitializationOptions() },
+    });
+    void refreshStatus();
+  }
+}
+
 function showStatus(view: StatusView): void {
   statusItem.text = view.text;
   statusItem.tooltip = view.tooltip;
@@ -162,12 +172,20 @@ async function startClient(): Promise<void> {
           return next(params, CancellationToken.None);
         },
       },
-      // Disabled (for this document's folder): answer locally, so that no request reaches the server.
+      // Disabled (for this document's folder): answer locally, so that no request reaches the
+      // server, which is on while any folder enables ngramd. The same for the completion list's
+      // fallback item and the rewrite action, which the server offers only while enabled.
       provideInlineCompletionItems: (document, position, ctx, token, next) => {
         if (!enabledFor(document.uri)) {
           return undefined;
         }
         pollPaused = false; // the server may start a daemon for this request: watch it again
+        return next(document, position, ctx, token);
+      },
+      provideCompletionItem: (document, position, ctx, token, next) => {
+        if (!enabledFor(document.uri)) {
+          return undefined;
+        }
         return next(document, position, ctx, token);
       },
       // The server's rewrite code action carries no instruction. Resolved lazily (the
@@ -201,6 +219,9 @@ async function startClient(): Promise<void> {
       // As a command (clients without resolve support): route it through this
       // extension's own rewrite command, which asks.
       provideCodeActions: async (document, range, ctx, token, next) => {
+        if (!enabledFor(document.uri)) {
+          return undefined;
+        }
         const actions = await next(document, range, ctx, token);
         for (const action of actions ?? []) {
           const cmd = action instanceof vscode.CodeAction ? action.command : action;
@@ -433,13 +454,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       settings = currentSettings();
       if (needsRestart(before, settings)) {
         await restartClient();
-      } else if (client && client.state === State.Running) {
-        await client.sendNotification(DidChangeConfigurationNotification.type, {
-          settings: { ngramd: serverInitializationOptions() },
-        });
-        void refreshStatus();
+      } else {
+        await sendServerSettings();
       }
     }),
+    // A folder added or removed may be the one that enables ngramd: the server's flag follows.
+    vscode.workspace.onDidChangeWorkspaceFolders(() => sendServerSettings()),
   );
 
   // Poll the status while the window is focused; nothing is polled in the background,

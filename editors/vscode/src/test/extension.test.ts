@@ -112,6 +112,40 @@ test("toggle in a multi-root workspace overrides the active editor's folder valu
   assert.match(h.messages.at(-1)!.text, /disabled in the workspace settings/);
 });
 
+test("a folder that disables ngramd gets no completion-list item and no rewrite action either", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }, { name: "web", path: "/ws/web" }];
+  h.config.workspace.enable = true;
+  h.config.folder.api = { enable: false };
+  await activate();
+  const middleware = h.clients[0].clientOptions.middleware as Record<string, Function>;
+  const asked: string[] = [];
+  const ask = (name: string) => async () => {
+    asked.push(name);
+    return [];
+  };
+  for (const fsPath of ["/ws/api/main.py", "/ws/web/app.ts"]) {
+    const { document } = editorOn(fsPath);
+    await middleware.provideCompletionItem(document, {}, {}, {}, ask(`complete ${fsPath}`));
+    await middleware.provideCodeActions(document, {}, {}, {}, ask(`actions ${fsPath}`));
+  }
+  assert.deepEqual(asked, ["complete /ws/web/app.ts", "actions /ws/web/app.ts"]);
+});
+
+test("the server's enabled flag follows the workspace folders: added or removed, it is sent again", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }];
+  h.config.workspace.enable = false;
+  h.config.folder.api = { enable: false };
+  h.config.folder.web = { enable: true };
+  await activate();
+  const sent = () => (h.clients[0].notifications.at(-1) as { settings: { ngramd: { enabled: boolean } } } | undefined);
+  h.folders.push({ name: "web", path: "/ws/web" }); // a folder that enables ngramd joins
+  await Promise.all(h.folderListeners.map((l) => l({})));
+  assert.equal(sent()?.settings.ngramd.enabled, true);
+  h.folders.pop();
+  await Promise.all(h.folderListeners.map((l) => l({})));
+  assert.equal(sent()?.settings.ngramd.enabled, false);
+});
+
 test("toggle without a workspace value writes the user settings and says so", async () => {
   h.config.global.enable = false;
   await activate();

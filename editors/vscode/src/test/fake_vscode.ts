@@ -99,6 +99,7 @@ export interface Harness {
   /** The open workspace folders (none: undefined, as VS Code gives with no folder open). */
   folders: { name: string; path: string }[];
   configListeners: Listener[];
+  folderListeners: Listener[];
   statusItem: { text: string; tooltip: string };
   messages: { kind: string; text: string }[];
   /** Answers of the next input boxes, in order (undefined: dismissed). */
@@ -120,6 +121,7 @@ export function loadExtension(): Harness {
     config: { global: { serverPath: process.execPath }, workspace: {}, folder: {} },
     folders: [],
     configListeners: [] as Listener[],
+    folderListeners: [] as Listener[],
     messages: [] as { kind: string; text: string }[],
     inputBoxAnswers: [] as (string | undefined)[],
     inputBoxes: 0,
@@ -220,6 +222,10 @@ export function loadExtension(): Harness {
       },
       onDidChangeConfiguration: (l: Listener) => {
         h.configListeners.push(l);
+        return disposable;
+      },
+      onDidChangeWorkspaceFolders: (l: Listener) => {
+        h.folderListeners.push(l);
         return disposable;
       },
       applyEdit: async () => true,
