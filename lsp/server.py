@@ -437,12 +437,12 @@ class NgramdServer(LanguageServer):
 
     async def prepare_edit(self, uri: str, rng: types.Range, version: int | None = None) -> dict[str, Any] | None:
         """Ask the daemon to prefill a rewrite's prompt of ``rng`` up to its instruction (the
-        editor is asking the user for it). None when nothing was prepared: a document too
-        large or at another version, a daemon that refused, is busy (the job gives way to any
-        request) or is away. Never raises for those: a head start is no request of the user's.
+        editor is asking the user for it). None when nothing was prepared: a document not open,
+        too large or at another version, a daemon that refused, is busy (the job gives way to
+        any request) or is away. Never raises for those: a head start is no request of the user's.
         """
-        doc = self.require_document(uri)
-        if doc.uri in self._too_large or (version is not None and version != doc.version):
+        doc = self.open_document(uri)
+        if doc is None or doc.uri in self._too_large or (version is not None and version != doc.version):
             return None
         start, end = self.range_of(doc, rng)
         params = {"uri": doc.uri, "start": start, "end": end, "version": doc.version or 0}

@@ -283,6 +283,8 @@ async def test_prepare_rewrite_asks_the_daemon_to_prepare_the_range_and_never_fa
     fake.prepare_error = (rpc.METHOD_NOT_FOUND, "this engine does not support 'prepareEdit'")
     assert await prepare(whole) is None
     assert len(fake.methods("prepareEdit")) == 2
+    assert await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.prepareRewrite", arguments=["file:///not/open.py", whole])) is None
     with pytest.raises(JsonRpcException) as err:
         await prepare("not a range")
     assert err.value.code == types.ErrorCodes.InvalidParams and "prepareRewrite: range" in err.value.message
