@@ -193,16 +193,21 @@ def test_a_folder_ignored_by_its_enclosing_repo_is_walked(tmp_path):
     assert _names(ws, files) == [".gitignore", "big.txt", "bin.dat", "src/.gitignore", "src/a.py"]
 
 
+def _git_home(tmp_path, monkeypatch, global_excludes: str) -> None:
+    """HOME in the test's folder with ``global_excludes`` as git's excludes file; no system config."""
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "ignore").write_text(global_excludes)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_git_exclude_rules_with_the_folder_gitignore_ignore_what_git_ls_files_skips(tmp_path, monkeypatch):
     """The watcher's rules in git mode (``git_exclude_rules``: the user's excludes file, ``info/exclude``,
     the .gitignore files above the folder; then the folder's own) decide as the scan's ``git ls-files``."""
-    home = tmp_path / "home"
-    (home / ".config" / "git").mkdir(parents=True)
-    (home / ".config" / "git" / "ignore").write_text("*.tmp\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    _git_home(tmp_path, monkeypatch, global_excludes="*.tmp\n")
     repo = tmp_path / "repo"
     ws = repo / "ws"
     ws.mkdir(parents=True)
@@ -221,12 +226,7 @@ def test_git_exclude_rules_with_the_folder_gitignore_ignore_what_git_ls_files_sk
 def test_a_line_git_cannot_parse_is_left_out_as_git_leaves_it_out(tmp_path, monkeypatch):
     """A line ending in a backslash (``foo\\``) raised in pathspec: the folder's scan failed, and one
     such line in the global excludes file stopped every folder from being indexed."""
-    home = tmp_path / "home"
-    (home / ".config" / "git").mkdir(parents=True)
-    (home / ".config" / "git" / "ignore").write_text("bad\\\n*.tmp\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    _git_home(tmp_path, monkeypatch, global_excludes="bad\\\n*.tmp\n")
     ws = tmp_path / "ws"
     ws.mkdir()
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
