@@ -7,7 +7,7 @@ Vocabulary:
 - *burst*: many events close together (a ``git checkout``). Paths are collected
   in a set and flushed once no event has come for ``debounce_s`` (or after
   ``max_delay_s`` of continuous events), so each file is re-indexed once.
-- *ignored*: inside ``.git`` or ignored by the ``.gitignore`` files in the folder
+- *ignored* (daemon/ignorer.py, one ``Ignorer`` per folder): inside ``.git`` or ignored by the ``.gitignore`` files in the folder
   and the directories between it and the file, by git's rule (the deepest matching
   pattern decides: ``workspace.gitignored``, shared with the scan's walk); in a git
   work tree also by the rules git adds (``workspace.git_exclude_rules``: ``info/exclude``,
@@ -44,18 +44,17 @@ import stat
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-import pathspec
 from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent,
                              FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent,
                              FileSystemEvent, FileSystemEventHandler)
 from watchdog.observers import Observer
 
+from daemon.ignorer import Ignorer
 from daemon.priority import lower_this_thread
-from index.workspace import git_exclude_rules, git_index, gitignored, links_outside, read_gitignore, tracked_ignored
+from index.workspace import links_outside
 
 # watchdog's inotify warns (2 KB, with the whole watch table) when a folder deleted and made
 # again at once gets a watch its table still holds; it overwrites it, and events keep coming.
@@ -65,180 +64,6 @@ warnings.filterwarnings("ignore", message="Callback with id .* already exists", 
 log = logging.getLogger("ngramd.watcher")
 GONE_POLL_S = 2.0  # how often a gone folder is looked for again
 DELETED = "deleted"  # a folder's inode once its directory was deleted: equal to no real one
-_UNASKED = object()  # git not asked yet: equal to no state of its index file
-
-
-@dataclass(frozen=True)
-class _GitAnswer:
-    """What git said about one folder, replaced whole (one assignment): the flusher reads it with
-    no lock, while git runs for the next one on another thread."""
-    rules_generation: int  # the ``forget_git_rules`` count the rules were read after (-1: not yet)
-    index: Path | None = None  # git's index file; None where the scan walks
-    rules: list[tuple[Path, pathspec.PathSpec]] = field(default_factory=list)  # git_exclude_rules
-    tracked_stat: object = _UNASKED  # the index file's _stat_key when git ls-files last answered
-    asked_stat: object = _UNASKED  # ... when it last ran, answered or failed (no answer: keep the last)
-    tracked_files: frozenset[Path] = frozenset()  # the tracked files the rules match
-    tracked: frozenset[Path] = frozenset()  # those files and their folders
-
-
-class Ignorer:
-    """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
-    specs cached by file mtime.
-
-    Where the scan lists files with git (``git ls-files --exclude-standard``), the rules git adds
-    apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
-    .gitignore files above the folder), read once and again after ``forget_git_rules``. A file
-    git tracks is not ignored even when the rules match it (``git add -f``), as the scan
-    indexes it; nor is a folder that holds one. Those files (``workspace.tracked_ignored``,
-    usually a handful) are asked of git when a path matches the rules or the folder's periodic
-    check (``tracked_changes``) runs, again only once git's index file changed (a ``git add``) or
-    ``forget_git_rules`` was called (a ``.gitignore`` in or above the folder changed, or a rescan
-    begins).
-
-    ``ignored`` asks git when its answer is out of date; ``ignored_now`` never does (the watcher's
-    flusher must not wait on git): it says None where the answer needs git's next one."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._specs: dict[Path, tuple[float, pathspec.PathSpec | None]] = {}
-        self._lock = threading.Lock()
-        self._git_lock = threading.Lock()  # one git run at a time
-        self._rules_wanted = 0  # bumped by forget_git_rules: an answer read before is out of date
-        self._answer = _GitAnswer(rules_generation=-1)
-        # what ``tracked_changes`` last answered from: the index file's _stat_key, the files
-        self._reconciled_stat: object = _UNASKED
-        self._reconciled_files: frozenset[Path] = frozenset()
-
-    def ignored(self, path: Path) -> bool:
-        parts = self._parts(path)
-        if parts is None:
-            return True
-        return self._matches_rules(parts, self._asked_git().rules) and path not in self._tracked_ignored()
-
-    def ignored_now(self, path: Path) -> bool | None:
-        """``ignored`` from git's last answer, without running git (a stat of its index file at
-        most); None when that answer is out of date for ``path``: the rules are to be read again,
-        or they match it and git's index file changed since ls-files last ran."""
-        parts = self._parts(path)
-        if parts is None:
-            return True
-        answer = self._answer
-        if answer.rules_generation != self._rules_wanted:
-            return None
-        if not self._matches_rules(parts, answer.rules):
-            return False
-        if answer.index is None:
-            return True  # the scan walks: the rules alone decide
-        if _stat_key(answer.index) not in (answer.tracked_stat, answer.asked_stat):
-            return None
-        return path not in answer.tracked
-
-    def git_outdated(self) -> bool:
-        """Whether ``tracked_changes`` would run git (the rules are to be read again, or git's
-        index file changed since it last answered); costs a stat, runs no git."""
-        answer = self._answer
-        if answer.rules_generation != self._rules_wanted:
-            return True
-        return answer.index is not None and _stat_key(answer.index) != self._reconciled_stat
-
-    def forget_git_rules(self) -> None:
-        """Ask git again at the next path: its rules may have changed (a ``.gitignore`` did, or a rescan begins)."""
-        with self._lock:  # from watchdog's thread, the flusher, scan threads: no increment lost
-            self._rules_wanted += 1
-
-    def _parts(self, path: Path) -> tuple[str, ...] | None:
-        """``path``'s parts below the folder; None when it is ignored whatever the rules (outside, or in .git)."""
-        try:
-            parts = path.relative_to(self.root).parts
-        except ValueError:
-            return None  # outside the folder
-        return None if ".git" in parts else parts
-
-    def _matches_rules(self, parts: tuple[str, ...], git_rules: list[tuple[Path, pathspec.PathSpec]]) -> bool:
-        specs = list(git_rules)  # lowest precedence first, as gitignored wants them
-        directory = self.root
-        for i, name in enumerate(parts):  # each folder on the way down, as the walk goes, then the path
-            spec = self._spec(directory)
-            if spec is not None:
-                specs.append((directory, spec))
-            if gitignored(specs, directory / name, is_dir=i < len(parts) - 1):
-                return True
-            directory = directory / name
-        return False
-
-    def _asked_git(self) -> _GitAnswer:
-        """Git's answer with the rules it adds (none where the scan walks: ``index`` is None); git is
-        asked again once ``forget_git_rules`` was called."""
-        with self._git_lock:
-            wanted = self._rules_wanted  # before the git runs: a change during them asks again
-            if self._answer.rules_generation != wanted:
-                index = git_index(self.root)
-                try:
-                    rules = [] if index is None else git_exclude_rules(self.root)
-                except Exception:  # still an answer: paths waiting on it would ask git again at once, forever
-                    log.exception("reading git's ignore rules for %s failed: keeping the last ones", self.root)
-                    rules = self._answer.rules
-                self._answer = _GitAnswer(wanted, index, rules)
-                self._reconciled_stat = _UNASKED  # the rules may match other tracked files now
-            return self._answer
-
-    def _tracked_ignored(self) -> frozenset[Path]:
-        with self._git_lock:
-            self._refresh_tracked()
-            return self._answer.tracked
-
-    def tracked_changes(self) -> frozenset[Path]:
-        """The files that joined or left ``workspace.tracked_ignored`` since the last call (all of
-        them at the first; a scan calls it as it begins): a ``git add -f`` or ``git rm --cached``
-        changes what the scan lists with no file event, as nothing under .git is watched. Where
-        the scan walks, or git's index file is as it was, that costs a stat (and git's runs once
-        after ``forget_git_rules``)."""
-        self._asked_git()
-        with self._git_lock:
-            if self._answer.index is None:
-                return frozenset()
-            index_stat = self._refresh_tracked()
-            if index_stat == self._reconciled_stat:
-                return frozenset()
-            tracked_files = self._answer.tracked_files
-            changed = tracked_files ^ self._reconciled_files
-            self._reconciled_stat, self._reconciled_files = index_stat, tracked_files
-            return changed
-
-    def _refresh_tracked(self) -> object:
-        """Ask git for the tracked files the rules match once its index file changed (under
-        ``_git_lock``); the index file's _stat_key they were read at."""
-        answer = self._answer
-        if answer.index is None:
-            return answer.tracked_stat  # the scan walks: it applies the rules to every file
-        index_stat = _stat_key(answer.index)  # before ls-files: a later change asks again
-        if index_stat != answer.tracked_stat:
-            files = tracked_ignored(self.root)
-            if files is None:  # git failed (a timeout, no fork): keep its last answer, ask again next time
-                log.warning("git ls-files failed in %s: its tracked ignored files are as they were", self.root)
-                self._answer = replace(answer, asked_stat=index_stat)
-                return answer.tracked_stat
-            tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
-            self._answer = replace(answer, tracked_stat=index_stat, asked_stat=index_stat,
-                                   tracked_files=files, tracked=tracked)
-        return index_stat
-
-    def _spec(self, directory: Path) -> pathspec.PathSpec | None:
-        gi = directory / ".gitignore"
-        try:
-            mtime = gi.stat().st_mtime
-        except OSError:
-            return None
-        with self._lock:
-            cached = self._specs.get(directory)
-            if cached and cached[0] == mtime:
-                return cached[1]
-            try:
-                spec = read_gitignore(directory)
-            except OSError:
-                spec = None
-            self._specs[directory] = (mtime, spec)
-            return spec
 
 
 # The events that can change what is indexed. Asked of the kernel (the inotify mask), not
@@ -715,15 +540,6 @@ def _rules_reach(directory: Path, root: Path) -> bool:
     """Whether a ``.gitignore`` in ``directory`` can change what the folder ``root`` ignores (or the
     tracked files its rules match): one inside the folder, or one above it (git_exclude_rules)."""
     return directory == root or root in directory.parents or directory in root.parents
-
-
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
-    """What tells a rewritten file (git replaces its index file on each change); None when absent."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _inode(path: Path) -> tuple[int, int] | None:

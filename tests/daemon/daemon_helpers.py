@@ -123,7 +123,7 @@ class FakeIndex:
 
     def index_workspace(self, root: Path, progress: Any = None, stop_event: Any = None) -> dict:
         """Like NgramIndex's: the scan is the truth for ``root`` (files ignored since leave)."""
-        from daemon.watcher import Ignorer
+        from daemon.ignorer import Ignorer
 
         ignorer = Ignorer(Path(root))
         found = [p for p in sorted(Path(root).rglob("*.py")) if not ignorer.ignored(p)]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import FakeIndex, wait_until
 
-from daemon.watcher import Ignorer, WorkspaceWatcher
+from daemon.ignorer import Ignorer
+from daemon.watcher import WorkspaceWatcher
 
 
 def test_ignorer_follows_nested_gitignores(tmp_path):
@@ -638,7 +639,7 @@ def _repo_with_forced_files(tmp_path):
 def test_a_failed_git_ls_files_leaves_the_tracked_ignored_files_indexed(tmp_path, git_home, monkeypatch):
     """git failing once (a timeout, no fork) is no answer: the files it listed before stay indexed,
     and the next check asks again (it took the failure for "none tracked" and removed them all)."""
-    import daemon.watcher as watcher_module
+    import daemon.ignorer as ignorer_module
     from index import IndexConfig, NgramIndex
 
     root, forced = _repo_with_forced_files(tmp_path)
@@ -648,13 +649,13 @@ def test_a_failed_git_ls_files_leaves_the_tracked_ignored_files_indexed(tmp_path
         w.add_folder(root)
         wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
         assert all(f in index._files for f in forced)
-        real, asked = watcher_module.tracked_ignored, []
+        real, asked = ignorer_module.tracked_ignored, []
 
         def fails_once(folder):
             asked.append(folder)
             return None if len(asked) == 1 else real(folder)
 
-        monkeypatch.setattr(watcher_module, "tracked_ignored", fails_once)
+        monkeypatch.setattr(ignorer_module, "tracked_ignored", fails_once)
         (root / "z.py").write_text("z = 1\n")
         _git(root, "add", "z.py")  # git's index changes: the watcher asks git again
         wait_until(lambda: len(asked) >= 2)  # the failure, then the retry
@@ -707,16 +708,16 @@ def test_a_gitignore_reaches_the_folders_it_can_change_only():
 def _hang_git_ls_files(monkeypatch, release: threading.Event) -> threading.Event:
     """From now on ``git ls-files -ci`` as the watcher runs it hangs until ``release`` is set (a
     locked index, a network filesystem); the Event returned is set once the watcher called it."""
-    import daemon.watcher as watcher_module
+    import daemon.ignorer as ignorer_module
 
-    real, asked = watcher_module.tracked_ignored, threading.Event()
+    real, asked = ignorer_module.tracked_ignored, threading.Event()
 
     def hangs(folder):
         asked.set()
         release.wait()
         return real(folder)
 
-    monkeypatch.setattr(watcher_module, "tracked_ignored", hangs)
+    monkeypatch.setattr(ignorer_module, "tracked_ignored", hangs)
     return asked
 
 
@@ -763,7 +764,7 @@ def test_reading_git_rules_that_fails_is_an_answer_not_a_loop(tmp_path, git_home
     """Rules that cannot be read (an exception, not an unreadable file) keep the last ones: the
     paths waiting on them are applied. They were put back to wait and git asked again at once,
     forever (2,000 git runs in 5 s, the edit never indexed)."""
-    import daemon.watcher as watcher_module
+    import daemon.ignorer as ignorer_module
 
     w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
     try:
@@ -772,7 +773,7 @@ def test_reading_git_rules_that_fails_is_an_answer_not_a_loop(tmp_path, git_home
         def failing(folder):
             calls.append(folder)
             raise RuntimeError("no rules today")
-        monkeypatch.setattr(watcher_module, "git_exclude_rules", failing)
+        monkeypatch.setattr(ignorer_module, "git_exclude_rules", failing)
         (root / ".gitignore").write_text("build/\n*.log\n")  # the rules are read again
         wait_until(lambda: calls)
         (root / "build" / "a.py").write_text("a = 2\n")  # matched by the rules: git's answer decides
