@@ -9,8 +9,9 @@ Vocabulary:
   document runs (the editor asks on every pause) must not throw the rewrite away.
 - *preempted*: a ``prepare`` job (work done ahead of a request the user has not
   made yet, e.g. an edit's prompt prefilled while its instruction is typed) gives
-  way to any other job: it is cancelled when one is queued, so it never delays
-  a request. What it finished stays useful (a prefill keeps its done chunks).
+  way to any other job: it is cancelled when one is queued, so a request waits at
+  most for the model pass it is in (its passes are short: daemon/edit.py
+  ``PREPARE_CHUNK``). What it finished stays useful (a prefill keeps its done passes).
 - *cancelled*: the job's future fails with ``REQUEST_CANCELLED`` (reason in the
   message: "cancelled", "superseded", "preempted", "client disconnected", "shutdown").
 
