@@ -96,7 +96,6 @@ class Server:
         self.max_in_flight = MAX_IN_FLIGHT
         self.connections: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
-        self._stop: asyncio.Event | None = None  # set once the daemon is to exit (run)
 
     async def start(self) -> None:
         old = os.umask(0o177)
@@ -110,7 +109,7 @@ class Server:
     async def run(self, on_ready: Callable[[], None] | None = None) -> None:
         """Start, call ``on_ready``, serve until ``shutdown`` or SIGTERM/SIGINT."""
         loop = asyncio.get_running_loop()
-        stop = self._stop = asyncio.Event()
+        stop = asyncio.Event()
         self.service.shutdown_requested = stop
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -200,7 +199,8 @@ class Server:
             if _peer_hung_up(conn.writer):
                 return
         # a `shutdown` request sets the event before its answer is written, so it is seen here
-        if self._stop is not None and self._stop.is_set() and not conn.closed:
+        stop = self.service.shutdown_requested  # the event ``run`` waits on
+        if stop is not None and stop.is_set() and not conn.closed:
             await conn.writer.wait_closed()
 
     async def _wait_for_room(self, conn: Connection) -> None:

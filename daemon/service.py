@@ -218,11 +218,15 @@ class Service:
         )
         return await self._run_job("complete", conn, p, lambda cancel: self.completer.complete(req, cancel))
 
-    async def _m_edit(self, conn: int, p: dict) -> Any:
+    def _edit_range(self, p: dict) -> tuple[str, str, int, int]:
+        """An edit's (or prepareEdit's) document: its uri, text, and the range's start and end."""
         uri = _uri(p)
         text = self._document_text(uri, p)
         start = _req_int(p, "start", 0, len(text))
-        end = _req_int(p, "end", start, len(text))
+        return uri, text, start, _req_int(p, "end", start, len(text))
+
+    async def _m_edit(self, conn: int, p: dict) -> Any:
+        uri, text, start, end = self._edit_range(p)
         instruction = _req(p, "instruction", str)
         max_tokens = _opt_int(p, "maxTokens", None, 1, MAX_TOKENS_LIMIT)  # None: the engine's default
         if not callable(getattr(self.completer, "edit", None)):
@@ -244,10 +248,7 @@ class Service:
     async def _m_prepareEdit(self, conn: int, p: dict) -> Any:
         """Prefill an edit's prompt up to its instruction while the user types it; the job gives
         way to any other request (daemon/worker.py, "preempted")."""
-        uri = _uri(p)
-        text = self._document_text(uri, p)
-        start = _req_int(p, "start", 0, len(text))
-        end = _req_int(p, "end", start, len(text))
+        uri, text, start, end = self._edit_range(p)
         prepare = getattr(self.completer, "prepare_edit", None)
         if not callable(prepare):
             raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'prepareEdit'")
