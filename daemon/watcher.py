@@ -24,7 +24,8 @@ Vocabulary:
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
   ``.gitignore`` files or its repository's ``.git/info/exclude`` changed (files they now
-  ignore leave the index) or after the
+  ignore leave the index), every folder's after the user's excludes file changed (one
+  watch on its directory, ``_watch_excludes_file``), or after the
   folder itself was replaced; the folder's rules from git are read again. One scan
   per folder runs at a time; a request during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
@@ -41,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import subprocess
 import threading
 import time
 import warnings
@@ -54,7 +56,7 @@ from watchdog.observers import Observer
 
 from daemon.ignorer import Ignorer
 from daemon.priority import lower_this_thread
-from index.workspace import links_outside
+from index.workspace import links_outside, user_excludes_file
 
 # watchdog's inotify warns (2 KB, with the whole watch table) when a folder deleted and made
 # again at once gets a watch its table still holds; it overwrites it, and events keep coming.
@@ -90,6 +92,18 @@ class _Collector(FileSystemEventHandler):
             self._sink(os.fsdecode(dest))
 
 
+class _FileCollector(FileSystemEventHandler):
+    """The events of one file, from a non-recursive watch on its directory."""
+
+    def __init__(self, sink: Callable[[str], None], path: Path) -> None:
+        self._sink = sink
+        self._path = os.fspath(path)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if self._path in (os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or "")):
+            self._sink(self._path)
+
+
 class WorkspaceWatcher:
     """Index folders in the background, then keep them current from file events.
 
@@ -112,6 +126,10 @@ class WorkspaceWatcher:
         # asked for, and the paths that wait for its answer (ignored_now said None).
         self._git_runs: dict[Ignorer, bool] = {}
         self._waiting_on_git: dict[Ignorer, set[str]] = {}
+        # The user's excludes files (git's core.excludesFile: one for every folder, as a rule) ->
+        # the watch on its directory. Only grows; read without the lock (a dict lookup).
+        self._excludes_watches: dict[Path, Any] = {}
+        self._excludes_lock = threading.Lock()
         self._observer = Observer()
         self._observer.daemon = True
         self._observer.start()
@@ -154,10 +172,31 @@ class WorkspaceWatcher:
         if state["_stop"].is_set():  # removed, or the watcher stopped, before this thread ran
             return
         try:
+            self._watch_excludes_file(root)
             self._watch(root, state)
         except Exception:  # an observer stopping meanwhile, say: the scan still indexes the folder
             log.exception("watching %s failed", root)
         self._scan(root, state)
+
+    def _watch_excludes_file(self, root: Path) -> None:
+        """Watch the user's excludes file that git applies in ``root`` (outside every folder, as a
+        rule, so no folder's watch sees it): its edit rescans every folder (``_apply``). One watch
+        per such file, not per folder; none where its directory is not there (nor git)."""
+        try:
+            path = user_excludes_file(root)
+        except (OSError, subprocess.SubprocessError):
+            return
+        if not path.is_absolute():  # relative to a work tree's top: rare, left unwatched
+            return
+        with self._excludes_lock:
+            if path in self._excludes_watches:
+                return
+            try:
+                watch = self._observer.schedule(_FileCollector(self._on_event, path), str(path.parent),
+                                                recursive=False, event_filter=CHANGE_EVENTS)
+            except OSError:  # no such directory: git reads no file there either
+                return
+            self._excludes_watches[path] = watch
 
     def _watch(self, root: Path, state: dict[str, Any]) -> None:
         try:
@@ -287,6 +326,9 @@ class WorkspaceWatcher:
                 for root, ignorer in list(self._ignorers.items()):
                     if root == top or top in root.parents:
                         ignorer.forget_git_rules()
+            elif Path(path) in self._excludes_watches:  # the user's excludes file: every folder's rules
+                for ignorer in list(self._ignorers.values()):
+                    ignorer.forget_git_rules()
             self._last_event = now
             self._count("events")
             self._cond.notify()
@@ -344,6 +386,12 @@ class WorkspaceWatcher:
         return None
 
     def _apply(self, path: Path) -> None:
+        if path in self._excludes_watches:  # as a .gitignore: every folder's scan decides again
+            with self._folders_lock:
+                states = [(root, state) for root, state in self.folders.items() if root not in self._gone]
+            for root, state in states:
+                self._scan(root, state)
+            return
         with self._folders_lock:
             root = self._root_of(path)
             ignorer = self._ignorers.get(root) if root is not None else None

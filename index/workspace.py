@@ -173,8 +173,7 @@ def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     try:
         paths = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-cdup", "--git-path", "info/exclude"],
                                capture_output=True, text=True, timeout=30)
-        configured = subprocess.run(["git", "-C", str(root), "config", "--path", "core.excludesFile"],
-                                    capture_output=True, text=True, timeout=30)
+        excludes_file = user_excludes_file(root)
     except (OSError, subprocess.SubprocessError):
         return []
     lines = paths.stdout.split("\n")  # the first is empty at the top
@@ -182,9 +181,7 @@ def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
         return []
     # --show-cdup climbs from root to the top; --git-path answers relative to root (absolute in a worktree)
     top = Path(os.path.normpath(root / lines[0]))  # spelled as ``root`` is, as the watcher's paths are
-    excludes_file = configured.stdout.strip() if configured.returncode == 0 else ""
-    rule_files = [(top, top / excludes_file if excludes_file else _default_excludes_file()),
-                  (top, root / lines[1])]
+    rule_files = [(top, top / excludes_file), (top, root / lines[1])]
     between = root.relative_to(top).parts if top in (root, *root.parents) else ()
     rule_files += [(folder, folder / ".gitignore") for folder in
                    (top.joinpath(*between[:i]) for i in range(len(between)))]
@@ -197,6 +194,16 @@ def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
         if spec is not None:
             rules.append((folder, spec))
     return rules
+
+
+def user_excludes_file(root: Path) -> Path:
+    """The user's excludes file git applies in ``root``: ``core.excludesFile`` (``~`` expanded; a
+    relative one is relative to the work tree's top), else ``$XDG_CONFIG_HOME/git/ignore`` or
+    ``~/.config/git/ignore``. It may not exist. OSError or SubprocessError when git cannot run."""
+    configured = subprocess.run(["git", "-C", str(root), "config", "--path", "core.excludesFile"],
+                                capture_output=True, text=True, timeout=30)
+    value = configured.stdout.strip() if configured.returncode == 0 else ""
+    return Path(value) if value else _default_excludes_file()
 
 
 def _default_excludes_file() -> Path:

@@ -866,3 +866,62 @@ def test_an_edit_of_info_exclude_applies_its_rules_as_a_gitignore_edit_does(tmp_
         assert sorted(index._files) == [str(root / "a.py"), str(root / "zz.py")]
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_an_edit_of_the_user_excludes_file_rescans_every_folder(tmp_path, git_home, monkeypatch):
+    """The user's excludes file (``~/.config/git/ignore`` here) lies outside every folder, so no
+    folder's watch sees it: one watch on its directory does, and its edit (a rule added, the file
+    deleted) re-applies the rules in every folder, as an edit of ``info/exclude`` does."""
+    from index import IndexConfig, NgramIndex
+
+    roots = [(tmp_path / name).resolve() for name in ("one", "two")]
+    for root in roots:
+        root.mkdir()
+        (root / "a.py").write_text("a = 1\n")
+        (root / "secret.py").write_text("password = 1\n")
+        _git(root, "init", "-q")
+    excludes = git_home / ".config" / "git" / "ignore"
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        for root in roots:
+            w.add_folder(root)
+        wait_until(lambda: [f["state"] for f in w.status()["folders"]] == ["ready", "ready"])
+        secrets = [str(root / "secret.py") for root in roots]
+        assert all(s in index._files for s in secrets)
+
+        excludes.write_text("secret.py\n")  # created: both folders' secrets leave
+        wait_until(lambda: not any(s in index._files for s in secrets))
+        wait_until(lambda: [f["state"] for f in w.status()["folders"]] == ["ready", "ready"])
+        (roots[0] / "secret.py").write_text("password = 2\n")
+        (roots[0] / "zz.py").write_text("z = 1\n")  # handled after the other (batches go in path order)
+        wait_until(lambda: _indexed_text(index, str(roots[0] / "zz.py")) == "z = 1\n")
+        assert secrets[0] not in index._files
+
+        excludes.unlink()  # deleted: they come back
+        wait_until(lambda: all(s in index._files for s in secrets))
+        assert _indexed_text(index, secrets[0]) == "password = 2\n"
+        assert list(w._excludes_watches) == [excludes]  # one watch for both folders
+    finally:
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_nothing(tmp_path, git_home):
+    """core.excludesFile may name a file whose directory is not there: no watch, the folder is indexed."""
+    _git(tmp_path, "config", "--global", "core.excludesFile", str(tmp_path / "nowhere" / "ignore"))
+    root = (tmp_path / "repo").resolve()
+    root.mkdir()
+    (root / "a.py").write_text("a = 1\n")
+    _git(root, "init", "-q")
+    index = FakeIndex()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert w._excludes_watches == {}
+        (root / "b.py").write_text("b = 1\n")
+        wait_until(lambda: str(root / "b.py") in index.files)
+    finally:
+        w.stop()
