@@ -12,6 +12,7 @@ export const SERVER_COMMANDS = Object.freeze({
   toggle: "ngramd.toggle",
   rewriteSelection: "ngramd.rewriteSelection",
   prepareRewrite: "ngramd.prepareRewrite",
+  prepareCompletion: "ngramd.prepareCompletion",
 });
 
 export const CLIENT_COMMANDS = Object.freeze({

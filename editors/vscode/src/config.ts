@@ -24,6 +24,8 @@ export interface NgramdSettings {
   timeoutMs: number;
   device: Device;
   socket: string;
+  /** Prefill the completion prompt where the cursor rests (client side only: not an option of the server). */
+  prepareCompletions: boolean;
 }
 
 /** Where a daemon started by the server runs (the server's `device`). */
@@ -41,6 +43,7 @@ export const DEFAULTS: Readonly<NgramdSettings> = Object.freeze({
   timeoutMs: 8000,
   device: "auto",
   socket: "",
+  prepareCompletions: true,
 });
 
 /** Bounds for the numeric settings; values outside are clamped (package.json states the same). */
@@ -86,6 +89,7 @@ export function readSettings(get: SettingGetter): NgramdSettings {
     timeoutMs: num(get("timeoutMs"), DEFAULTS.timeoutMs, BOUNDS.timeoutMs, true),
     device: DEVICES.find((d) => d === str(get("device"), "")) ?? DEFAULTS.device,
     socket: str(get("socket"), DEFAULTS.socket),
+    prepareCompletions: bool(get("prepareCompletions"), DEFAULTS.prepareCompletions),
   };
 }
 

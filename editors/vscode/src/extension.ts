@@ -45,6 +45,7 @@ import {
   validateInstruction,
 } from "./status";
 import { AppliedEdits } from "./applied_edits";
+import { CompletionPreparer, Spot } from "./prepare_completion";
 
 const STATUS_POLL_MS = 5000;
 
@@ -66,6 +67,8 @@ let pollInFlight = false;
 let output: vscode.LogOutputChannel;
 // The edits the server sent with workspace/applyEdit while rewrites ran (apply-once rule).
 const appliedEdits = new AppliedEdits();
+// Prepares the completion where the cursor rests (ngramd.prepareCompletions).
+const preparer = new CompletionPreparer();
 
 function currentSettings(): NgramdSettings {
   const cfg = vscode.workspace.getConfiguration("ngramd");
@@ -180,6 +183,9 @@ async function startClient(): Promise<void> {
           return undefined;
         }
         pollPaused = false; // the server may start a daemon for this request: watch it again
+        if (client) {
+          preparer.warmed(spotOf(client, document, position));
+        }
         return next(document, position, ctx, token);
       },
       provideCompletionItem: (document, position, ctx, token, next) => {
@@ -242,6 +248,7 @@ async function startClient(): Promise<void> {
   clientStateListener = client.onDidChangeState((e) => {
     if (e.newState === State.Running) {
       void refreshStatus();
+      cursorMoved(vscode.window.activeTextEditor); // a file just opened: its first completion is the slowest
     } else if (e.newState === State.Stopped) {
       showStatus(errorView("language server stopped"));
     }
@@ -258,6 +265,7 @@ async function startClient(): Promise<void> {
 async function stopClient(): Promise<void> {
   const c = client;
   client = undefined;
+  preparer.cancel(); // a new server has nothing prepared
   clientStateListener?.dispose();
   clientStateListener = undefined;
   if (c) {
@@ -351,6 +359,44 @@ function prepareRewrite(uri: unknown, lspRange: unknown, version: unknown): void
     undefined,
     () => undefined,
   );
+}
+
+/**
+ * Whether a completion may be prepared in a document: the setting is on, ngramd is enabled
+ * for the document's folder and the server runs.
+ */
+function mayPrepareCompletion(resource: vscode.Uri): boolean {
+  return settings.prepareCompletions && client?.state === State.Running && enabledFor(resource);
+}
+
+/** A document position as the server takes it (its protocol position, in the client's encoding). */
+function spotOf(c: LanguageClient, document: vscode.TextDocument, position: vscode.Position): Spot {
+  const { line, character } = c.code2ProtocolConverter.asPosition(position);
+  return { uri: document.uri.toString(), version: document.version, line, character };
+}
+
+/**
+ * The editor's cursor moved, or its document changed: once the cursor has rested, the
+ * server prepares the completion there (a selection is what a rewrite prepares: none then).
+ * A head start only, like prepareRewrite: its outcome is ignored.
+ */
+function cursorMoved(editor: vscode.TextEditor | undefined): void {
+  if (!editor || !editor.selection.isEmpty || !mayPrepareCompletion(editor.document.uri)) {
+    preparer.restart();
+    return;
+  }
+  const resource = editor.document.uri;
+  preparer.restart(spotOf(runningClient(), editor.document, editor.selection.active), (spot) => {
+    if (!mayPrepareCompletion(resource)) {
+      return false;
+    }
+    const position = { line: spot.line, character: spot.character };
+    void serverCommand(SERVER_COMMANDS.prepareCompletion, [spot.uri, position, spot.version]).then(
+      undefined,
+      () => undefined,
+    );
+    return true;
+  });
 }
 
 /** The user's instruction for a rewrite; undefined when the input box is dismissed. */
@@ -452,6 +498,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
       const before = settings;
       settings = currentSettings();
+      cursorMoved(vscode.window.activeTextEditor); // the prepare follows the settings
       if (needsRestart(before, settings)) {
         await restartClient();
       } else {
@@ -460,6 +507,20 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     // A folder added or removed may be the one that enables ngramd: the server's flag follows.
     vscode.workspace.onDidChangeWorkspaceFolders(() => sendServerSettings()),
+    // only the active editor's cursor rests where the user looks (a split view's moves too on an edit)
+    vscode.window.onDidChangeTextEditorSelection((e) => {
+      if (e.textEditor === vscode.window.activeTextEditor) {
+        cursorMoved(e.textEditor);
+      }
+    }),
+    vscode.window.onDidChangeActiveTextEditor((editor) => cursorMoved(editor)),
+    vscode.workspace.onDidChangeTextDocument((e) => {
+      const editor = vscode.window.activeTextEditor;
+      if (e.contentChanges.length > 0 && editor?.document === e.document) {
+        cursorMoved(editor);
+      }
+    }),
+    vscode.workspace.onDidCloseTextDocument((document) => preparer.cancel(document.uri.toString())),
   );
 
   // Poll the status while the window is focused; nothing is polled in the background,
@@ -487,6 +548,7 @@ export async function deactivate(): Promise<void> {
   if (pollTimer) {
     clearInterval(pollTimer);
   }
+  preparer.cancel();
   deactivated = true; // a restart queued meanwhile starts nothing
   await serialized(stopClient);
 }

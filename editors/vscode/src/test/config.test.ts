@@ -37,6 +37,8 @@ test("settings are normalised: clamped, rounded, trimmed, wrong types replaced",
   assert.equal(s.temperature, 0.7);
   assert.equal(s.multiline, true, "a string is not a boolean: default kept");
   assert.equal(s.enable, false);
+  assert.equal(readSettings(getter({ prepareCompletions: "no" })).prepareCompletions, true, "not a boolean: default kept");
+  assert.equal(readSettings(getter({ prepareCompletions: false })).prepareCompletions, false);
   assert.equal(s.model, "tiny");
   assert.equal(s.serverPath, "");
   assert.equal(readSettings(getter({ maxTokens: 12.6 })).maxTokens, 13);

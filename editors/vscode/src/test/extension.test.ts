@@ -11,7 +11,7 @@ const POLL_MS = 5000;
 let h: Harness;
 
 beforeEach(() => {
-  mock.timers.enable({ apis: ["setInterval"] });
+  mock.timers.enable({ apis: ["setInterval", "setTimeout"] });
   h = loadExtension();
 });
 
@@ -50,7 +50,8 @@ test("the status poll observes: it asks the server not to start a daemon, and pa
   // a completion goes to the server (it may start a daemon there): polling resumes
   h.answer = async () => ({ connected: true, daemon: {} });
   const middleware = client.clientOptions.middleware as Record<string, Function>;
-  await middleware.provideInlineCompletionItems({}, {}, {}, {}, async () => ({ items: [] }));
+  const { document, selection } = editorOn("/a.py");
+  await middleware.provideInlineCompletionItems(document, selection.active, {}, {}, async () => ({ items: [] }));
   await pollOnce();
   assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, afterStop + 1);
 });
@@ -69,10 +70,11 @@ test("toggle flips the effective setting, also when the workspace sets ngramd.en
   assert.equal(h.config.global.enable, false);
 });
 
-/** An active editor on a file, as far as the toggle and the middleware look at it. */
-function editorOn(fsPath: string) {
+/** An active editor on a file, as far as the toggle, the middleware and the prepares look at it. */
+function editorOn(fsPath: string, version = 1, line = 0, character = 0) {
   const uri = { scheme: "file", fsPath, toString: () => `file://${fsPath}` };
-  return { document: { uri, version: 1 }, selection: { isEmpty: true } };
+  const active = { line, character };
+  return { document: { uri, version }, selection: { isEmpty: true, active, start: active, end: active } };
 }
 
 test("toggle in a multi-root workspace overrides the active editor's folder value and says which scope it wrote", async () => {
@@ -517,4 +519,126 @@ test("a restart watches the new server even when the old one's daemon was stoppe
   await pollOnce();
   assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, asked + 1);
   assert.match(h.statusItem.text, /sparkle/);
+});
+
+const PREPARE_MS = 300;
+
+/** The editor's cursor moves to where `editor` says: it becomes the active editor, and the selection event fires. */
+function moveTo(editor: ReturnType<typeof editorOn>): void {
+  h.window.activeTextEditor = editor;
+  h.emit("selection", { textEditor: editor, selections: [editor.selection] });
+}
+
+async function tick(ms: number): Promise<void> {
+  mock.timers.tick(ms);
+  await settle();
+}
+
+function prepares(): unknown[][] {
+  return h.clients.at(-1)!.commandRequests(SERVER_COMMANDS.prepareCompletion).map((r) => r.params.arguments!);
+}
+
+test("a cursor that rests asks the server once to prepare the completion there, and ignores how that ends", async () => {
+  await activate();
+  h.answer = async (req) => {
+    if (req.params.command === SERVER_COMMANDS.prepareCompletion) {
+      throw Object.assign(new Error("unknown command"), { code: -32601 }); // an older server
+    }
+    return { connected: true, daemon: {} };
+  };
+  moveTo(editorOn("/ws/a.py", 3, 4, 2));
+  await tick(PREPARE_MS - 1);
+  assert.deepEqual(prepares(), [], "not before the cursor has rested");
+  await tick(1);
+  assert.deepEqual(prepares(), [["file:///ws/a.py", { line: 4, character: 2 }, 3]]);
+  moveTo(editorOn("/ws/a.py", 3, 4, 2)); // the same spot again (e.g. focus came back)
+  await tick(PREPARE_MS);
+  assert.equal(prepares().length, 1, "the same (uri, version, position) is not sent twice");
+  assert.deepEqual(h.messages, [], "a failed prepare is not shown");
+});
+
+test("a move or an edit before the delay restarts it: only where the cursor rests is prepared", async () => {
+  await activate();
+  moveTo(editorOn("/ws/a.py", 1, 0, 0));
+  await tick(PREPARE_MS - 100);
+  moveTo(editorOn("/ws/a.py", 1, 9, 0));
+  await tick(PREPARE_MS - 100);
+  const edited = editorOn("/ws/a.py", 2, 9, 0);
+  h.window.activeTextEditor = edited; // typed, in the same editor: the document changed
+  h.emit("documentChange", { document: edited.document, contentChanges: [{ text: "x" }] });
+  await tick(PREPARE_MS - 1);
+  assert.deepEqual(prepares(), []);
+  await tick(1);
+  assert.deepEqual(prepares(), [["file:///ws/a.py", { line: 9, character: 0 }, 2]]);
+});
+
+test("no prepare with a selection (a rewrite's prepare is what a selection gets)", async () => {
+  await activate();
+  const editor = editorOn("/ws/a.py");
+  editor.selection = { ...editor.selection, isEmpty: false, end: { line: 3, character: 0 } };
+  moveTo(editor);
+  await tick(PREPARE_MS * 3);
+  assert.deepEqual(prepares(), []);
+});
+
+test("ngramd.prepareCompletions turns the prepares off and on while running", async () => {
+  h.config.global.prepareCompletions = false;
+  await activate();
+  moveTo(editorOn("/ws/a.py", 1, 1, 0));
+  await tick(PREPARE_MS * 3);
+  assert.deepEqual(prepares(), []);
+  h.config.global.prepareCompletions = true;
+  await h.changeConfig();
+  await tick(PREPARE_MS);
+  assert.deepEqual(prepares(), [["file:///ws/a.py", { line: 1, character: 0 }, 1]], "where the cursor rests now");
+  moveTo(editorOn("/ws/a.py", 1, 2, 0));
+  await tick(PREPARE_MS - 100);
+  h.config.global.prepareCompletions = false; // turned off while one is pending
+  await h.changeConfig();
+  await tick(PREPARE_MS * 3);
+  assert.equal(prepares().length, 1);
+});
+
+test("a folder that disables ngramd gets no prepare", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }, { name: "web", path: "/ws/web" }];
+  h.config.folder.api = { enable: false };
+  await activate();
+  moveTo(editorOn("/ws/api/main.py"));
+  await tick(PREPARE_MS * 3);
+  assert.deepEqual(prepares(), []);
+  moveTo(editorOn("/ws/web/app.ts"));
+  await tick(PREPARE_MS);
+  assert.deepEqual(prepares(), [["file:///ws/web/app.ts", { line: 0, character: 0 }, 1]]);
+});
+
+test("closing the document cancels its pending prepare; reopened, it is prepared again", async () => {
+  await activate();
+  const editor = editorOn("/ws/a.py");
+  moveTo(editor);
+  await tick(PREPARE_MS);
+  assert.equal(prepares().length, 1);
+  moveTo(editorOn("/ws/a.py", 1, 5, 0));
+  h.emit("documentClose", editor.document);
+  await tick(PREPARE_MS * 3);
+  assert.equal(prepares().length, 1, "the closed document's pending prepare was cancelled");
+  moveTo(editorOn("/ws/a.py")); // reopened: version 1 again, the server has nothing prepared
+  await tick(PREPARE_MS);
+  assert.equal(prepares().length, 2);
+});
+
+test("no prepare where an inline completion was just asked for: that request warms the cache", async () => {
+  await activate();
+  const middleware = h.clients[0].clientOptions.middleware as Record<string, Function>;
+  const editor = editorOn("/ws/a.py", 2, 7, 3);
+  moveTo(editor);
+  await middleware.provideInlineCompletionItems(editor.document, editor.selection.active, {}, {}, async () => ({ items: [] }));
+  await tick(PREPARE_MS * 3);
+  assert.deepEqual(prepares(), []);
+});
+
+test("the cursor resting when the server starts is prepared", async () => {
+  h.window.activeTextEditor = editorOn("/ws/a.py", 1, 3, 0);
+  await activate();
+  await tick(PREPARE_MS);
+  assert.deepEqual(prepares(), [["file:///ws/a.py", { line: 3, character: 0 }, 1]]);
 });

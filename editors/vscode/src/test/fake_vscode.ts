@@ -22,7 +22,7 @@ export class FakeClient {
   readonly notifications: unknown[] = [];
   stopped = 0;
   private stateListeners: Listener[] = [];
-  code2ProtocolConverter = { asRange: (r: unknown) => r };
+  code2ProtocolConverter = { asRange: (r: unknown) => r, asPosition: (p: unknown) => p };
   protocol2CodeConverter = { asWorkspaceEdit: async (e: unknown) => e };
 
   constructor(
@@ -80,6 +80,8 @@ export class FakeClient {
   }
 }
 
+export type EditorEvent = "selection" | "activeEditor" | "documentChange" | "documentClose";
+
 export interface Harness {
   vscode: Record<string, unknown>;
   ext: { activate: (ctx: unknown) => Promise<void>; deactivate: () => Promise<void> };
@@ -100,6 +102,11 @@ export interface Harness {
   folders: { name: string; path: string }[];
   configListeners: Listener[];
   folderListeners: Listener[];
+  /**
+   * Fires an editor or document event to the extension's listeners: "selection"
+   * (onDidChangeTextEditorSelection), "activeEditor", "documentChange", "documentClose".
+   */
+  emit: (event: EditorEvent, e: unknown) => void;
   statusItem: { text: string; tooltip: string };
   messages: { kind: string; text: string }[];
   /** Answers of the next input boxes, in order (undefined: dismissed). */
@@ -142,6 +149,16 @@ export function loadExtension(): Harness {
     return folder && (h.config.folder[folder.name] ??= {});
   };
   const disposable = { dispose: () => undefined };
+  const editorListeners = new Map<EditorEvent, Listener[]>();
+  const onEditorEvent = (event: EditorEvent) => (l: Listener) => {
+    editorListeners.set(event, [...(editorListeners.get(event) ?? []), l]);
+    return { dispose: () => editorListeners.set(event, (editorListeners.get(event) ?? []).filter((x) => x !== l)) };
+  };
+  h.emit = (event, e) => {
+    for (const l of editorListeners.get(event) ?? []) {
+      l(e);
+    }
+  };
   const statusItem = { text: "", tooltip: "", command: "", backgroundColor: undefined, show() {}, hide() {}, dispose() {} };
   h.statusItem = statusItem;
   const message = (kind: string) => async (text: string) => {
@@ -182,6 +199,8 @@ export function loadExtension(): Harness {
       get activeTextEditor() {
         return h.window.activeTextEditor;
       },
+      onDidChangeTextEditorSelection: onEditorEvent("selection"),
+      onDidChangeActiveTextEditor: onEditorEvent("activeEditor"),
       get state() {
         return { focused: h.window.focused };
       },
@@ -229,6 +248,8 @@ export function loadExtension(): Harness {
         return disposable;
       },
       applyEdit: async () => true,
+      onDidChangeTextDocument: onEditorEvent("documentChange"),
+      onDidCloseTextDocument: onEditorEvent("documentClose"),
     },
     commands: {
       registerCommand: (id: string, fn: (...args: unknown[]) => Promise<unknown>) => {
