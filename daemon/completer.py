@@ -35,11 +35,18 @@ from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool
 from daemon.prompt import ForcedPrefix, build_prompt
 from daemon.proposer import IndexProposer, NullProposer, Proposer
-from daemon.requests import (CompletionRequest, CompletionResult, EditRequest, GenerationStats, SamplingParams,
-                             check_sampling)
+from daemon.requests import (CompletionRequest, CompletionResult, EditRequest, GenerationStats, Prepared,
+                             SamplingParams, check_sampling)
 from daemon.stops import StopConfig, StopChecker
 
 log = logging.getLogger("ngramd.completer")
+
+# Tokens per prepare pass. A prepare is cancelled between passes when a request comes (it gives
+# way, daemon/worker.py), so this bounds how long a request can wait behind one: with the
+# default model on 2 CPU cores a 128-token pass took ~0.3 s, the 512-token prefill chunk ~1 s,
+# and a 1,070-token prepare 2.26 s in 128-token passes against 1.95 s in 512-token ones
+# (docs/benchmarks.md, "Prepared edits"): it runs while the user is not waiting.
+PREPARE_CHUNK = 128
 
 
 class Completer:
@@ -56,6 +63,7 @@ class Completer:
         self.pool = KVPool(self.cfg.max_caches)
         self.totals = GenerationStats()
         self.requests = 0
+        self.prepared = {"prepares": 0, "prefill_tokens": 0}  # work done ahead of requests (not in totals)
         self._synced: dict[str, str] = {}  # uri -> digest of the text last given to the index
         self._lock = threading.Lock()
         eos = {runtime.eos_token_id} if runtime.eos_token_id is not None else set()
@@ -102,6 +110,19 @@ class Completer:
 
         return prepare_edit(self, uri, text, start, end, cancel)
 
+    def prepare_complete(self, uri: str, text: str, offset: int,
+                         cancel: threading.Event | None = None) -> Prepared:
+        """Prefill the completion prompt at ``offset`` on ``uri``'s KV cache while the cursor
+        rests there: the first completion asked there (after some typing, or at once) prefills
+        only what differs, the typed text and the suffix after it. Output is unchanged: a warm
+        cache, as for any later keystroke. Raises ValueError for bad input."""
+        if not isinstance(text, str):
+            raise ValueError("text must be a string")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= len(text):
+            raise ValueError(f"offset {offset!r} is out of range: the text has {len(text)} characters")
+        prompt = build_prompt(self.runtime, text, offset, self.cfg.prompt)
+        return self.prepare(uri, prompt.ids, cancel)
+
     def decode(self, key: Hashable, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
                stopper: StopChecker, sampling: SamplingParams, forced: ForcedPrefix | None = None,
                cancel: threading.Event | None = None, propose_k: int | None = None, t0: float | None = None,
@@ -124,20 +145,19 @@ class Completer:
                            cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)
         return out, stats
 
-    def warm(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None,
-             chunk: int | None = None) -> GenerationStats | None:
+    def prepare(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None) -> Prepared:
         """Prefill ``prompt_ids`` (all but the last, as for any prompt) on the KV cache kept under
         ``key`` and generate nothing: a later request on ``key`` whose prompt starts with them
-        prefills only the rest. ``chunk``: tokens per pass (the configured prefill chunk when
-        None); ``cancel`` is seen between passes. None when cancelled (the passes done so far
-        stay cached)."""
+        prefills only the rest. Work ahead of a request: it runs in ``PREPARE_CHUNK``-token
+        passes and ``cancel`` is seen between them (the passes done stay cached); counted in
+        ``stats()["prepared"]``, apart from the requests' totals."""
         stats = GenerationStats()
         with self._lock:
             kv = self.pool.get(key)
-            if not prefill(self.runtime, kv, prompt_ids, stats, cancel, chunk or self.cfg.prefill_chunk,
-                           reuse=self.cfg.reuse_kv):
-                return None
-        return stats
+            finished = prefill(self.runtime, kv, prompt_ids, stats, cancel, PREPARE_CHUNK, reuse=self.cfg.reuse_kv)
+            self.prepared["prepares"] += 1
+            self.prepared["prefill_tokens"] += stats.prefill_tokens
+        return Prepared(len(prompt_ids), stats.prefill_tokens, stats.reused_tokens, cancelled=not finished)
 
     def record(self, result: CompletionResult, t0: float) -> CompletionResult:
         """Stamp ``result`` with its time since ``t0`` and add it to the totals."""
@@ -156,7 +176,7 @@ class Completer:
 
     def stats(self) -> dict[str, Any]:
         """Totals over all requests, the cost model and the learnt acceptance rates."""
-        return {"requests": self.requests, "totals": self.totals.to_dict(),
+        return {"requests": self.requests, "totals": self.totals.to_dict(), "prepared": dict(self.prepared),
                 "cost_ms": self.cost.to_dict(), "acceptance": self.policy.tracker.snapshot(),
                 "kv_caches": len(self.pool), "kv_tokens": self.pool.cached_tokens()}
 

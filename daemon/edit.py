@@ -35,7 +35,7 @@ from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range, clean_answer
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.proposer import IndexProposer, NullProposer
-from daemon.requests import CompletionResult, EditRequest, check_instruction, check_sampling
+from daemon.requests import CompletionResult, EditRequest, Prepared, check_instruction, check_sampling
 from daemon.stops import StopChecker, StopConfig
 from index.draft import Draft, Source
 
@@ -180,14 +180,6 @@ def closed_answer(text: str, stop_reason: str, fence: str) -> str:
 
 # Two instructions whose first tokens differ: their prompts part where the instruction begins.
 _PLACEHOLDER_INSTRUCTIONS = ("a", "b")
-# Tokens per prepare pass. A prepare is cancelled between passes when a request comes (it gives
-# way, daemon/worker.py), so this bounds how long a request can wait behind one: with the
-# default model on 2 CPU cores a 128-token pass took ~0.3 s, the 512-token prefill chunk ~1 s,
-# and a 1,070-token prepare 2.26 s in 128-token passes against 1.95 s in 512-token ones
-# (docs/benchmarks.md, "Prepared edits"): it runs while the user types the instruction.
-PREPARE_CHUNK = 128
-
-
 def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: str = "") -> list[int]:
     """The edit prompt's token ids before the instruction: every instruction's prompt for this
     range starts with them (the file around the range, the selection, the words before the
@@ -199,7 +191,7 @@ def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: 
 
 
 def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int,
-                 cancel: threading.Event | None = None) -> PreparedEdit:
+                 cancel: threading.Event | None = None) -> Prepared:
     """Prefill the prompt of an edit of ``text[start:end]`` up to its instruction, on the KV
     cache the edit will use: the edit itself then prefills only the instruction and what
     follows. Output is unchanged: the edit reuses the cached prefix as any request on a
@@ -213,24 +205,7 @@ def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int
     if limit is not None and len(ids) > limit:
         raise ValueError(f"the edit is too long to rewrite: the prompt before the instruction has "
                          f"{len(ids)} tokens, the model has {limit} positions; select less")
-    stats = completer.warm(edit_cache_key(uri), ids, cancel, chunk=PREPARE_CHUNK)
-    if stats is None:
-        return PreparedEdit(len(ids), 0, 0, cancelled=True)
-    return PreparedEdit(len(ids), stats.prefill_tokens, stats.reused_tokens)
-
-
-@dataclass(frozen=True)
-class PreparedEdit:
-    """What ``prepare_edit`` did: the prefix's tokens, those it ran through the model, and
-    those already cached (an edit of the same range prepared before)."""
-
-    tokens: int
-    prefilled: int
-    reused: int
-    cancelled: bool = False
-
-    def to_dict(self) -> dict[str, int]:
-        return {"tokens": self.tokens, "prefilled": self.prefilled, "reused": self.reused}
+    return completer.prepare(edit_cache_key(uri), ids, cancel)
 
 
 def edit_proposer(ep: EditPrompt, index: Any | None, uri: str,

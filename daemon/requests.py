@@ -171,6 +171,20 @@ class GenerationStats:
 FINISHED_EDIT_STOPS = ("stop_string", "eos")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a prepare (a prompt prefilled ahead of the request that will use it) did: the
+    prompt's tokens, those it ran through the model, and those already cached."""
+
+    tokens: int
+    prefilled: int
+    reused: int
+    cancelled: bool = False
+
+    def to_dict(self) -> dict[str, int]:
+        return {"tokens": self.tokens, "prefilled": self.prefilled, "reused": self.reused}
+
+
 @dataclass
 class CompletionResult:
     text: str

@@ -218,6 +218,17 @@ class Service:
         )
         return await self._run_job("complete", conn, p, lambda cancel: self.completer.complete(req, cancel))
 
+    async def _m_prepareComplete(self, conn: int, p: dict) -> Any:
+        """Prefill the completion prompt at ``offset`` while the cursor rests there; the job gives
+        way to any other request (daemon/worker.py, "preempted")."""
+        uri = _uri(p)
+        text = self._document_text(uri, p)
+        offset = _req_int(p, "offset", 0, len(text))
+        prepare = getattr(self.completer, "prepare_complete", None)
+        if not callable(prepare):
+            raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'prepareComplete'")
+        return await self._run_job(PREPARE, conn, p, lambda cancel: prepare(uri, text, offset, cancel))
+
     def _edit_range(self, p: dict) -> tuple[str, str, int, int]:
         """An edit's (or prepareEdit's) document: its uri, text, and the range's start and end."""
         uri = _uri(p)

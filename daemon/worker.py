@@ -8,10 +8,12 @@ Vocabulary:
   Event set. Only the same kind: a completion asked while a rewrite of the
   document runs (the editor asks on every pause) must not throw the rewrite away.
 - *preempted*: a ``prepare`` job (work done ahead of a request the user has not
-  made yet, e.g. an edit's prompt prefilled while its instruction is typed) gives
-  way to any other job: it is cancelled when one is queued, so a request waits at
-  most for the model pass it is in (its passes are short: daemon/edit.py
-  ``PREPARE_CHUNK``). What it finished stays useful (a prefill keeps its done passes).
+  made yet: an edit's prompt prefilled while its instruction is typed, a completion's
+  while the cursor rests) gives way to any other job: it is cancelled when one is
+  queued, so a request waits at most for the model pass it is in (its passes are
+  short: daemon/completer.py ``PREPARE_CHUNK``). What it finished stays useful (a
+  prefill keeps its done passes). A newer prepare of a uri supersedes an older one
+  of that uri, whichever request each prepares.
 - *cancelled*: the job's future fails with ``REQUEST_CANCELLED`` (reason in the
   message: "cancelled", "superseded", "preempted", "client disconnected", "shutdown").
 

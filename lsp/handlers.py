@@ -12,6 +12,10 @@ Commands:
   sends it when it starts asking the user for a rewrite's instruction, so that the
   daemon prefills the rewrite's prompt meanwhile. Answers the daemon's figures, or null
   when nothing was prepared (it is only a head start: it never fails the editor).
+- ``ngramd.prepareCompletion(uri, position, version?)``: the daemon's ``prepareComplete``:
+  an editor sends it when the cursor has rested at ``position`` (editors/: 300 ms), so that
+  the daemon prefills the completion prompt there before the user types. Answers as
+  ``prepareRewrite`` does; null also while completions are disabled.
 - ``ngramd.status()``: settings, connection state, counters and the daemon's status.
 - ``ngramd.toggle(enabled?)``: flip (or set) ``enabled``; returns the new value.
 """
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 
 REWRITE = "ngramd.rewriteSelection"
 PREPARE_REWRITE = "ngramd.prepareRewrite"
+PREPARE_COMPLETION = "ngramd.prepareCompletion"
 STATUS = "ngramd.status"
 TOGGLE = "ngramd.toggle"
 REWRITE_TITLE = "Rewrite selection with ngramd"
@@ -160,6 +165,15 @@ def register(server: NgramdServer) -> None:
         uri, rng, version = _uri_range_version(ls, PREPARE_REWRITE, args[0], args[1], args[2] if len(args) == 3 else None)
         return await ls.prepare_edit(uri, rng, version)
 
+    @server.command(PREPARE_COMPLETION)
+    async def prepare_completion(ls: NgramdServer, *args: Any) -> Any:
+        if not 2 <= len(args) <= 3:
+            raise JsonRpcInvalidParams(
+                f"{PREPARE_COMPLETION} takes [uri, position, version?], got {len(args)} arguments")
+        uri, version, pos = _uri_version_and(ls, PREPARE_COMPLETION, args[0], args[2] if len(args) == 3 else None,
+                                             args[1], types.Position)
+        return await ls.prepare_completion(uri, pos, version)
+
     @server.command(STATUS)
     async def status(ls: NgramdServer, *args: Any) -> dict[str, Any]:
         # [{"spawn": false}]: an editor's poll, which must never start a daemon
@@ -212,15 +226,24 @@ def _rewrite_args(ls: NgramdServer, args: list[Any]) -> tuple[str, types.Range, 
 def _uri_range_version(ls: NgramdServer, command: str, uri: Any, raw_range: Any,
                        version: Any) -> tuple[str, types.Range, int | None]:
     """A command's document, range and (optional) version, with errors that say what is wrong."""
+    uri, version, rng = _uri_version_and(ls, command, uri, version, raw_range, types.Range)
+    return uri, rng, version
+
+
+def _uri_version_and(ls: NgramdServer, command: str, uri: Any, version: Any, raw: Any,
+                     lsp_type: type) -> tuple[str, int | None, Any]:
+    """A command's document, (optional) version and one argument of ``lsp_type`` (a Range, a
+    Position), with errors that say what is wrong."""
     if not isinstance(uri, str) or not uri:
         raise JsonRpcInvalidParams(f"{command}: uri must be a string, got {uri!r}")
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
         raise JsonRpcInvalidParams(f"{command}: version must be an integer or null, got {version!r}")
     try:
-        rng = ls.protocol._converter.structure(raw_range, types.Range)
+        value = ls.protocol._converter.structure(raw, lsp_type)
     except Exception as exc:
-        raise JsonRpcInvalidParams(f"{command}: range must be an LSP Range, got {raw_range!r}") from exc
-    return uri, rng, version
+        kind = lsp_type.__name__
+        raise JsonRpcInvalidParams(f"{command}: {kind.lower()} must be an LSP {kind}, got {raw!r}") from exc
+    return uri, version, value
 
 
 async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str,

@@ -445,13 +445,30 @@ class NgramdServer(LanguageServer):
         if doc is None or doc.uri in self._too_large or (version is not None and version != doc.version):
             return None
         start, end = self.range_of(doc, rng)
-        params = {"uri": doc.uri, "start": start, "end": end, "version": doc.version or 0}
+        return await self._prepare("prepareEdit", {"uri": doc.uri, "start": start, "end": end,
+                                                   "version": doc.version or 0})
+
+    async def _prepare(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """A daemon ``prepare*`` call's figures; None when it did not prepare (a head start only)."""
         try:
-            result = await self.link.call("prepareEdit", params, max(self.settings.timeout_ms / 1000, 30.0))
+            result = await self.link.call(method, params, max(self.settings.timeout_ms / 1000, 30.0))
         except (DaemonError, DaemonUnavailable) as exc:
-            log.debug("no rewrite prepared for %s: %s", doc.uri, exc)
+            log.debug("%s of %s did nothing: %s", method, params["uri"], exc)
             return None
         return result if isinstance(result, dict) else None
+
+    async def prepare_completion(self, uri: str, pos: types.Position,
+                                 version: int | None = None) -> dict[str, Any] | None:
+        """Ask the daemon to prefill the completion prompt at ``pos`` (the editor's cursor rests
+        there), so that the first completion asked there prefills only what was typed since.
+        None when nothing was prepared, for the reasons of ``prepare_edit``, or when disabled."""
+        if not self.settings.enabled:
+            return None
+        doc = self.open_document(uri)
+        if doc is None or doc.uri in self._too_large or (version is not None and version != doc.version):
+            return None
+        params = {"uri": doc.uri, "offset": self.offset_of(doc, pos), "version": doc.version or 0}
+        return await self._prepare("prepareComplete", params)
 
     # -- status -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.client import Client, spawn_daemon, wait_ready
-from daemon.requests import CompletionResult, GenerationStats
+from daemon.requests import CompletionResult, GenerationStats, Prepared
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,16 +54,21 @@ class FakeCompleter:
         return CompletionResult(text, [ord(c) for c in text], "", GenerationStats(generated=len(text)),
                                 stop_reason="eos")
 
-    def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None) -> Any:
+    def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None) -> Prepared:
         """What the real one reports, by characters (blocks like ``complete`` on ``BLOCK``)."""
-        from daemon.edit import PreparedEdit
+        return self._prepare(uri, text, end, cancel)
 
+    def prepare_complete(self, uri: str, text: str, offset: int, cancel: Any = None) -> Prepared:
+        """As ``prepare_edit``, the prompt's end at ``offset``."""
+        return self._prepare(uri, text, offset, cancel)
+
+    def _prepare(self, uri: str, text: str, end: int, cancel: Any) -> Prepared:
         self.calls.append(uri)
         if "BLOCK" in text:
             self.started.set()
             cancel.wait(30)
-            return PreparedEdit(0, 0, 0, cancelled=True)
-        return PreparedEdit(end + 1, end, 0)
+            return Prepared(0, 0, 0, cancelled=True)
+        return Prepared(end + 1, end, 0)
 
 
 class FakeIndex:

@@ -220,6 +220,31 @@ def test_a_prepared_edit_prefills_only_its_instruction_and_answers_as_unprepared
         c.call("close", {"uri": uri})
 
 
+def test_a_completion_where_the_cursor_rested_answers_as_unprepared_and_prepares_are_counted(daemon):
+    """prepareComplete (sent when the editor's cursor rests) fills the document's KV cache with
+    the completion prompt there; the user types, the completion reuses it, same answer."""
+    with daemon.client() as c:
+        uri = "file:///tmp/ngd-prepare-complete.py"
+        typed = SOURCE + "    re"
+        c.call("open", {"uri": uri, "text": typed, "version": 1})
+        ask = {"uri": uri, "offset": len(typed), "maxTokens": 12}
+        cold = c.call("complete", ask)
+        c.call("close", {"uri": uri})  # drops the document's KV caches
+        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
+        before = c.call("status")["engine"]["prepared"]
+        prepared = c.call("prepareComplete", {"uri": uri, "offset": len(SOURCE), "version": 1})
+        assert prepared["prefilled"] == prepared["tokens"] - 1 > 20 and prepared["reused"] == 0
+        assert c.call("status")["engine"]["prepared"] == {
+            "prepares": before["prepares"] + 1, "prefill_tokens": before["prefill_tokens"] + prepared["prefilled"]}
+        c.call("change", {"uri": uri, "version": 2, "changes": [{"start": len(SOURCE), "end": len(SOURCE),
+                                                                 "text": "    re"}]})
+        warm = c.call("complete", ask)
+        assert warm["token_ids"] == cold["token_ids"] and warm["text"] == cold["text"]
+        assert prepared["prefilled"] - 8 <= warm["stats"]["reused_tokens"] <= prepared["prefilled"]
+        assert warm["stats"]["prefill_tokens"] == cold["stats"]["prefill_tokens"] - warm["stats"]["reused_tokens"]
+        c.call("close", {"uri": uri})
+
+
 def test_file_events_update_the_index(daemon):
     with daemon.client() as c:
         wait_until(lambda: all(f["state"] == "ready" for f in c.call("status")["workspace"]["folders"]))

@@ -101,7 +101,7 @@ def test_bad_ranges_and_prompts_too_long_are_clear_errors(completer, tiny_runtim
 def test_a_prepare_runs_in_short_passes_so_that_a_request_waits_behind_one_at_most(
         tiny_runtime, completer, monkeypatch):
     """It is cancelled between passes when a request comes: the pass bounds the wait."""
-    from daemon.edit import PREPARE_CHUNK
+    from daemon.completer import PREPARE_CHUNK
 
     rows = []
     forward = tiny_runtime.forward

@@ -33,7 +33,7 @@ class FakeDaemon:
         self.delay = 0.0  # seconds a complete takes (cancellable)
         self.edit_delay = 0.0  # seconds an edit takes (cancellable)
         self.edit_error: tuple[int, str] | None = None
-        self.prepare_error: tuple[int, str] | None = None  # the answer to prepareEdit, if an error
+        self.prepare_error: tuple[int, str] | None = None  # the answer to prepareEdit/prepareComplete, if an error
         self.edit_stop_reason = "stop_string"  # "max_tokens": a rewrite cut off before its end
         self.complete_error: tuple[int, str] | None = None  # (code, message) every complete fails with
         self.docs: dict[str, dict[str, Any]] = {}
@@ -154,12 +154,13 @@ class FakeDaemon:
             text = self.docs[p["uri"]]["text"]  # as the daemon: the text when the request arrives
             await self._run((p["uri"], method), p.get("requestId"), self.edit_delay)
             return {**_result(text[p["start"]:p["end"]].upper()), "stop_reason": self.edit_stop_reason}
-        if method == "prepareEdit":
+        if method in ("prepareEdit", "prepareComplete"):
             if self.prepare_error is not None:
                 raise rpc.RpcError(*self.prepare_error)
             if p["uri"] not in self.docs:
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"{rpc.DOCUMENT_NOT_OPEN}{p['uri']}")
-            return {"tokens": p["end"] - p["start"] + 1, "prefilled": p["end"] - p["start"], "reused": 0}
+            end, start = (p["end"], p["start"]) if method == "prepareEdit" else (p["offset"], 0)
+            return {"tokens": end - start + 1, "prefilled": end - start, "reused": 0}
         if method == "cancel":
             n = 0
             for (uri, _), (rid, event) in list(self._jobs.items()):

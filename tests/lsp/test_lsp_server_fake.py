@@ -45,7 +45,8 @@ async def test_initialize_result(fake, sock):
         assert caps.completion_provider is not None
         assert caps.code_action_provider.resolve_provider is True
         assert set(caps.execute_command_provider.commands) == {
-            "ngramd.rewriteSelection", "ngramd.prepareRewrite", "ngramd.status", "ngramd.toggle"}
+            "ngramd.rewriteSelection", "ngramd.prepareRewrite", "ngramd.prepareCompletion", "ngramd.status",
+            "ngramd.toggle"}
         sync = caps.text_document_sync
         assert sync.change == types.TextDocumentSyncKind.Incremental and sync.open_close
         assert caps.position_encoding == types.PositionEncodingKind.Utf16
@@ -288,6 +289,44 @@ async def test_prepare_rewrite_asks_the_daemon_to_prepare_the_range_and_never_fa
     with pytest.raises(JsonRpcException) as err:
         await prepare("not a range")
     assert err.value.code == types.ErrorCodes.InvalidParams and "prepareRewrite: range" in err.value.message
+
+
+async def test_prepare_completion_asks_the_daemon_to_prepare_the_cursor_and_never_fails_the_editor(
+        fake, sock, lsp_client):
+    """Sent when the editor's cursor rests: the daemon gets the offset in characters (the emoji
+    is two UTF-16 units) and the document's version; a stale version, a refusal, a document
+    not open or disabled completions answer null, never an error the editor would show."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, f"s = '{EMOJI}'\nt = 2\n")
+    await until(lambda: URI in fake.docs)
+
+    async def prepare(*args, uri=URI):
+        return await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.prepareCompletion", arguments=[uri, *args]))
+    line_one = {"line": 1, "character": 2}
+    assert await prepare(line_one, 1) == {"tokens": 11, "prefilled": 10, "reused": 0}
+    assert fake.methods("prepareComplete") == [{"uri": URI, "offset": 10, "version": 1}]
+    assert await prepare({"line": 0, "character": 7}) == {"tokens": 7, "prefilled": 6, "reused": 0}  # after the emoji
+    assert await prepare(line_one, 7) is None  # the position belongs to another version
+    fake.prepare_error = (rpc.METHOD_NOT_FOUND, "this engine does not support 'prepareComplete'")
+    assert await prepare(line_one) is None
+    assert len(fake.methods("prepareComplete")) == 3
+    assert await prepare(line_one, uri="file:///not/open.py") is None
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.toggle",
+                                                                            arguments=[False]))
+    fake.prepare_error = None
+    assert await prepare(line_one) is None and len(fake.methods("prepareComplete")) == 3
+    for bad, message in [("not a position", "prepareCompletion: position"), (None, "position")]:
+        with pytest.raises(JsonRpcException) as err:
+            await prepare(bad)
+        assert err.value.code == types.ErrorCodes.InvalidParams and message in err.value.message
+    with pytest.raises(JsonRpcException) as err:
+        await prepare(line_one, "2")
+    assert err.value.code == types.ErrorCodes.InvalidParams and "version" in err.value.message
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.prepareCompletion", arguments=[URI]))
+    assert err.value.code == types.ErrorCodes.InvalidParams and "takes [uri, position, version?]" in err.value.message
 
 
 async def test_a_rewrite_cut_off_before_its_end_is_refused_not_applied(fake, sock, lsp_client):

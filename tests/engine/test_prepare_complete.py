@@ -1,0 +1,88 @@
+"""A completion's prompt prefilled where the cursor rests (Completer.prepare_complete)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from daemon.completer import PREPARE_CHUNK, Completer
+from daemon.engine import EngineConfig
+from daemon.prompt import build_prompt
+from daemon.requests import CompletionRequest
+
+TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "kv_cache.py").read_text()
+CURSOR = TEXT.index("        self.tokens.extend")  # a line's start, after its indentation: where a user starts typing
+URI = "file:///kv.py"
+
+
+@pytest.fixture
+def completer(tiny):
+    return Completer(tiny, None, EngineConfig(calibrate=False))
+
+
+def _complete(completer, text, offset, speculate=True):
+    return completer.complete(CompletionRequest(uri=URI, text=text, offset=offset, max_tokens=16,
+                                                speculate=speculate), threading.Event())
+
+
+@pytest.mark.parametrize("speculate", [True, False])
+def test_a_completion_asked_where_the_cursor_rested_prefills_one_token_and_answers_as_a_cold_one(
+        tiny, completer, speculate):
+    cold = _complete(completer, TEXT, CURSOR, speculate)
+    completer.drop_cache(URI)
+    prepared = completer.prepare_complete(URI, TEXT, CURSOR)
+    prompt_len = len(build_prompt(tiny, TEXT, CURSOR, completer.cfg.prompt).ids)
+    assert not prepared.cancelled and prepared.tokens == prompt_len
+    assert prepared.prefilled == prompt_len - 1 and prepared.reused == 0  # all but the last, as for any prompt
+    warm = _complete(completer, TEXT, CURSOR, speculate)
+    assert warm.token_ids == cold.token_ids and warm.text == cold.text
+    assert warm.stats.reused_tokens == prepared.prefilled and warm.stats.prefill_tokens == 0
+
+
+def test_after_typing_at_the_prepared_cursor_only_the_typed_text_and_the_suffix_are_prefilled(tiny, completer):
+    typed = TEXT[:CURSOR] + "self.tok" + TEXT[CURSOR:]
+    cold = _complete(completer, typed, CURSOR + 8)
+    completer.drop_cache(URI)
+    prepared = completer.prepare_complete(URI, TEXT, CURSOR)
+    warm = _complete(completer, typed, CURSOR + 8)
+    assert warm.token_ids == cold.token_ids and warm.text == cold.text
+    suffix_start = cold.prompt.find("<fim_suffix>")  # FIM: the suffix after the cursor is prefilled again
+    cursor_tokens = len(tiny.encode(cold.prompt[:suffix_start] if suffix_start >= 0 else cold.prompt))
+    assert prepared.prefilled >= warm.stats.reused_tokens >= cursor_tokens - 8  # up to the typing (healing may back off)
+    assert warm.stats.prefill_tokens <= cold.stats.prefill_tokens - warm.stats.reused_tokens
+    assert warm.stats.reused_tokens > 10 * PREPARE_CHUNK // 4  # hundreds of tokens, not a few
+
+
+def test_preparing_the_same_place_again_prefills_nothing_and_prepares_are_counted_apart(completer):
+    first = completer.prepare_complete(URI, TEXT, CURSOR)
+    again = completer.prepare_complete(URI, TEXT, CURSOR)
+    assert again.reused == first.prefilled and again.prefilled == 0
+    assert completer.stats()["prepared"] == {"prepares": 2, "prefill_tokens": first.prefilled}
+    assert completer.requests == 0 and completer.totals.prefill_tokens == 0  # no request was served
+
+
+def test_a_cancelled_prepare_keeps_the_passes_it_finished(tiny, completer, monkeypatch):
+    cancel = threading.Event()
+    forward = tiny.forward
+
+    def forward_then_cancel(ids, *a, **k):
+        out = forward(ids, *a, **k)
+        cancel.set()  # seen before the next pass
+        return out
+    monkeypatch.setattr(tiny, "forward", forward_then_cancel)
+    prepared = completer.prepare_complete(URI, TEXT, CURSOR, cancel)
+    assert prepared.cancelled and prepared.prefilled == PREPARE_CHUNK
+    assert len(completer.pool.get(URI)) == PREPARE_CHUNK
+
+
+@pytest.mark.parametrize("text, offset, message", [
+    (TEXT, len(TEXT) + 1, "out of range"),
+    (TEXT, -1, "out of range"),
+    (TEXT, True, "out of range"),
+    (None, 0, "text must be a string"),
+])
+def test_bad_input_is_a_clear_error(completer, text, offset, message):
+    with pytest.raises(ValueError, match=message):
+        completer.prepare_complete(URI, text, offset)
