@@ -1,0 +1,136 @@
+"""First-suggestion latency where the cursor came to rest, with and without ``prepareComplete``.
+
+    .venv/bin/python scripts/bench_completion_prepared.py [--cases bench/cases/stdlib.jsonl] [--repeat 3]
+        [--typed 3] [--ids A,B]
+
+The editors send ``ngramd.prepareCompletion`` when the cursor has rested 300 ms: the
+daemon prefills the completion prompt there (``Completer.prepare_complete``) before the
+user types. The user then types a few characters and the editor asks for a suggestion,
+which prefills only what was typed, and decodes.
+
+Per completion case and repeat, four runs, interleaved, on one Completer with the case's
+workspace index (as ``ngramd bench``: the case's file out of the index, its text the open
+buffer, multi-line, the case's max_tokens, no history), each after the document's KV
+caches are dropped:
+- cold speculative / cold plain: the suggestion alone, on a cold cache (a place asked
+  about for the first time without a prepare: ``ngramd bench``'s protocol);
+- prepared speculative / prepared plain: ``prepare_complete`` at the case's cursor first,
+  untimed (its own time is reported: it runs while the user reads, moves, thinks), then
+  the suggestion, timed.
+The suggestion is asked after the first ``--typed`` characters of the original code at
+the cursor (the file as it is on disk; none when they would cross a line) are typed.
+Each ``ms`` is wall clock around ``Completer.complete``. Medians over the repeats; every
+run's tokens must equal the cold plain run's (``identical``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import threading
+import time
+from pathlib import Path
+
+CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "stdlib.jsonl"
+VARIANTS = ("cold_spec", "cold_plain", "prep_spec", "prep_plain")
+
+
+def typed_case(case, n: int):
+    """``case`` with the first ``n`` characters of the original code at its cursor typed."""
+    original = (case.workspace / case.file).read_text(encoding="utf-8")
+    typed = original[case.offset:case.offset + n] if original[:case.offset] == case.text[:case.offset] else ""
+    if "\n" in typed:
+        typed = ""
+    text = case.text[:case.offset] + typed + case.text[case.offset:]
+    return dataclasses.replace(case, text=text, offset=case.offset + len(typed)), typed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default=str(CASES))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--typed", type=int, default=3, help="characters typed after the prepare (default 3)")
+    ap.add_argument("--ids", default="", help="comma-separated case ids (default: every completion case)")
+    args = ap.parse_args()
+
+    from daemon.bench_cases import load_cases
+    from daemon.bench_runner import BenchRunner, case_document
+    from daemon.completer import Completer
+    from daemon.engine import EngineConfig
+    from daemon.model import load_runtime
+    from daemon.requests import CompletionRequest
+
+    wanted = {i for i in args.ids.split(",") if i}
+    cases = [c for c in load_cases(args.cases) if c.mode == "complete" and (not wanted or c.id in wanted)]
+    rt = load_runtime(None, device="cpu")
+    runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
+
+    def run(completer, rested, asked, variant):
+        uri = rested.path.as_uri()
+        completer.drop_cache(uri)
+        prepare_ms = None
+        if variant.startswith("prep"):
+            t0 = time.perf_counter()
+            completer.prepare_complete(uri, rested.text, rested.offset)
+            prepare_ms = (time.perf_counter() - t0) * 1000
+        req = CompletionRequest(uri=uri, text=asked.text, offset=asked.offset, max_tokens=asked.max_tokens,
+                                multiline=True, speculate=variant.endswith("spec"))
+        t0 = time.perf_counter()
+        result = completer.complete(req, threading.Event())
+        return result, (time.perf_counter() - t0) * 1000, prepare_ms
+
+    rows = []
+    for n, rested in enumerate(cases):
+        asked, typed = typed_case(rested, args.typed)
+        index = runner.index_for(rested.workspace)
+        completer = Completer(rt, index, EngineConfig(add_history=False))
+        with case_document(index, rested):
+            if n == 0:  # one-time costs (kernels, calibration) out of the first case
+                for variant in VARIANTS:
+                    run(completer, rested, asked, variant)
+            ms = {v: [] for v in VARIANTS}
+            prep_ms, outs = [], {}
+            for _ in range(args.repeat):
+                for variant in VARIANTS:
+                    result, t, p = run(completer, rested, asked, variant)
+                    ms[variant].append(t)
+                    outs.setdefault(variant, []).append(result)
+                    if p is not None:
+                        prep_ms.append(p)
+        ref = outs["cold_plain"][0]
+        identical = all(r.token_ids == ref.token_ids for runs in outs.values() for r in runs)
+        rows.append({"id": rested.id, "kind": rested.kind, "typed": typed, "tokens": len(ref.token_ids),
+                     **{v: statistics.median(ms[v]) for v in VARIANTS}, "prepare_ms": statistics.median(prep_ms),
+                     "prefill_cold": outs["cold_spec"][0].stats.prefill_tokens,
+                     "prefill_prepared": outs["prep_spec"][0].stats.prefill_tokens, "identical": identical})
+        print(f"{rested.id}: done", flush=True)
+
+    print()
+    print("| id | kind | typed | tok | prefill cold / prepared | prepare | cold spec | cold plain | x "
+          "| prepared spec | prepared plain | x | sooner | same |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['id']} | {r['kind']} | `{r['typed']}` | {r['tokens']} | {r['prefill_cold']} / "
+              f"{r['prefill_prepared']} | {r['prepare_ms']:,.0f} | {r['cold_spec']:,.0f} | {r['cold_plain']:,.0f} "
+              f"| {r['cold_plain'] / r['cold_spec']:.2f}x | {r['prep_spec']:,.0f} | {r['prep_plain']:,.0f} "
+              f"| {r['prep_plain'] / r['prep_spec']:.2f}x | {r['cold_spec'] / r['prep_spec']:.2f}x "
+              f"| {'yes' if r['identical'] else 'NO'} |")
+
+    def total(group, num, den):
+        return sum(r[num] for r in group) / sum(r[den] for r in group) if group else float("nan")
+    print()
+    print(f"identical: {sum(r['identical'] for r in rows)}/{len(rows)}")
+    for kind in ("all", "ordinary", "repeat", "norepeat"):
+        group = [r for r in rows if kind == "all" or r["kind"] == kind]
+        if group:
+            print(f"{kind} ({len(group)}): cold {total(group, 'cold_plain', 'cold_spec'):.2f}x over plain in total; "
+                  f"prepared {total(group, 'prep_plain', 'prep_spec'):.2f}x over prepared plain "
+                  f"(median {statistics.median(r['prep_plain'] / r['prep_spec'] for r in group):.2f}x); "
+                  f"prepared speculative vs cold plain {total(group, 'cold_plain', 'prep_spec'):.2f}x; "
+                  f"answers {total(group, 'cold_spec', 'prep_spec'):.2f}x sooner than unprepared")
+    return 0 if all(r["identical"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
