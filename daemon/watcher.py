@@ -476,7 +476,14 @@ class WorkspaceWatcher:
                 self._git_runs[ignorer] = True
                 return
             self._git_runs[ignorer] = False
-        threading.Thread(target=self._git_loop, args=(root, ignorer), name="ngramd-git", daemon=True).start()
+        try:
+            threading.Thread(target=self._git_loop, args=(root, ignorer), name="ngramd-git", daemon=True).start()
+        except Exception:  # no thread (RuntimeError: the process is at its limit): no run either
+            with self._folders_lock:
+                # else the folder never asked git again; ``waiting`` waits on, and the next need
+                # (a file event, or the folder's check within GONE_POLL_S: git is out of date) starts one
+                self._git_runs.pop(ignorer, None)
+            log.exception("starting git's thread for %s failed: asking again at the next need", root)
 
     def _git_loop(self, root: Path, ignorer: Ignorer) -> None:
         lower_this_thread()

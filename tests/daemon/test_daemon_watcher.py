@@ -925,3 +925,28 @@ def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_no
         wait_until(lambda: str(root / "b.py") in index.files)
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_git_thread_that_fails_to_start_is_started_at_the_next_need(tmp_path, git_home, monkeypatch):
+    """A thread that cannot start (the process at its limit) is no git run: the folder's next need
+    of git starts one. It was taken for a run in progress, and the folder never asked git again."""
+    w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
+    try:
+        real_start, refused = threading.Thread.start, []
+
+        def start_refusing_git_once(thread):
+            if thread.name == "ngramd-git" and not refused:
+                refused.append(thread)
+                raise RuntimeError("can't start new thread")
+            return real_start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", start_refusing_git_once)
+        (root / "build" / "d.py").write_text("d = 1\n")
+        _git(root, "add", "-f", "build/d.py")  # git's index changes: the watcher asks git
+        wait_until(lambda: refused)
+        (root / "build" / "a.py").write_text("a = 2\n")  # the rules match it: it waits on git's answer
+        wait_until(lambda: _indexed_text(index, str(root / "build" / "d.py")) == "d = 1\n")
+        wait_until(lambda: _indexed_text(index, forced[0]) == "a = 2\n")
+    finally:
+        w.stop()
