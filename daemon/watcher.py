@@ -164,8 +164,15 @@ class WorkspaceWatcher:
         # directories here), so it is set up on a thread of its own, not the caller's (the
         # daemon's event loop, which answers every editor); the scan begins once it is in place,
         # so no change is missed.
-        threading.Thread(target=self._watch_then_scan, args=(root, state), name="ngramd-watch",
-                         daemon=True).start()
+        try:
+            threading.Thread(target=self._watch_then_scan, args=(root, state), name="ngramd-watch",
+                             daemon=True).start()
+        except Exception:  # no thread: not watched, so an add_folder later can try again
+            with self._folders_lock:
+                if self.folders.get(root) is state:
+                    del self.folders[root]
+                    self._ignorers.pop(root, None)
+            raise
         return True
 
     def _watch_then_scan(self, root: Path, state: dict[str, Any]) -> None:
@@ -230,8 +237,17 @@ class WorkspaceWatcher:
                 state["_rescan"] = True
                 return
             state["_scanning"] = True
-        threading.Thread(target=self._index_folder, args=(root, state, state["_stop"]),
-                         name="ngramd-index", daemon=True).start()
+        try:
+            threading.Thread(target=self._index_folder, args=(root, state, state["_stop"]),
+                             name="ngramd-index", daemon=True).start()
+        except Exception as exc:  # no thread (the process at its limit): no scan in progress either,
+            # else every later rescan would wait for it, forever
+            with self._folders_lock:
+                state["_scanning"] = False
+                state.pop("_rescan", None)
+                state["state"] = "error"
+                state["error"] = f"starting the scan failed: {type(exc).__name__}: {exc}"
+            log.exception("starting the scan of %s failed: scanning again at the next need", root)
 
     def remove_folder(self, root: Path) -> bool:
         """Stop indexing and watching ``root``; False if it was not watched.

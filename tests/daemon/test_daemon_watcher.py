@@ -950,3 +950,52 @@ def test_a_git_thread_that_fails_to_start_is_started_at_the_next_need(tmp_path, 
         wait_until(lambda: _indexed_text(index, forced[0]) == "a = 2\n")
     finally:
         w.stop()
+
+
+def test_a_scan_thread_that_fails_to_start_is_reported_and_the_next_rescan_runs(watched, monkeypatch):
+    """A scan whose thread cannot start is an error in status, not a scan in progress: the next
+    rescan (a .gitignore edit) runs. It was taken for one running, and every later rescan waited on it."""
+    w, index, root, _ = watched
+    state = w.folders[root]
+    real_start, refused = threading.Thread.start, []
+
+    def start_refusing_a_scan_once(thread):
+        if thread.name == "ngramd-index" and not refused:
+            refused.append(thread)
+            raise RuntimeError("can't start new thread")
+        return real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_refusing_a_scan_once)
+    (root / "b.py").write_text("b = 1\n")
+    (root / ".gitignore").write_text("ignored/\nb.py\n")  # a rescan: refused
+    wait_until(lambda: refused)
+    wait_until(lambda: state["state"] == "error")
+    assert "can't start new thread" in state["error"]
+    scans = index.log.count(("scan", str(root)))
+    (root / ".gitignore").write_text("ignored/\n")  # the next rescan runs
+    wait_until(lambda: index.log.count(("scan", str(root))) > scans and state["state"] == "ready")
+    assert str(root / "b.py") in index.files
+
+
+def test_a_folder_whose_watch_thread_fails_to_start_can_be_added_again(tmp_path, monkeypatch):
+    """add_folder raises, and the folder is not kept as watched (it was, and never watched nor scanned)."""
+    (tmp_path / "a.py").write_text("a = 1\n")
+    root = tmp_path.resolve()
+    index = FakeIndex()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    real_start = threading.Thread.start
+
+    def start_refusing_the_watch(thread):
+        if thread.name == "ngramd-watch":
+            raise RuntimeError("can't start new thread")
+        return real_start(thread)
+    try:
+        monkeypatch.setattr(threading.Thread, "start", start_refusing_the_watch)
+        with pytest.raises(RuntimeError):
+            w.add_folder(root)
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        assert w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert str(root / "a.py") in index.files
+    finally:
+        w.stop()
