@@ -26,6 +26,9 @@ workspace/executeCommand:
   ``exit-before-answering`` ends this server at once (a crash mid-request)
 - ngramd.prepareRewrite uri range version -> null; the arguments are in the status's
   ``prepared``, and every rewrite command's name in ``commands``, in arrival order
+- ngramd.prepareCompletion uri position version -> null; the arguments are in the
+  status's ``prepared_completions``, in arrival order (not in ``commands``: the editor sends
+  them on its own, whenever the cursor rests)
 - fake.document uri        -> the server's copy of the document (incremental sync check)
 """
 
@@ -41,7 +44,7 @@ from pygls.lsp.server import LanguageServer
 
 server = LanguageServer("fake-ngramd", "0.0")
 seen: dict[str, Any] = {"init": None, "settings": [], "triggers": [], "enabled": True,
-                        "rewrite_versions": [], "prepared": [], "commands": []}
+                        "rewrite_versions": [], "prepared": [], "commands": [], "prepared_completions": []}
 
 TARGET = "return a + b"
 
@@ -110,6 +113,7 @@ def status(ls: LanguageServer, *args: Any) -> dict[str, Any]:
         "rewrite_versions": seen["rewrite_versions"],
         "prepared": seen["prepared"],
         "commands": seen["commands"],
+        "prepared_completions": seen["prepared_completions"],
     }
 
 
@@ -117,6 +121,11 @@ def status(ls: LanguageServer, *args: Any) -> dict[str, Any]:
 def prepare_rewrite(ls: LanguageServer, *args: Any) -> None:
     seen["prepared"].append(list(args))
     seen["commands"].append("ngramd.prepareRewrite")
+
+
+@server.command("ngramd.prepareCompletion")
+def prepare_completion(ls: LanguageServer, *args: Any) -> None:
+    seen["prepared_completions"].append(list(args))
 
 
 @server.command("ngramd.toggle")

@@ -134,6 +134,7 @@ if suite == "unit" then
       { { keymaps = { nxt = "<C-n>" } }, "keymaps.nxt" },
       { { highlight = false }, "highlight" },
       { { root_markers = ".git" }, "root_markers" },
+      { { prepare_completions = "yes" }, "prepare_completions" },
       -- the daemon's temperature rule: 0, or 1e-4..100
       { { temperature = 5e-5 }, "temperature" },
       { { temperature = 101 }, "temperature" },
@@ -146,6 +147,7 @@ if suite == "unit" then
     eq(config.resolve({ keymaps = { trigger = false } }).keymaps.trigger, false, "false disables one key")
     eq(config.resolve({ temperature = 5 }).temperature, 5, "the daemon accepts up to 100")
     eq(config.resolve({ temperature = 1e-4 }).temperature, 1e-4)
+    eq(config.resolve({}).prepare_completions, true, "prepared completions are on by default")
   end)
 
   test("config.resolve: a misspelled top-level option is an error naming it", function()
@@ -218,6 +220,7 @@ local cmd = vim.fn.json_decode((assert(os.getenv("NGRAMD_TEST_CMD"), "NGRAMD_TES
 local ngramd = require("ngramd")
 local ghost = require("ngramd.ghost")
 local client_mod = require("ngramd.client")
+local prepare = require("ngramd.prepare")
 
 local notes = {}
 vim.notify = function(msg, level)
@@ -225,7 +228,8 @@ vim.notify = function(msg, level)
 end
 
 vim.cmd("filetype on") -- -u NONE leaves detection off; users have it on
-ngramd.setup({ cmd = cmd, filetypes = { "python" }, debounce_ms = 20, native = suite == "native" })
+local setup_opts = { cmd = cmd, filetypes = { "python" }, debounce_ms = 20, native = suite == "native" }
+ngramd.setup(setup_opts)
 ghost.require_insert = false -- the synchronous tests drive the functions in Normal mode,
 vim.o.virtualedit = "onemore" -- where the cursor may then stand after the line's end as in Insert mode
 
@@ -421,6 +425,125 @@ if suite == "fake" then
     ngramd.dismiss()
   end)
 
+  -- Prepared completions: the autocommand a cursor move or an edit fires (the main loop
+  -- fires them only between keys, not while a test runs) for this plugin's prepare only,
+  -- then the wait for the cursor to rest. The server's status lists the prepares it got:
+  -- a status request is answered after every command sent before it.
+  local function prepared()
+    return execute("ngramd.status", {}).prepared_completions
+  end
+  local function rest(event, bufnr)
+    bufnr = bufnr or buf
+    vim.api.nvim_exec_autocmds(event or "CursorMoved",
+      { group = "ngramd_prepare_" .. bufnr, buffer = bufnr, modeline = false })
+    assert(prepare.pending(bufnr), "no prepare waits for the cursor to rest")
+    wait(function()
+      return not prepare.pending(bufnr)
+    end, "the cursor to rest")
+    return prepared()
+  end
+
+  test("prepareCompletion is sent once the cursor rests, at its position in the negotiated encoding and version", function()
+    local line = "x = '\240\159\152\128\195\169' #rest" -- x = '😀é' #rest
+    set_lines({ "def add(a, b):", line }, 2, #line)
+    local version = vim.lsp.util.buf_versions[buf]
+    local before = #prepared()
+    local sent = rest("CursorMoved")
+    eq(#sent, before + 1, "prepares sent")
+    local character = ({ ["utf-16"] = 15, ["utf-8"] = 18, ["utf-32"] = 14 })[client().offset_encoding]
+    eq(sent[#sent], { vim.uri_from_bufnr(buf), { line = 1, character = character }, version }, "arguments")
+    -- an edit at the same place is a new version: sent again (Insert mode counts too)
+    vim.api.nvim_buf_set_lines(buf, 0, 1, false, { "def add(a, c):" })
+    sent = rest("TextChangedI")
+    eq(#sent, before + 2, "prepares sent after the edit")
+    eq(sent[#sent][3], vim.lsp.util.buf_versions[buf], "the new version")
+    assert(sent[#sent][3] ~= version, "the version did not change")
+  end)
+
+  test("prepareCompletion is not sent again for the same position and version", function()
+    set_lines({ "alpha = 1" }, 1, 3)
+    local n = #rest()
+    eq(#rest(), n, "prepares after resting at the same place")
+    eq(#rest("CursorMovedI"), n, "prepares after resting at the same place in Insert mode")
+    vim.api.nvim_win_set_cursor(0, { 1, 4 })
+    eq(#rest(), n + 1, "prepares after moving one column")
+  end)
+
+  test("prepareCompletion is not sent in Visual mode (a selection is what a rewrite prepares)", function()
+    set_lines({ "alpha beta" }, 1, 0)
+    vim.api.nvim_feedkeys("wv", "xt", false)
+    local n = #prepared()
+    local ok, err = pcall(function()
+      eq(vim.fn.mode(), "v", "mode")
+      eq(#rest(), n, "prepares sent in Visual mode")
+    end)
+    vim.api.nvim_feedkeys("\27", "xt", false)
+    assert(ok, err)
+    eq(vim.fn.mode(), "n", "mode after <Esc>")
+    eq(#rest(), n + 1, "prepares sent once back in Normal mode")
+  end)
+
+  test("prepareCompletion is not sent where the plugin just asked for a completion", function()
+    set_lines({ "def add(a, b):", "    ret" }, 2, 7)
+    local n = #prepared()
+    suggest_and_wait() -- the completion request warms the same cache
+    eq(#rest(), n, "prepares sent where the completion was asked")
+    ngramd.dismiss()
+    vim.api.nvim_win_set_cursor(0, { 2, 6 })
+    eq(#rest(), n + 1, "prepares sent one column to the left")
+  end)
+
+  test("prepare_completions = false: no prepareCompletion, not even one already waiting", function()
+    set_lines({ "gamma = 3" }, 1, 2)
+    local n = #prepared()
+    vim.api.nvim_exec_autocmds("CursorMoved", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+    local ok, err = pcall(function()
+      ngramd.setup(vim.tbl_extend("force", setup_opts, { prepare_completions = false }))
+      wait(function()
+        return not prepare.pending(buf)
+      end, "the wait started before the option changed")
+      vim.api.nvim_exec_autocmds("CursorMoved", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+      eq(prepare.pending(buf), false, "a prepare waits with the option off")
+      eq(#prepared(), n, "prepares sent with the option off")
+    end)
+    ngramd.setup(setup_opts)
+    assert(ok, err)
+    eq(#rest(), n + 1, "prepares sent with the option on again")
+  end)
+
+  test("prepareCompletion is not sent for a buffer no ngramd client is attached to", function()
+    local function in_buffer(path, fn)
+      vim.cmd("edit " .. vim.fn.fnameescape(path))
+      local other = vim.api.nvim_get_current_buf()
+      local ok, err = pcall(fn, other)
+      vim.cmd("buffer " .. buf)
+      vim.cmd("bwipeout! " .. other)
+      eq(prepare.pending(other), false, "a prepare waits in a wiped buffer")
+      eq(vim.fn.exists("#ngramd_prepare_" .. other), 0, "autocommands of a wiped buffer")
+      assert(ok, err)
+    end
+    local n = #prepared()
+    in_buffer(dir .. "/notes.txt", function(other) -- a filetype ngramd does not serve
+      eq(client_mod.get(other), nil, "client of notes.txt")
+      vim.api.nvim_exec_autocmds("CursorMoved", { buffer = other, modeline = false })
+      eq(prepare.pending(other), false, "a prepare waits in an unattached buffer")
+    end)
+    in_buffer(dir .. "/second.py", function(other) -- detached while the cursor rests
+      wait(function()
+        return client_mod.get(other) ~= nil and vim.fn.exists("#ngramd_prepare_" .. other) == 1
+      end, "the client to attach to second.py")
+      vim.api.nvim_exec_autocmds("CursorMoved", { group = "ngramd_prepare_" .. other, buffer = other, modeline = false })
+      vim.lsp.buf_detach_client(other, client_mod.get(other).id)
+      if vim.fn.exists("##LspDetach") == 1 then
+        eq(prepare.pending(other), false, "a prepare waits after LspDetach")
+      end
+      wait(function()
+        return not prepare.pending(other)
+      end, "the wait")
+    end)
+    eq(#prepared(), n, "prepares sent")
+  end)
+
   test(":NgramdRewrite on a charwise selection: the server's applyEdit is applied once", function()
     set_lines({ "alpha beta", "gamma" }, 1, 0)
     vim.cmd("normal! 0wve\27") -- select "beta", leave Visual mode
@@ -605,6 +728,9 @@ if suite == "fake" then
     assert(done ~= true, "the rewrite succeeded")
     assert(notes[1] and notes[1]:find("rewrite failed", 1, true), vim.inspect(notes))
     eq(ngramd.rewrites_in_flight(), 0, "rewrites in flight")
+    wait(function() -- nor does a prepared completion wait there
+      return vim.fn.exists("#ngramd_prepare_" .. other) == 0
+    end, "the exited client's buffer to drop its prepare autocommands")
   end)
 end
 

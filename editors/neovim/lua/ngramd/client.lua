@@ -112,6 +112,13 @@ function M.start(bufnr, lsp_config)
   return id
 end
 
+--- The LSP version of `bufnr`'s text as last synced to the server, or vim.NIL where it is
+--- unknown (a command's version argument: the server then takes its current copy).
+function M.version(bufnr)
+  local version = vim.lsp.util.buf_versions[bufnr]
+  return type(version) == "number" and version or vim.NIL
+end
+
 --- workspace/executeCommand; `callback(err, result)` runs on the main loop.
 function M.execute(bufnr, command, arguments, callback)
   local client = M.get(bufnr)

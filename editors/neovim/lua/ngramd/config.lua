@@ -21,6 +21,9 @@ M.defaults = {
   timeout_ms = nil, -- the server's timeoutMs (nil: its default, 8000)
   device = nil, -- "auto", "cpu" or "cuda": for the next daemon the server starts
   enabled = true,
+  -- Where the cursor rests (300 ms), ask the server to prefill the completion prompt
+  -- (ngramd.prepareCompletion), so that the first suggestion there comes sooner.
+  prepare_completions = true,
   -- "auto": vim.lsp.inline_completion on Neovim >= 0.12, this plugin's ghost text before;
   -- false: always this plugin's ghost text; true: require the built-in one.
   native = "auto",
@@ -95,6 +98,7 @@ function M.resolve(opts)
     "device must be 'auto', 'cpu' or 'cuda'")
   check(type(cfg.multiline) == "boolean", "multiline must be a boolean")
   check(type(cfg.enabled) == "boolean", "enabled must be a boolean")
+  check(type(cfg.prepare_completions) == "boolean", "prepare_completions must be a boolean")
   check(cfg.model == nil or type(cfg.model) == "string", "model must be a string")
   check(cfg.socket == nil or type(cfg.socket) == "string", "socket must be a string")
   check(cfg.native == "auto" or type(cfg.native) == "boolean", "native must be 'auto', true or false")

@@ -18,7 +18,8 @@ local TRIGGER_INVOKED, TRIGGER_AUTOMATIC = 1, 2
 -- 0.7-0.9 cannot insert virtual text mid-line.
 local INLINE_VIRT_TEXT = client_mod.has("0.10")
 
--- bufnr -> { timer, request = {client, id}, items, index, extmark, row, col, tick }
+-- bufnr -> { timer, request = {client, id}, items, index, extmark, row, col, tick,
+--           asked = {tick, row, col}: the last request not cancelled (answered or in flight) }
 local state = {}
 local uv = vim.uv or vim.loop
 
@@ -45,6 +46,7 @@ local function cancel_request(s)
   if s.request then
     pcall(client_mod.cancel, s.request.client, s.request.id)
     s.request = nil
+    s.asked = nil
   end
 end
 
@@ -192,8 +194,17 @@ function M.request(bufnr, trigger)
   if ok then
     request = { client = client, id = id }
     s.request = request
+    s.asked = { tick = tick, row = row, col = col }
   end
   return ok
+end
+
+--- Whether a completion request was made in `bufnr` at changedtick `tick` and byte
+--- position (row, col), 0-based, and not cancelled: the server's cache is warm there.
+function M.asked_at(bufnr, tick, row, col)
+  local s = state[bufnr]
+  local a = s and s.asked
+  return a ~= nil and a.tick == tick and a.row == row and a.col == col
 end
 
 --- Schedules a request after the debounce; called on every keystroke in Insert mode.

@@ -1,15 +1,17 @@
 -- ngramd for Neovim: inline code completions from a local model through `ngramd lsp`.
 --
 --   require("ngramd").setup{ cmd = {...}, filetypes = {...}, max_tokens = 64,
---                            debounce_ms = 75, keymaps = {...} }
+--                            debounce_ms = 75, keymaps = {...}, prepare_completions = true }
 --
 -- On Neovim >= 0.12 the built-in vim.lsp.inline_completion draws the suggestions; on
 -- older versions (0.7 and up) ngramd.ghost does: it requests
--- textDocument/inlineCompletion itself and draws extmarks.
+-- textDocument/inlineCompletion itself and draws extmarks. On every version
+-- ngramd.prepare asks the server to prefill the completion prompt where the cursor rests.
 -- Commands: :NgramdStatus, :NgramdToggle, :[range]NgramdRewrite [instruction].
 local config = require("ngramd.config")
 local client_mod = require("ngramd.client")
 local ghost = require("ngramd.ghost")
+local prepare = require("ngramd.prepare")
 local text = require("ngramd.text")
 
 local M = {}
@@ -82,6 +84,7 @@ end
 --- The client's on_exit (a libuv callback on 0.7: the work is scheduled).
 local function on_client_exit(_, _, client_id)
   vim.schedule(function()
+    prepare.detach_unserved()
     local waiting = rewrites_waiting[client_id] or {}
     rewrites_waiting[client_id] = nil
     for finish in pairs(waiting) do
@@ -138,6 +141,7 @@ local function on_attach(client, bufnr)
   else
     ghost.attach(bufnr)
   end
+  prepare.attach(bufnr)
   set_keymaps(bufnr, M.native)
 end
 
@@ -201,6 +205,8 @@ function M.setup(opts)
   ghost.options.debounce_ms = M.config.debounce_ms
   ghost.options.highlight = M.config.highlight
   ghost.options.enabled = M.config.enabled
+  prepare.options.enabled = M.config.enabled
+  prepare.options.prepare_completions = M.config.prepare_completions
   vim.cmd("highlight default link NgramdGhost Comment")
 
   local group = vim.api.nvim_create_augroup("ngramd", { clear = true })
@@ -347,6 +353,7 @@ function M.toggle(enabled)
   end
   M.config.enabled = enabled
   ghost.options.enabled = enabled
+  prepare.options.enabled = enabled
   if not enabled then
     for _, b in ipairs(vim.api.nvim_list_bufs()) do
       ghost.dismiss(b)
@@ -486,10 +493,7 @@ function M.rewrite(opts)
   -- other text than the one selected.
   local encoding = client.offset_encoding or "utf-16"
   local range = opts.range or rewrite_range(bufnr, opts.line1, opts.line2, encoding, opts.visual)
-  local version = vim.lsp.util.buf_versions[bufnr]
-  if type(version) ~= "number" then
-    version = vim.NIL -- unknown: the server takes its current copy
-  end
+  local version = client_mod.version(bufnr)
   local instruction = opts.instruction
   if instruction == nil then
     -- A head start: the daemon prefills the rewrite's prompt while the user types the

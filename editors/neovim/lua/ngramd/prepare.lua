@@ -1,0 +1,135 @@
+-- Prepared completions: when the cursor rests somewhere new in a buffer ngramd is attached
+-- to, the server is told with ngramd.prepareCompletion [uri, position, version], and the
+-- daemon prefills the completion prompt there in idle time; the first suggestion at that
+-- place then prefills only what was typed since (a cold prefill is most of a completion's
+-- cost on the CPU). A head start only: nothing waits on it and its reply is ignored.
+--
+-- "Rests": DELAY_MS without a cursor move or an edit (each restarts the wait), Normal and
+-- Insert mode alike. Not sent in Visual/Select mode (a selection is what a rewrite prepares), nor
+-- twice in a row for one (uri, version, position), nor where this plugin's own completion
+-- request was just made (it warms the same cache).
+local client_mod = require("ngramd.client")
+local ghost = require("ngramd.ghost")
+local text = require("ngramd.text")
+
+local M = {}
+
+M.DELAY_MS = 300
+-- enabled: completions are on (:NgramdToggle); prepare_completions: the setup() option.
+M.options = { enabled = true, prepare_completions = true }
+
+local uv = vim.uv or vim.loop
+local state = {} -- bufnr -> { timer }, for every buffer attached (and not detached since)
+-- The last prepare sent, "uri version line character": one for all buffers, since the
+-- daemon's cache holds the last prompt prefilled, whichever buffer it came from.
+local last_sent = nil
+
+local function wanted()
+  return M.options.enabled and M.options.prepare_completions
+end
+
+local function stop_timer(s)
+  if s and s.timer then
+    s.timer:stop()
+    s.timer:close()
+    s.timer = nil
+  end
+end
+
+--- Sends ngramd.prepareCompletion for the cursor of `bufnr`, unless one of the rules above
+--- says not to.
+local function prepare_now(bufnr)
+  if not wanted() or not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_get_current_buf() ~= bufnr then
+    return
+  end
+  if vim.api.nvim_get_mode().mode:match("^[vVsS\22\19]") then -- Visual or Select, any kind
+    return
+  end
+  local client = client_mod.get(bufnr)
+  if not client or not client.initialized then
+    return
+  end
+  local cursor = vim.api.nvim_win_get_cursor(0)
+  local row, col = cursor[1] - 1, cursor[2]
+  if ghost.asked_at(bufnr, vim.api.nvim_buf_get_changedtick(bufnr), row, col) then
+    return
+  end
+  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
+  local position = { line = row, character = text.lsp_col(line, col, client.offset_encoding or "utf-16") }
+  local uri = vim.uri_from_bufnr(bufnr)
+  local version = client_mod.version(bufnr)
+  local key = table.concat({ uri, version == vim.NIL and "nil" or version, row, position.character }, " ")
+  if key == last_sent then
+    return
+  end
+  last_sent = key
+  client_mod.request(client, "workspace/executeCommand", {
+    command = "ngramd.prepareCompletion",
+    arguments = { uri, position, version },
+  }, function() end, bufnr)
+end
+
+--- (Re)starts the wait of `bufnr`: called on every cursor move and edit.
+function M.schedule(bufnr)
+  local s = state[bufnr] or {}
+  state[bufnr] = s
+  stop_timer(s)
+  if not wanted() then
+    return
+  end
+  local timer = uv.new_timer()
+  s.timer = timer
+  timer:start(M.DELAY_MS, 0, vim.schedule_wrap(function()
+    if s.timer == timer then -- else restarted or stopped since
+      stop_timer(s)
+      prepare_now(bufnr)
+    end
+  end))
+end
+
+--- Whether a prepare waits for the cursor of `bufnr` to rest.
+function M.pending(bufnr)
+  return state[bufnr] ~= nil and state[bufnr].timer ~= nil
+end
+
+--- Stops the wait of `bufnr` and removes its autocommands.
+function M.detach(bufnr)
+  stop_timer(state[bufnr])
+  state[bufnr] = nil
+  pcall(vim.api.nvim_del_augroup_by_name, "ngramd_prepare_" .. bufnr)
+end
+
+--- Detaches the buffers no ngramd client serves any more (after a client exits: Neovim
+--- 0.7 has no LspDetach).
+function M.detach_unserved()
+  for bufnr in pairs(state) do
+    if not vim.api.nvim_buf_is_valid(bufnr) or not client_mod.get(bufnr) then
+      M.detach(bufnr)
+    end
+  end
+end
+
+--- Autocommands of one buffer the ngramd client attached to.
+function M.attach(bufnr)
+  state[bufnr] = state[bufnr] or {}
+  local group = vim.api.nvim_create_augroup("ngramd_prepare_" .. bufnr, { clear = true })
+  local function on(events, callback)
+    vim.api.nvim_create_autocmd(events, { group = group, buffer = bufnr, callback = callback })
+  end
+  on({ "CursorMoved", "CursorMovedI", "TextChanged", "TextChangedI" }, function()
+    M.schedule(bufnr)
+  end)
+  on({ "BufUnload", "BufDelete" }, function()
+    M.detach(bufnr)
+  end)
+  if vim.fn.exists("##LspDetach") == 1 then -- Neovim 0.8+
+    on("LspDetach", function(args)
+      local client = args.data and vim.lsp.get_client_by_id(args.data.client_id)
+      if not client or client.name == client_mod.NAME then
+        M.detach(bufnr)
+      end
+    end)
+  end
+end
+
+return M
