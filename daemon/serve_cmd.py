@@ -231,4 +231,7 @@ def format_status(s: dict[str, Any]) -> str:
     lines.append(f"generation  passes {gen['forward_passes']}  generated {gen['generated']}  "
                  f"drafted {gen['drafted']}  accepted {gen['accepted']}  "
                  f"acceptance {gen['acceptance']}  tokens/pass {gen['tokens_per_pass']}")
+    prepared = (s.get("engine") or {}).get("prepared")
+    if prepared:  # prompts prefilled ahead of requests (prepareEdit, prepareComplete)
+        lines.append(f"prepared  {prepared['prepares']} prompts, {prepared['prefill_tokens']} tokens prefilled ahead")
     return "\n".join(lines)

@@ -153,7 +153,7 @@ def test_status_without_a_daemon_says_so_in_one_line(tmp_path, capsys):
         lock.release()
 
 
-def test_status_text_shows_the_packed_weight_copies():
+def test_status_text_shows_the_packed_weight_copies_and_the_prepares():
     from daemon.serve_cmd import format_status
 
     gen = {"forward_passes": 1, "generated": 1, "drafted": 0, "accepted": 0, "acceptance": 0, "tokens_per_pass": 1}
@@ -165,6 +165,9 @@ def test_status_text_shows_the_packed_weight_copies():
     assert "rss 1024.0 MiB  (packed weight copies 513.0 MiB)" in format_status(status)
     status["model"]["packed_weights_bytes"] = 0  # none (a GPU, or a model too big to pack)
     assert "packed" not in format_status(status)
+    assert "prepared" not in format_status(status)  # no engine figures: no line
+    status["engine"] = {"prepared": {"prepares": 3, "prefill_tokens": 1200}}
+    assert "prepared  3 prompts, 1200 tokens prefilled ahead" in format_status(status)
 
 
 def test_a_status_probe_never_makes_a_starting_daemon_fail(tmp_path, monkeypatch):
