@@ -29,11 +29,11 @@ import argparse
 import dataclasses
 import statistics
 import threading
-import time
 from pathlib import Path
 
+from prepared_runs import measure, total
+
 CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "stdlib.jsonl"
-VARIANTS = ("cold_spec", "cold_plain", "prep_spec", "prep_plain")
 
 
 def typed_case(case, n: int):
@@ -66,44 +66,23 @@ def main() -> int:
     rt = load_runtime(None, device="cpu")
     runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
 
-    def run(completer, rested, asked, variant):
-        uri = rested.path.as_uri()
-        completer.drop_cache(uri)
-        prepare_ms = None
-        if variant.startswith("prep"):
-            t0 = time.perf_counter()
-            completer.prepare_complete(uri, rested.text, rested.offset)
-            prepare_ms = (time.perf_counter() - t0) * 1000
-        req = CompletionRequest(uri=uri, text=asked.text, offset=asked.offset, max_tokens=asked.max_tokens,
-                                multiline=True, speculate=variant.endswith("spec"))
-        t0 = time.perf_counter()
-        result = completer.complete(req, threading.Event())
-        return result, (time.perf_counter() - t0) * 1000, prepare_ms
-
     rows = []
     for n, rested in enumerate(cases):
         asked, typed = typed_case(rested, args.typed)
         index = runner.index_for(rested.workspace)
         completer = Completer(rt, index, EngineConfig(add_history=False))
+        uri = rested.path.as_uri()
+
+        def request(speculate, completer=completer, asked=asked, uri=uri):
+            return completer.complete(CompletionRequest(uri=uri, text=asked.text, offset=asked.offset,
+                                                        max_tokens=asked.max_tokens, multiline=True,
+                                                        speculate=speculate), threading.Event())
         with case_document(index, rested):
-            if n == 0:  # one-time costs (kernels, calibration) out of the first case
-                for variant in VARIANTS:
-                    run(completer, rested, asked, variant)
-            ms = {v: [] for v in VARIANTS}
-            prep_ms, outs = [], {}
-            for _ in range(args.repeat):
-                for variant in VARIANTS:
-                    result, t, p = run(completer, rested, asked, variant)
-                    ms[variant].append(t)
-                    outs.setdefault(variant, []).append(result)
-                    if p is not None:
-                        prep_ms.append(p)
-        ref = outs["cold_plain"][0]
-        identical = all(r.token_ids == ref.token_ids for runs in outs.values() for r in runs)
-        rows.append({"id": rested.id, "kind": rested.kind, "typed": typed, "tokens": len(ref.token_ids),
-                     **{v: statistics.median(ms[v]) for v in VARIANTS}, "prepare_ms": statistics.median(prep_ms),
-                     "prefill_cold": outs["cold_spec"][0].stats.prefill_tokens,
-                     "prefill_prepared": outs["prep_spec"][0].stats.prefill_tokens, "identical": identical})
+            m = measure(completer, uri, lambda: completer.prepare_complete(uri, rested.text, rested.offset),
+                        request, args.repeat, warm_up=n == 0)
+        rows.append({"id": rested.id, "kind": rested.kind, "typed": typed, "tokens": len(m.first["cold_plain"].token_ids),
+                     **m.ms, "prepare_ms": m.prepare_ms, "prefill_cold": m.first["cold_spec"].stats.prefill_tokens,
+                     "prefill_prepared": m.first["prep_spec"].stats.prefill_tokens, "identical": m.identical})
         print(f"{rested.id}: done", flush=True)
 
     print()
@@ -116,9 +95,6 @@ def main() -> int:
               f"| {r['cold_plain'] / r['cold_spec']:.2f}x | {r['prep_spec']:,.0f} | {r['prep_plain']:,.0f} "
               f"| {r['prep_plain'] / r['prep_spec']:.2f}x | {r['cold_spec'] / r['prep_spec']:.2f}x "
               f"| {'yes' if r['identical'] else 'NO'} |")
-
-    def total(group, num, den):
-        return sum(r[num] for r in group) / sum(r[den] for r in group) if group else float("nan")
     print()
     print(f"identical: {sum(r['identical'] for r in rows)}/{len(rows)}")
     for kind in ("all", "ordinary", "repeat", "norepeat"):

@@ -21,13 +21,12 @@ answer changes at most 3 lines (daemon/bench_report.py ``changed_lines``).
 from __future__ import annotations
 
 import argparse
-import statistics
 import threading
-import time
 from pathlib import Path
 
+from prepared_runs import measure, total
+
 CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "edits.jsonl"
-VARIANTS = ("cold_spec", "cold_plain", "prep_spec", "prep_plain")
 
 
 def main() -> int:
@@ -50,47 +49,26 @@ def main() -> int:
     rt = load_runtime(None, device="cpu")
     runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
 
-    def run(completer, case, variant):
-        uri = case.path.as_uri()
-        completer.drop_cache(uri)
-        prepare_ms = None
-        if variant.startswith("prep"):
-            t0 = time.perf_counter()
-            completer.prepare_edit(uri, case.text, case.offset, case.end or case.offset)
-            prepare_ms = (time.perf_counter() - t0) * 1000
-        req = EditRequest(uri=uri, text=case.text, start=case.offset, end=case.end or case.offset,
-                          instruction=case.instruction or "", max_tokens=case.max_tokens,
-                          speculate=variant.endswith("spec"))
-        t0 = time.perf_counter()
-        result = completer.edit(req, threading.Event())
-        return result, (time.perf_counter() - t0) * 1000, prepare_ms
-
     rows = []
     for n, case in enumerate(cases):
         index = runner.index_for(case.workspace)
         completer = Completer(rt, index, EngineConfig(add_history=False))
+        uri = case.path.as_uri()
+        end = case.end or case.offset
+
+        def request(speculate, completer=completer, case=case, uri=uri, end=end):
+            return completer.edit(EditRequest(uri=uri, text=case.text, start=case.offset, end=end,
+                                              instruction=case.instruction or "", max_tokens=case.max_tokens,
+                                              speculate=speculate), threading.Event())
         with case_document(index, case):
-            if n == 0:  # one-time costs (kernels, calibration) out of the first case
-                for variant in VARIANTS:
-                    run(completer, case, variant)
-            ms = {v: [] for v in VARIANTS}
-            prep_ms, outs = [], {}
-            for _ in range(args.repeat):
-                for variant in VARIANTS:
-                    result, t, p = run(completer, case, variant)
-                    ms[variant].append(t)
-                    outs.setdefault(variant, []).append(result)
-                    if p is not None:
-                        prep_ms.append(p)
-        ref = outs["cold_plain"][0]
-        identical = all(r.token_ids == ref.token_ids for runs in outs.values() for r in runs)
-        med = {v: statistics.median(ms[v]) for v in VARIANTS}
-        prepared = outs["prep_spec"][0].stats
-        rows.append({"id": case.id, "tokens": len(ref.token_ids), **med, "prepare_ms": statistics.median(prep_ms),
-                     "prefill_cold": outs["cold_spec"][0].stats.prefill_tokens,
-                     "prefill_prepared": prepared.prefill_tokens,
-                     "changed_lines": changed_lines(case.text[case.offset:case.end or case.offset], ref.text),
-                     "stop_reason": ref.stop_reason, "identical": identical})
+            m = measure(completer, uri, lambda: completer.prepare_edit(uri, case.text, case.offset, end),
+                        request, args.repeat, warm_up=n == 0)
+        ref = m.first["cold_plain"]
+        rows.append({"id": case.id, "tokens": len(ref.token_ids), **m.ms, "prepare_ms": m.prepare_ms,
+                     "prefill_cold": m.first["cold_spec"].stats.prefill_tokens,
+                     "prefill_prepared": m.first["prep_spec"].stats.prefill_tokens,
+                     "changed_lines": changed_lines(case.text[case.offset:end], ref.text),
+                     "stop_reason": ref.stop_reason, "identical": m.identical})
         print(f"{case.id}: done", flush=True)
 
     print()
@@ -102,9 +80,6 @@ def main() -> int:
               f"| {r['prepare_ms']:,.0f} | {r['cold_spec']:,.0f} | {r['cold_plain']:,.0f} "
               f"| {r['cold_plain'] / r['cold_spec']:.2f}x | {r['prep_spec']:,.0f} | {r['prep_plain']:,.0f} "
               f"| {r['prep_plain'] / r['prep_spec']:.2f}x | {'yes' if r['identical'] else 'NO'} |")
-
-    def total(group, num, den):
-        return sum(r[num] for r in group) / sum(r[den] for r in group) if group else float("nan")
     few = [r for r in rows if r["changed_lines"] <= FEW_LINES and r["stop_reason"] != "max_tokens"]
     print()
     print(f"identical: {sum(r['identical'] for r in rows)}/{len(rows)}")
