@@ -927,21 +927,27 @@ def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_no
         w.stop()
 
 
+def _refuse_thread_start(monkeypatch, name: str) -> list:
+    """Make the next start of a thread called ``name`` fail as at the process's thread limit;
+    the threads refused are appended to the returned list (one at most)."""
+    real_start, refused = threading.Thread.start, []
+
+    def start_refusing_once(thread):
+        if thread.name == name and not refused:
+            refused.append(thread)
+            raise RuntimeError("can't start new thread")
+        return real_start(thread)
+    monkeypatch.setattr(threading.Thread, "start", start_refusing_once)
+    return refused
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_a_git_thread_that_fails_to_start_is_started_at_the_next_need(tmp_path, git_home, monkeypatch):
     """A thread that cannot start (the process at its limit) is no git run: the folder's next need
     of git starts one. It was taken for a run in progress, and the folder never asked git again."""
     w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
     try:
-        real_start, refused = threading.Thread.start, []
-
-        def start_refusing_git_once(thread):
-            if thread.name == "ngramd-git" and not refused:
-                refused.append(thread)
-                raise RuntimeError("can't start new thread")
-            return real_start(thread)
-
-        monkeypatch.setattr(threading.Thread, "start", start_refusing_git_once)
+        refused = _refuse_thread_start(monkeypatch, "ngramd-git")
         (root / "build" / "d.py").write_text("d = 1\n")
         _git(root, "add", "-f", "build/d.py")  # git's index changes: the watcher asks git
         wait_until(lambda: refused)
@@ -957,15 +963,7 @@ def test_a_scan_thread_that_fails_to_start_is_reported_and_the_next_rescan_runs(
     rescan (a .gitignore edit) runs. It was taken for one running, and every later rescan waited on it."""
     w, index, root, _ = watched
     state = w.folders[root]
-    real_start, refused = threading.Thread.start, []
-
-    def start_refusing_a_scan_once(thread):
-        if thread.name == "ngramd-index" and not refused:
-            refused.append(thread)
-            raise RuntimeError("can't start new thread")
-        return real_start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", start_refusing_a_scan_once)
+    refused = _refuse_thread_start(monkeypatch, "ngramd-index")
     (root / "b.py").write_text("b = 1\n")
     (root / ".gitignore").write_text("ignored/\nb.py\n")  # a rescan: refused
     wait_until(lambda: refused)
@@ -983,17 +981,11 @@ def test_a_folder_whose_watch_thread_fails_to_start_can_be_added_again(tmp_path,
     root = tmp_path.resolve()
     index = FakeIndex()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
-    real_start = threading.Thread.start
-
-    def start_refusing_the_watch(thread):
-        if thread.name == "ngramd-watch":
-            raise RuntimeError("can't start new thread")
-        return real_start(thread)
     try:
-        monkeypatch.setattr(threading.Thread, "start", start_refusing_the_watch)
+        refused = _refuse_thread_start(monkeypatch, "ngramd-watch")
         with pytest.raises(RuntimeError):
             w.add_folder(root)
-        monkeypatch.setattr(threading.Thread, "start", real_start)
+        assert len(refused) == 1
         assert w.add_folder(root)
         wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
         assert str(root / "a.py") in index.files
