@@ -32,7 +32,7 @@ from typing import Any, Hashable, Sequence
 from daemon.adaptive import CostModel, DraftPolicy
 from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
-from daemon.kv_cache import KVPool
+from daemon.kv_cache import KVPool, common_prefix_len
 from daemon.prompt import ForcedPrefix, build_prompt
 from daemon.proposer import IndexProposer, NullProposer, Proposer
 from daemon.requests import (CompletionRequest, CompletionResult, EditRequest, GenerationStats, Prepared,
@@ -149,13 +149,21 @@ class Completer:
         """Prefill ``prompt_ids`` (all but the last, as for any prompt) on the KV cache kept under
         ``key`` and generate nothing: a later request on ``key`` whose prompt starts with them
         prefills only the rest. Work ahead of a request: it runs in ``PREPARE_CHUNK``-token
-        passes and ``cancel`` is seen between them (the passes done stay cached); counted in
-        ``stats()["prepared"]``, apart from the requests' totals."""
+        passes and ``cancel`` is seen between them (the passes done stay cached). Counted in
+        ``stats()["prepared"]``, apart from the requests' totals: the prepares that finished,
+        and the tokens every prepare prefilled (a cancelled one's passes too)."""
         stats = GenerationStats()
+        target = prompt_ids[:-1]
         with self._lock:
             kv = self.pool.get(key)
-            finished = prefill(self.runtime, kv, prompt_ids, stats, cancel, PREPARE_CHUNK, reuse=self.cfg.reuse_kv)
-            self.prepared["prepares"] += 1
+            if self.cfg.reuse_kv and common_prefix_len(kv.tokens, target) == len(target):
+                # all cached already, maybe with more after it (the answer of a completion just
+                # asked here, which the next keystroke may reuse): nothing to do, nothing cropped
+                stats.reused_tokens, finished = len(target), True
+            else:
+                finished = prefill(self.runtime, kv, prompt_ids, stats, cancel, PREPARE_CHUNK,
+                                   reuse=self.cfg.reuse_kv)
+            self.prepared["prepares"] += finished
             self.prepared["prefill_tokens"] += stats.prefill_tokens
         return Prepared(len(prompt_ids), stats.prefill_tokens, stats.reused_tokens, cancelled=not finished)
 

@@ -35,7 +35,7 @@ from daemon.requests import (
 )
 from daemon.rpc import CONTENT_MODIFIED, DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
-from daemon.worker import PREPARE, Job, Worker
+from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 log = logging.getLogger("ngramd.service")
 
@@ -227,7 +227,7 @@ class Service:
         prepare = getattr(self.completer, "prepare_complete", None)
         if not callable(prepare):
             raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'prepareComplete'")
-        return await self._run_job(PREPARE, conn, p, lambda cancel: prepare(uri, text, offset, cancel))
+        return await self._run_job(PREPARE_COMPLETE, conn, p, lambda cancel: prepare(uri, text, offset, cancel))
 
     def _edit_range(self, p: dict) -> tuple[str, str, int, int]:
         """An edit's (or prepareEdit's) document: its uri, text, and the range's start and end."""
@@ -267,7 +267,7 @@ class Service:
             self._check_edit_length(text, start, end, "")
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
-        return await self._run_job(PREPARE, conn, p, lambda cancel: prepare(uri, text, start, end, cancel))
+        return await self._run_job(PREPARE_EDIT, conn, p, lambda cancel: prepare(uri, text, start, end, cancel))
 
     def _check_edit_length(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError for an edit too long for the model, judged from characters (nothing is

@@ -7,13 +7,15 @@ Vocabulary:
   that uri — a queued one is dropped before it runs, the running one has its
   Event set. Only the same kind: a completion asked while a rewrite of the
   document runs (the editor asks on every pause) must not throw the rewrite away.
-- *preempted*: a ``prepare`` job (work done ahead of a request the user has not
-  made yet: an edit's prompt prefilled while its instruction is typed, a completion's
-  while the cursor rests) gives way to any other job: it is cancelled when one is
-  queued, so a request waits at most for the model pass it is in (its passes are
-  short: daemon/completer.py ``PREPARE_CHUNK``). What it finished stays useful (a
-  prefill keeps its done passes). A newer prepare of a uri supersedes an older one
-  of that uri, whichever request each prepares.
+- *preempted*: a prepare job (work done ahead of a request the user has not made
+  yet: ``PREPARE_EDIT``, an edit's prompt prefilled while its instruction is typed;
+  ``PREPARE_COMPLETE``, a completion's while the cursor rests) gives way: a job
+  cancels the queued and running jobs that defer more than it does (``DEFERENCE``:
+  requests not at all, then a rewrite's prepare, then a completion's, which the
+  editor sends on every rest of the cursor). So a request waits at most for the
+  model pass a prepare is in (its passes are short: daemon/completer.py
+  ``PREPARE_CHUNK``), and a rewrite's prepare is never displaced by a cursor's.
+  What a prepare finished stays useful (a prefill keeps its done passes).
 - *cancelled*: the job's future fails with ``REQUEST_CANCELLED`` (reason in the
   message: "cancelled", "superseded", "preempted", "client disconnected", "shutdown").
 
@@ -39,12 +41,15 @@ log = logging.getLogger("ngramd.worker")
 _ids = itertools.count(1)
 
 
-PREPARE = "prepare"  # the kind of a job that gives way to any other (see "preempted" above)
+PREPARE_EDIT = "prepareEdit"
+PREPARE_COMPLETE = "prepareComplete"
+# How readily a kind of job gives way (see "preempted" above); a kind not listed, 0.
+DEFERENCE = {PREPARE_EDIT: 1, PREPARE_COMPLETE: 2}
 
 
 @dataclass(eq=False)
 class Job:
-    kind: str  # "complete" | "edit" | PREPARE
+    kind: str  # "complete" | "edit" | PREPARE_EDIT | PREPARE_COMPLETE
     uri: str
     fn: Callable[[threading.Event], Any]  # runs on the worker thread
     future: asyncio.Future
@@ -103,8 +108,8 @@ class Worker:
                 job.resolve(error=RpcError(REQUEST_CANCELLED, "the daemon is shutting down"))
                 return
             self._cancel_where(lambda j: j.uri == job.uri and j.kind == job.kind, "superseded")
-            if job.kind != PREPARE:
-                self._cancel_where(lambda j: j.kind == PREPARE, "preempted")
+            deference = DEFERENCE.get(job.kind, 0)
+            self._cancel_where(lambda j: DEFERENCE.get(j.kind, 0) > deference, "preempted")
             if len(self._queue) >= self.max_queued:  # a flood of distinct uris
                 self.counts["refused"] += 1
                 job.resolve(error=RpcError(INTERNAL_ERROR, f"busy: {len(self._queue)} requests queued"))

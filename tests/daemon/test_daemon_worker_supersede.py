@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
+
 from daemon.rpc import REQUEST_CANCELLED, RpcError
-from daemon.worker import Job, Worker
+from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 
 async def _outcomes(kinds_and_uris):
@@ -51,17 +53,30 @@ def test_a_newer_job_of_the_same_kind_and_document_supersedes_the_older():
     assert out == ["request superseded", "done"]
 
 
-def test_a_prepare_job_gives_way_to_any_other_job():
-    """Work ahead of a request (an edit's prompt prefilled while its instruction is typed)
-    never delays one: any other job, of any document, preempts it, running or queued."""
-    out = asyncio.run(_outcomes([("prepare", "file:///a.py"), ("complete", "file:///b.py")]))
+@pytest.mark.parametrize("prepare", [PREPARE_EDIT, PREPARE_COMPLETE])
+def test_a_prepare_job_gives_way_to_any_request(prepare):
+    """Work ahead of a request (an edit's prompt prefilled while its instruction is typed, a
+    completion's while the cursor rests) delays none for more than a pass: any request, of
+    any document, preempts it, running or queued."""
+    out = asyncio.run(_outcomes([(prepare, "file:///a.py"), ("complete", "file:///b.py")]))
     assert out == ["request preempted", "done"]
-    out = asyncio.run(_outcomes([("complete", "file:///b.py"), ("prepare", "file:///a.py"),
+    out = asyncio.run(_outcomes([("complete", "file:///b.py"), (prepare, "file:///a.py"),
                                  ("edit", "file:///a.py")]))
     assert out == ["done", "request preempted", "done"]
 
 
-def test_a_prepare_job_does_not_preempt_another_documents_prepare():
-    out = asyncio.run(_outcomes([("prepare", "file:///a.py"), ("prepare", "file:///b.py"),
-                                 ("prepare", "file:///b.py")]))
+def test_a_rewrites_prepare_preempts_a_cursors_prepare_and_never_the_reverse():
+    """The editor sends a completion's prepare on every rest of the cursor; a rewrite's is sent
+    when the user asks for a rewrite: the cursor's must not throw it away (same document or not)."""
+    out = asyncio.run(_outcomes([(PREPARE_COMPLETE, "file:///a.py"), (PREPARE_EDIT, "file:///a.py")]))
+    assert out == ["request preempted", "done"]
+    out = asyncio.run(_outcomes([(PREPARE_EDIT, "file:///a.py"), (PREPARE_COMPLETE, "file:///a.py"),
+                                 (PREPARE_COMPLETE, "file:///b.py")]))
+    assert out == ["done", "done", "done"]
+
+
+@pytest.mark.parametrize("prepare", [PREPARE_EDIT, PREPARE_COMPLETE])
+def test_a_prepare_job_does_not_preempt_another_documents_prepare_of_its_kind(prepare):
+    out = asyncio.run(_outcomes([(prepare, "file:///a.py"), (prepare, "file:///b.py"),
+                                 (prepare, "file:///b.py")]))
     assert out == ["done", "request superseded", "done"]

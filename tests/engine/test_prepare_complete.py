@@ -63,6 +63,17 @@ def test_preparing_the_same_place_again_prefills_nothing_and_prepares_are_counte
     assert completer.requests == 0 and completer.totals.prefill_tokens == 0  # no request was served
 
 
+def test_a_prepare_where_a_completion_was_just_asked_keeps_its_answer_cached(completer):
+    """The editor may send a prepare where it just asked for a completion: the cache then holds
+    the prompt and the answer after it, which the next keystroke (typing the answer) reuses."""
+    asked = _complete(completer, TEXT, CURSOR)
+    cached = list(completer.pool.get(URI).tokens)
+    assert len(cached) > asked.stats.reused_tokens + asked.stats.prefill_tokens  # the answer is cached too
+    prepared = completer.prepare_complete(URI, TEXT, CURSOR)
+    assert prepared.prefilled == 0 and prepared.reused == prepared.tokens - 1
+    assert completer.pool.get(URI).tokens == cached
+
+
 def test_a_cancelled_prepare_keeps_the_passes_it_finished(tiny, completer, monkeypatch):
     cancel = threading.Event()
     forward = tiny.forward
@@ -75,6 +86,7 @@ def test_a_cancelled_prepare_keeps_the_passes_it_finished(tiny, completer, monke
     prepared = completer.prepare_complete(URI, TEXT, CURSOR, cancel)
     assert prepared.cancelled and prepared.prefilled == PREPARE_CHUNK
     assert len(completer.pool.get(URI)) == PREPARE_CHUNK
+    assert completer.stats()["prepared"] == {"prepares": 0, "prefill_tokens": PREPARE_CHUNK}  # it did not finish
 
 
 @pytest.mark.parametrize("text, offset, message", [

@@ -513,7 +513,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         cursorMoved(e.textEditor);
       }
     }),
-    vscode.window.onDidChangeActiveTextEditor((editor) => cursorMoved(editor)),
+    // Another editor in front: its cursor has not moved, so nothing is prepared until it does
+    // (a click or a key): flicking through files, preview tabs included, would otherwise evict
+    // the caches of the files being edited from the daemon's few. The pending prepare is dropped.
+    vscode.window.onDidChangeActiveTextEditor(() => preparer.restart()),
     vscode.workspace.onDidChangeTextDocument((e) => {
       const editor = vscode.window.activeTextEditor;
       if (e.contentChanges.length > 0 && editor?.document === e.document) {

@@ -572,6 +572,20 @@ test("a move or an edit before the delay restarts it: only where the cursor rest
   assert.deepEqual(prepares(), [["file:///ws/a.py", { line: 9, character: 0 }, 2]]);
 });
 
+test("another editor in front prepares nothing until its cursor moves, and drops the pending prepare", async () => {
+  await activate();
+  moveTo(editorOn("/ws/a.py", 1, 4, 0));
+  await tick(PREPARE_MS - 100);
+  const other = editorOn("/ws/b.py", 1, 7, 0);
+  h.window.activeTextEditor = other; // e.g. a preview tab opened from the explorer
+  h.emit("activeEditor", other);
+  await tick(PREPARE_MS * 3);
+  assert.deepEqual(prepares(), []);
+  moveTo(editorOn("/ws/b.py", 1, 8, 0)); // a click in it
+  await tick(PREPARE_MS);
+  assert.deepEqual(prepares(), [["file:///ws/b.py", { line: 8, character: 0 }, 1]]);
+});
+
 test("no prepare with a selection (a rewrite's prepare is what a selection gets)", async () => {
   await activate();
   const editor = editorOn("/ws/a.py");
