@@ -544,6 +544,64 @@ if suite == "fake" then
     eq(#prepared(), n, "prepares sent")
   end)
 
+  test("prepareCompletion is not sent from the command line (a wait that ends during input())", function()
+    set_lines({ "delta = 4" }, 1, 3)
+    local n = #prepared()
+    vim.api.nvim_exec_autocmds("TextChanged", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+    assert(prepare.pending(buf), "no prepare waits for the cursor to rest")
+    -- A real input() on the command line (mode "c"), answered once the wait has ended.
+    local mode_at_end
+    local started = (vim.uv or vim.loop).now()
+    local poll = (vim.uv or vim.loop).new_timer()
+    poll:start(10, 10, vim.schedule_wrap(function()
+      local over = (vim.uv or vim.loop).now() - started > timeout -- never hang the suite
+      if poll:is_active() and (not prepare.pending(buf) or over) then
+        poll:stop()
+        mode_at_end = vim.api.nvim_get_mode().mode
+        vim.api.nvim_input("x<CR>")
+      end
+    end))
+    local answer = vim.fn.input("Instruction: ")
+    poll:close()
+    eq(answer, "x", "input()")
+    eq(mode_at_end, "c", "mode when the wait ended")
+    eq(prepare.pending(buf), false, "a prepare waits after input()")
+    eq(#prepared(), n, "prepares sent from the command line")
+    vim.api.nvim_win_set_cursor(0, { 1, 4 })
+    eq(#rest(), n + 1, "prepares sent from Normal mode")
+  end)
+
+  test("prepareCompletion is not sent where a scroll left the cursor; the next move or edit sends it", function()
+    local many = {}
+    for i = 1, 200 do
+      many[i] = "v" .. i .. " = " .. i
+    end
+    set_lines(many, 1, 0)
+    local n = #rest("TextChanged") -- an edit: the wait starts from the top line it sees
+    local function scroll_then_rest(keys, event)
+      local top = vim.fn.line("w0")
+      vim.cmd("normal! " .. keys)
+      assert(vim.fn.line("w0") ~= top, "no scroll")
+      vim.api.nvim_exec_autocmds(event, { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+      wait(function()
+        return not prepare.pending(buf)
+      end, "the cursor to rest")
+      return prepared()
+    end
+    eq(#scroll_then_rest("\4", "CursorMoved"), n, "prepares sent after <C-d>")
+    eq(#scroll_then_rest("\5", "CursorMoved"), n, "prepares sent after <C-e> dragged the cursor")
+    vim.fn.winrestview({ topline = 150, lnum = 160, col = 0 })
+    vim.api.nvim_exec_autocmds("CursorMoved", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+    eq(prepare.pending(buf), false, "a prepare waits after a jump off screen")
+    vim.cmd("normal! j") -- a move within the page
+    eq(#rest(), n + 1, "prepares sent after a move that kept the top line")
+    -- Insert mode: the user types where the view went
+    eq(#scroll_then_rest("\4", "CursorMovedI"), n + 2, "prepares sent after a scroll in Insert mode")
+    set_lines({ "def add(a, b):", "    pass" }, 1, 0) -- back to the top for the tests below
+    vim.api.nvim_exec_autocmds("TextChanged", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+    prepare.cancel(buf)
+  end)
+
   test(":NgramdRewrite on a charwise selection: the server's applyEdit is applied once", function()
     set_lines({ "alpha beta", "gamma" }, 1, 0)
     vim.cmd("normal! 0wve\27") -- select "beta", leave Visual mode
@@ -658,6 +716,30 @@ if suite == "fake" then
     -- an instruction given on the command line leaves no time to gain: nothing prepared
     eq(rewrite_and_wait({ line1 = 1, line2 = 1, instruction = "return-only up" }), true, "rewrite error")
     eq(#execute("ngramd.status", {}).prepared, #status.prepared, "prepared without a prompt")
+  end)
+
+  test(":NgramdRewrite stops a prepared completion still waiting, which would displace the rewrite's", function()
+    set_lines({ "alpha beta", "gamma" }, 2, 2)
+    local n = #execute("ngramd.status", {}).prepared_completions
+    vim.api.nvim_exec_autocmds("TextChanged", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
+    assert(prepare.pending(buf), "no prepare waits for the cursor to rest")
+    local input = vim.fn.input
+    local pending_at_prompt
+    vim.fn.input = function()
+      pending_at_prompt = prepare.pending(buf)
+      wait(function() -- the time the user takes to type the instruction
+        return not prepare.pending(buf)
+      end, "the wait to end")
+      return "return-only up"
+    end
+    local ok, done = pcall(rewrite_and_wait, { line1 = 2, line2 = 2 })
+    vim.fn.input = input
+    assert(ok, done)
+    eq(done, true, "rewrite error")
+    eq(pending_at_prompt, false, "a prepare waits while the instruction is asked")
+    local status = execute("ngramd.status", {})
+    eq(#status.prepared_completions, n, "prepared completions sent")
+    eq(status.commands[#status.commands - 1], "ngramd.prepareRewrite", "the rewrite's prepare")
   end)
 
   test(":NgramdRewrite with a range past the last line rewrites up to the last line", function()

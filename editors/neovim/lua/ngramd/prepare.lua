@@ -4,10 +4,16 @@
 -- place then prefills only what was typed since (a cold prefill is most of a completion's
 -- cost on the CPU). A head start only: nothing waits on it and its reply is ignored.
 --
--- "Rests": DELAY_MS without a cursor move or an edit (each restarts the wait), Normal and
--- Insert mode alike. Not sent in Visual/Select mode (a selection is what a rewrite prepares), nor
--- twice in a row for one (uri, version, position), nor where this plugin's own completion
--- request was just made (it warms the same cache).
+-- "Rests": DELAY_MS without a cursor move or an edit (each restarts the wait), Normal,
+-- Insert and Replace mode alike. Sent in no other mode: not in Visual/Select mode (a
+-- selection is what a rewrite prepares), nor on the command line (e.g. while :NgramdRewrite
+-- asks for its instruction: the daemon would drop the rewrite's own prepare for this one).
+-- Not sent after a scroll either: when the Normal-mode cursor move that started the wait
+-- also changed the window's top line (<C-d>, <C-f>, <C-e>, the mouse wheel dragging the
+-- cursor, a jump off screen), the user is reading, not about to type; the next move that
+-- keeps the top line, or any Insert-mode move or edit, waits as usual. Nor twice in a row
+-- for one (uri, version, position), nor where this plugin's own completion request was
+-- just made (it warms the same cache).
 local client_mod = require("ngramd.client")
 local ghost = require("ngramd.ghost")
 local text = require("ngramd.text")
@@ -42,7 +48,8 @@ local function prepare_now(bufnr)
   if not wanted() or not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_get_current_buf() ~= bufnr then
     return
   end
-  if vim.api.nvim_get_mode().mode:match("^[vVsS\22\19]") then -- Visual or Select, any kind
+  local mode = vim.api.nvim_get_mode().mode
+  if not mode:match("^[niR]") or mode:match("^no") then -- Operator-pending is "no..."
     return
   end
   local client = client_mod.get(bufnr)
@@ -69,12 +76,24 @@ local function prepare_now(bufnr)
   }, function() end, bufnr)
 end
 
---- (Re)starts the wait of `bufnr`: called on every cursor move and edit.
-function M.schedule(bufnr)
+--- Whether the window's top line differs from the one `s` saw last (in the same window),
+--- and remembers the current one.
+local function scrolled(s)
+  local win, topline = vim.api.nvim_get_current_win(), vim.fn.line("w0")
+  local moved = s.win == win and s.topline ~= topline
+  s.win, s.topline = win, topline
+  return moved
+end
+
+--- (Re)starts the wait of `bufnr`: called on every cursor move and edit. `normal_move`:
+--- the call is for a Normal-mode cursor move (CursorMoved), which waits for nothing when
+--- it scrolled the window.
+function M.schedule(bufnr, normal_move)
   local s = state[bufnr] or {}
   state[bufnr] = s
   stop_timer(s)
-  if not wanted() then
+  local scroll = scrolled(s) -- kept up to date on every call, so that only this move counts
+  if not wanted() or (normal_move and scroll) then
     return
   end
   local timer = uv.new_timer()
@@ -85,6 +104,12 @@ function M.schedule(bufnr)
       prepare_now(bufnr)
     end
   end))
+end
+
+--- Stops the wait of `bufnr` (the buffer stays attached): a rewrite about to ask for its
+--- instruction prepares its own prompt, which a prepare sent meanwhile would displace.
+function M.cancel(bufnr)
+  stop_timer(state[bufnr])
 end
 
 --- Whether a prepare waits for the cursor of `bufnr` to rest.
@@ -116,8 +141,8 @@ function M.attach(bufnr)
   local function on(events, callback)
     vim.api.nvim_create_autocmd(events, { group = group, buffer = bufnr, callback = callback })
   end
-  on({ "CursorMoved", "CursorMovedI", "TextChanged", "TextChangedI" }, function()
-    M.schedule(bufnr)
+  on({ "CursorMoved", "CursorMovedI", "TextChanged", "TextChangedI" }, function(args)
+    M.schedule(bufnr, args.event == "CursorMoved")
   end)
   on({ "BufUnload", "BufDelete" }, function()
     M.detach(bufnr)
