@@ -24,8 +24,8 @@ Vocabulary:
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
   ``.gitignore`` files or its repository's ``.git/info/exclude`` changed (files they now
-  ignore leave the index), every folder's after the user's excludes file changed (one
-  watch on its directory, ``_watch_excludes_file``), or after the
+  ignore leave the index), every folder's after the user's excludes file changed (a
+  watch on its directory, and on its target's where it is a symlink: ``_watch_excludes_file``), or after the
   folder itself was replaced; the folder's rules from git are read again. One scan
   per folder runs at a time; a request during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
@@ -93,14 +93,16 @@ class _Collector(FileSystemEventHandler):
 
 
 class _FileCollector(FileSystemEventHandler):
-    """The events of one file, from a non-recursive watch on its directory."""
+    """The events of one file, from non-recursive watches on its directory and, where ``path`` is a
+    symlink, on its target's (``real``, its resolved path); each is reported as ``path``."""
 
-    def __init__(self, sink: Callable[[str], None], path: Path) -> None:
+    def __init__(self, sink: Callable[[str], None], path: Path, real: str) -> None:
         self._sink = sink
         self._path = os.fspath(path)
+        self._names = {self._path, real}
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if self._path in (os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or "")):
+        if not self._names.isdisjoint((os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or ""))):
             self._sink(self._path)
 
 
@@ -127,8 +129,8 @@ class WorkspaceWatcher:
         self._git_runs: dict[Ignorer, bool] = {}
         self._waiting_on_git: dict[Ignorer, set[str]] = {}
         # The user's excludes files (git's core.excludesFile: one for every folder, as a rule) ->
-        # the watch on its directory. Only grows; read without the lock (a dict lookup).
-        self._excludes_watches: dict[Path, Any] = {}
+        # the watches on its directory and its target's. Only grows; read without the lock (a dict lookup).
+        self._excludes_watches: dict[Path, list[Any]] = {}
         self._excludes_lock = threading.Lock()
         self._observer = Observer()
         self._observer.daemon = True
@@ -180,6 +182,9 @@ class WorkspaceWatcher:
             return
         try:
             self._watch_excludes_file(root)
+        except Exception:  # the folder is watched and indexed all the same
+            log.exception("watching the user's excludes file for %s failed", root)
+        try:
             self._watch(root, state)
         except Exception:  # an observer stopping meanwhile, say: the scan still indexes the folder
             log.exception("watching %s failed", root)
@@ -188,7 +193,11 @@ class WorkspaceWatcher:
     def _watch_excludes_file(self, root: Path) -> None:
         """Watch the user's excludes file that git applies in ``root`` (outside every folder, as a
         rule, so no folder's watch sees it): its edit rescans every folder (``_apply``). One watch
-        per such file, not per folder; none where its directory is not there (nor git)."""
+        per such file, not per folder; none where its directory is not there (nor git), tried again
+        at the next add_folder. Where it is a symlink (into a dotfiles folder: stow, chezmoi), one
+        more on its target's directory: the target is what gets edited, and a watch on the link's
+        directory sees only the link. The target is resolved once: a link retargeted later to
+        another directory, or a dangling one whose target directory comes later, is not followed."""
         try:
             path = user_excludes_file(root)
         except (OSError, subprocess.SubprocessError):
@@ -198,12 +207,20 @@ class WorkspaceWatcher:
         with self._excludes_lock:
             if path in self._excludes_watches:
                 return
+            real = os.path.realpath(path)
+            collector = _FileCollector(self._on_event, path, real)
             try:
-                watch = self._observer.schedule(_FileCollector(self._on_event, path), str(path.parent),
-                                                recursive=False, event_filter=CHANGE_EVENTS)
+                watch = self._observer.schedule(collector, str(path.parent), recursive=False,
+                                                event_filter=CHANGE_EVENTS)
             except OSError:  # no such directory: git reads no file there either
                 return
-            self._excludes_watches[path] = watch
+            watches = self._excludes_watches[path] = [watch]
+            if os.path.dirname(real) != str(path.parent):  # a link, or a link's folder (stow folds trees)
+                try:
+                    watches.append(self._observer.schedule(collector, os.path.dirname(real), recursive=False,
+                                                           event_filter=CHANGE_EVENTS))
+                except OSError:  # a dangling link: git reads no file either
+                    pass
 
     def _watch(self, root: Path, state: dict[str, Any]) -> None:
         try:

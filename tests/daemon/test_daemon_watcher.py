@@ -908,6 +908,51 @@ def test_an_edit_of_the_user_excludes_file_rescans_every_folder(tmp_path, git_ho
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_an_edit_of_a_symlinked_user_excludes_file_rescans(tmp_path, git_home, link):
+    """The user's excludes file is often a symlink into a dotfiles folder (stow, chezmoi): the file,
+    or its folder (stow folds ``~/.config/git`` into one link). The user edits the target, in
+    place or replaced at once (an editor's rename), which a watch on the link's folder never sees:
+    the target's folder is watched too."""
+    from index import IndexConfig, NgramIndex
+
+    dotfiles = tmp_path / "dotfiles" / "git"
+    dotfiles.mkdir(parents=True)
+    target = dotfiles / "ignore"
+    target.write_text("")
+    git_dir = git_home / ".config" / "git"
+    if link == "file":
+        (git_dir / "ignore").symlink_to(target)
+    else:
+        git_dir.rmdir()
+        git_dir.symlink_to(dotfiles, target_is_directory=True)
+    root = (tmp_path / "repo").resolve()
+    root.mkdir()
+    (root / "a.py").write_text("a = 1\n")
+    (root / "secret.py").write_text("password = 1\n")
+    _git(root, "init", "-q")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    secret = str(root / "secret.py")
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert secret in index._files
+
+        target.write_text("secret.py\n")  # edited where the user keeps it
+        wait_until(lambda: secret not in index._files)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+
+        (dotfiles / "ignore.tmp").write_text("")  # replaced at once: the rule is gone
+        (dotfiles / "ignore.tmp").replace(target)
+        wait_until(lambda: secret in index._files)
+        assert list(w._excludes_watches) == [git_dir / "ignore"]
+        assert len(w._excludes_watches[git_dir / "ignore"]) == 2  # the link's folder and the target's
+    finally:
+        w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_nothing(tmp_path, git_home):
     """core.excludesFile may name a file whose directory is not there: no watch, the folder is indexed."""
     _git(tmp_path, "config", "--global", "core.excludesFile", str(tmp_path / "nowhere" / "ignore"))
@@ -926,6 +971,36 @@ def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_no
     finally:
         w.stop()
 
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_user_excludes_file_whose_directory_comes_later_is_watched_from_the_next_add_folder(tmp_path, git_home):
+    """No watch while the excludes file's directory is missing; each add_folder tries again, so once
+    it is there the next folder added sets the watch up, and its edit rescans every folder."""
+    from index import IndexConfig, NgramIndex
+
+    excludes = tmp_path / "later" / "ignore"
+    _git(tmp_path, "config", "--global", "core.excludesFile", str(excludes))
+    roots = [(tmp_path / name).resolve() for name in ("one", "two")]
+    for root in roots:
+        root.mkdir()
+        (root / "secret.py").write_text("password = 1\n")
+        _git(root, "init", "-q")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    secrets = [str(root / "secret.py") for root in roots]
+    try:
+        w.add_folder(roots[0])
+        wait_until(lambda: [f["state"] for f in w.status()["folders"]] == ["ready"])
+        assert w._excludes_watches == {}
+        excludes.parent.mkdir()
+        w.add_folder(roots[1])
+        wait_until(lambda: [f["state"] for f in w.status()["folders"]] == ["ready", "ready"])
+        assert list(w._excludes_watches) == [excludes]
+        assert all(s in index._files for s in secrets)
+        excludes.write_text("secret.py\n")
+        wait_until(lambda: not any(s in index._files for s in secrets))
+    finally:
+        w.stop()
 
 def _refuse_thread_start(monkeypatch, name: str) -> list:
     """Make the next start of a thread called ``name`` fail as at the process's thread limit;
