@@ -155,10 +155,6 @@ def _git_ls_files(root: Path, *flags: str) -> list[Path] | None:
     return [root / n for n in names]
 
 
-def _git_files(root: Path) -> list[Path] | None:
-    if git_index(root) is None:
-        return None
-    return _git_ls_files(root, "-co", "--exclude-standard")
 
 
 def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
@@ -222,9 +218,11 @@ def tracked_ignored(root: Path) -> frozenset[Path] | None:
     return None if files is None else frozenset(files)
 
 
-def _walk_files(root: Path, counts: Counter) -> list[Path]:
+def _walk_files(root: Path, counts: Counter,
+                outer_rules: list[tuple[Path, pathspec.PathSpec]] = ()) -> list[Path]:
     """The walk: files under ``root`` (sorted by the caller), real folders before those reached
-    through a link.
+    through a link. ``outer_rules``: ignore rules from outside the folder's .gitignore files
+    (``git_exclude_rules``), below them in precedence.
 
     A folder reached twice is visited only the first time, so the real path must come first:
     the text is then listed under its own path, as git lists it, and the watcher (which
@@ -234,7 +232,7 @@ def _walk_files(root: Path, counts: Counter) -> list[Path]:
     seen: set[tuple[int, int]] = set()
     # Stacks of (directory, [(base directory, spec), ...] of .gitignore files above it): the
     # folders on real paths, then those with a link on their way (walked once no real one is left).
-    real_dirs: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
+    real_dirs: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, list(outer_rules))]
     linked_dirs: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = []
     while real_dirs or linked_dirs:
         via_link = not real_dirs
@@ -328,7 +326,15 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
     if not root.is_dir():
         raise ValueError(f"workspace folder {os.fspath(root)!r} is not a directory")
     counts = Counter() if counts is None else counts
-    files = _git_files(root)
+    files = None
+    if git_index(root) is not None:
+        files = _git_ls_files(root, "-co", "--exclude-standard")
+        if files is None:
+            # A work tree whose git failed (``ls-files`` timed out in a huge repository, a
+            # damaged index): walk, with the rules git applies besides the .gitignore files,
+            # so that what the user excluded (often private) stays out as with git.
+            counts["git_failed"] += 1
+            files = _walk_files(root, counts, git_exclude_rules(root))
     if files is None:
         files = _walk_files(root, counts)
     return sorted(_drop_links_out(files, root, counts))

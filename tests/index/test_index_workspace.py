@@ -223,6 +223,30 @@ def test_git_exclude_rules_with_the_folder_gitignore_ignore_what_git_ls_files_sk
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_work_tree_whose_git_ls_files_fails_is_walked_with_the_rules_git_applies(tmp_path, monkeypatch):
+    """``git ls-files`` timing out (a huge repository) or failing made the scan walk with the
+    .gitignore files alone: what info/exclude and the user's excludes file hide (often private)
+    was indexed. The walk now applies those rules too, and the failure is counted."""
+    import index.workspace as workspace
+
+    _git_home(tmp_path, monkeypatch, global_excludes="*.tmp\n")
+    repo = tmp_path / "repo"
+    ws = repo / "ws"
+    (ws / "notes").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "info" / "exclude").write_text("/ws/private.py\n*.md\nnotes/\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    (ws / ".gitignore").write_text("!keep.md\n")
+    for name in ("a.py", "private.py", "draft.md", "keep.md", "x.log", "scratch.tmp", "notes/n.py"):
+        (ws / name).write_text("x\n")
+    with_git = _names(ws, discover(ws))
+    monkeypatch.setattr(workspace, "_git_ls_files", lambda root, *flags: None)
+    counts = Counter()
+    assert _names(ws, discover(ws, counts)) == with_git == [".gitignore", "a.py", "keep.md"]
+    assert counts["git_failed"] == 1
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_a_line_git_cannot_parse_is_left_out_as_git_leaves_it_out(tmp_path, monkeypatch):
     """A line ending in a backslash (``foo\\``) raised in pathspec: the folder's scan failed, and one
     such line in the global excludes file stopped every folder from being indexed."""
