@@ -112,6 +112,28 @@ async def test_completion_fallback_matches_daemon(daemon_sock, lsp_client):
     assert result.items[0].documentation.value == "ret" + want["text"]
 
 
+async def test_a_completion_where_the_cursor_rested_is_prepared_and_answers_as_the_daemon(daemon_sock, lsp_client):
+    """ngramd.prepareCompletion where the cursor rests, then the user types: the suggestion is the
+    daemon's own answer for the text, and its request prefilled only a few tokens (the typing)."""
+    uri = "file:///tmp/ngr-doc/prepared.py"
+    client = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
+    open_doc(client, uri, SOURCE)  # a document no other test uses: its KV cache is cold
+    last = SOURCE.split("\n")[-1]
+    prepared = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.prepareCompletion", arguments=[uri, {"line": 5, "character": len(last)}, 1]))
+    assert prepared is not None and prepared["prefilled"] == prepared["tokens"] - 1 > 10
+    change(client, uri, 2, (rng(5, len(last), 5, len(last)), "urn"))
+    text = SOURCE + "urn"
+    with Client(daemon_sock, timeout=120) as c:
+        before = c.call("status")["generation"]["prefill_tokens"]
+    result = await client.text_document_inline_completion_async(inline_params(uri, 5, len(last) + 3))
+    with Client(daemon_sock, timeout=120) as c:
+        prefilled = c.call("status")["generation"]["prefill_tokens"] - before
+    assert prefilled <= 8  # "urn" and the back-off before it, not the document's tokens again
+    want = await asyncio.to_thread(direct, daemon_sock, text, len(text), uri, multiline=True)
+    assert [i.insert_text for i in result.items] == [want["text"]]
+
+
 async def test_rewrite_uses_daemon_edit(daemon_sock, lsp_client):
     client = await lsp_client(daemon_sock)
     applied = []
