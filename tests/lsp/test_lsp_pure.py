@@ -125,3 +125,31 @@ def test_a_request_for_a_closed_document_is_not_logged_as_a_server_error(caplog)
     caplog.clear()
     server.report_server_error(JsonRpcInvalidParams("'position' is missing"), FeatureRequestError)
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
+
+
+@pytest.mark.parametrize("running", [True, False])
+async def test_a_prepared_completion_never_starts_a_daemon(monkeypatch, running):
+    """The editor sends it whenever the cursor rests: after `ngramd stop` that must not start the
+    daemon again (a request does; a prepare only connects to one that runs)."""
+    from pygls.workspace import TextDocument
+
+    from lsp.server import NgramdServer
+
+    server = NgramdServer(Settings(), "/tmp/ngramd-test-unused.sock", spawn=True)
+    doc = TextDocument("file:///a.py", "x = 1\ny = 2\n", version=3)
+    monkeypatch.setattr(server, "open_document", lambda uri: doc)
+    monkeypatch.setattr(server, "encoding", lambda: "utf-16")  # no editor initialized this one
+    calls, probes = [], []
+
+    async def probe(timeout):
+        probes.append(timeout)
+        return running
+
+    async def call(method, params, timeout):
+        calls.append((method, params))
+        return {"tokens": 9, "prefilled": 8, "reused": 0}
+    monkeypatch.setattr(server.link, "probe", probe)
+    monkeypatch.setattr(server.link, "call", call)
+    result = await server.prepare_completion(doc.uri, types.Position(line=1, character=2), 3)
+    assert probes and (result is not None) == running
+    assert calls == ([("prepareComplete", {"uri": doc.uri, "offset": 8, "version": 3})] if running else [])
