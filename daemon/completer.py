@@ -114,8 +114,9 @@ class Completer:
                          cancel: threading.Event | None = None) -> Prepared:
         """Prefill the completion prompt at ``offset`` on ``uri``'s KV cache while the cursor
         rests there: the first completion asked there (after some typing, or at once) prefills
-        only what differs, the typed text and the suffix after it. Output is unchanged: a warm
-        cache, as for any later keystroke. Raises ValueError for bad input."""
+        only what differs: what was typed (and, in a fill-in-the-middle prompt, the suffix after
+        the cursor). Output is unchanged: a warm cache, as for any later keystroke. Raises
+        ValueError for bad input."""
         if not isinstance(text, str):
             raise ValueError("text must be a string")
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= len(text):

@@ -180,6 +180,8 @@ def closed_answer(text: str, stop_reason: str, fence: str) -> str:
 
 # Two instructions whose first tokens differ: their prompts part where the instruction begins.
 _PLACEHOLDER_INSTRUCTIONS = ("a", "b")
+
+
 def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: str = "") -> list[int]:
     """The edit prompt's token ids before the instruction: every instruction's prompt for this
     range starts with them (the file around the range, the selection, the words before the

@@ -220,7 +220,7 @@ class Service:
 
     async def _m_prepareComplete(self, conn: int, p: dict) -> Any:
         """Prefill the completion prompt at ``offset`` while the cursor rests there; the job gives
-        way to any other request (daemon/worker.py, "preempted")."""
+        way to any request and to a rewrite's prepare (daemon/worker.py, "preempted")."""
         uri = _uri(p)
         text = self._document_text(uri, p)
         offset = _req_int(p, "offset", 0, len(text))
