@@ -15,7 +15,8 @@ Commands:
 - ``ngramd.prepareCompletion(uri, position, version?)``: the daemon's ``prepareComplete``:
   an editor sends it when the cursor has rested at ``position`` (editors/: 300 ms), so that
   the daemon prefills the completion prompt there before the user types. Answers as
-  ``prepareRewrite`` does; null also while completions are disabled.
+  ``prepareRewrite`` does; null also while completions are disabled or no daemon runs
+  (it never starts one).
 - ``ngramd.status()``: settings, connection state, counters and the daemon's status.
 - ``ngramd.toggle(enabled?)``: flip (or set) ``enabled``; returns the new value.
 """
