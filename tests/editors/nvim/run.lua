@@ -667,6 +667,16 @@ if suite == "fake" then
     return done
   end
 
+  -- rewrite_and_wait(opts) with vim.fn.input answered by `answer` (the instruction prompt)
+  local function rewrite_with_input(answer, opts)
+    local input = vim.fn.input
+    vim.fn.input = answer
+    local ok, done = pcall(rewrite_and_wait, opts)
+    vim.fn.input = input
+    assert(ok, done)
+    return done
+  end
+
   test(":NgramdRewrite sends the document version its range was taken at", function()
     set_lines({ "alpha beta", "gamma" }, 1, 0)
     local version = vim.lsp.util.buf_versions[buf]
@@ -679,15 +689,11 @@ if suite == "fake" then
 
   test(":NgramdRewrite of a document changed during the prompt is refused, not misapplied", function()
     set_lines({ "alpha beta", "gamma" }, 1, 0)
-    local input = vim.fn.input
-    vim.fn.input = function() -- the buffer changes while the prompt is open (a timer, a job)
+    notes = {}
+    local done = rewrite_with_input(function() -- the buffer changes while the prompt is open (a timer, a job)
       vim.api.nvim_buf_set_lines(buf, 0, 0, false, { "inserted" })
       return "make it loud"
-    end
-    notes = {}
-    local ok, done = pcall(rewrite_and_wait, { line1 = 2, line2 = 2 })
-    vim.fn.input = input
-    assert(ok, done)
+    end, { line1 = 2, line2 = 2 })
     assert(done ~= true, "the server accepted a range of an older version")
     vim.wait(100)
     eq(lines(), { "inserted", "alpha beta", "gamma" }, "buffer untouched")
@@ -698,13 +704,9 @@ if suite == "fake" then
     set_lines({ "alpha beta", "gamma" }, 1, 0)
     local version = vim.lsp.util.buf_versions[buf]
     local before = #execute("ngramd.status", {}).commands
-    local input = vim.fn.input
-    vim.fn.input = function()
+    local done = rewrite_with_input(function()
       return "return-only up"
-    end
-    local ok, done = pcall(rewrite_and_wait, { line1 = 2, line2 = 2 })
-    vim.fn.input = input
-    assert(ok, done)
+    end, { line1 = 2, line2 = 2 })
     eq(done, true, "rewrite error")
     local status = execute("ngramd.status", {})
     eq({ unpack(status.commands, before + 1) }, { "ngramd.prepareRewrite", "ngramd.rewriteSelection" }, "commands")
@@ -723,18 +725,14 @@ if suite == "fake" then
     local n = #execute("ngramd.status", {}).prepared_completions
     vim.api.nvim_exec_autocmds("TextChanged", { group = "ngramd_prepare_" .. buf, buffer = buf, modeline = false })
     assert(prepare.pending(buf), "no prepare waits for the cursor to rest")
-    local input = vim.fn.input
     local pending_at_prompt
-    vim.fn.input = function()
+    local done = rewrite_with_input(function()
       pending_at_prompt = prepare.pending(buf)
       wait(function() -- the time the user takes to type the instruction
         return not prepare.pending(buf)
       end, "the wait to end")
       return "return-only up"
-    end
-    local ok, done = pcall(rewrite_and_wait, { line1 = 2, line2 = 2 })
-    vim.fn.input = input
-    assert(ok, done)
+    end, { line1 = 2, line2 = 2 })
     eq(done, true, "rewrite error")
     eq(pending_at_prompt, false, "a prepare waits while the instruction is asked")
     local status = execute("ngramd.status", {})
