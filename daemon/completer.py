@@ -164,6 +164,8 @@ class Completer:
             else:
                 finished = prefill(self.runtime, kv, prompt_ids, stats, cancel, PREPARE_CHUNK,
                                    reuse=self.cfg.reuse_kv)
+            # a request that preempted it during its last pass still gets it answered as cancelled
+            finished = finished and not (cancel is not None and cancel.is_set())
             self.prepared["prepares"] += finished
             self.prepared["prefill_tokens"] += stats.prefill_tokens
         return Prepared(len(prompt_ids), stats.prefill_tokens, stats.reused_tokens, cancelled=not finished)

@@ -41,6 +41,21 @@ def test_a_newer_prepare_of_the_document_supersedes_the_older(inproc):
         assert c.wait_response(second).error["code"] == REQUEST_CANCELLED
 
 
+def test_closing_the_document_cancels_its_prepares(inproc):
+    """A prepare still queued or running when its document closes would build the document's
+    KV cache again after the close dropped it (a slot of the pool held for nothing)."""
+    with inproc.client() as c:
+        c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
+        c.call("open", {"uri": "a", "text": "abc def", "version": 1})
+        running = c.send("prepareComplete", {"uri": "b", "offset": 5})
+        wait_until(lambda: inproc.completer.started.is_set())
+        queued = c.send("prepareComplete", {"uri": "a", "offset": 3})  # waits behind it: another uri, kept
+        c.call("close", {"uri": "b"})
+        resp = c.wait_response(running)
+        assert resp.error["code"] == REQUEST_CANCELLED and "cancelled" in resp.error["message"]
+        assert c.wait_response(queued).result == {"tokens": 4, "prefilled": 3, "reused": 0}
+
+
 @pytest.mark.parametrize("params, message", [
     ({"uri": "a", "offset": 99}, "offset"),
     ({"uri": "a", "offset": -1}, "offset"),

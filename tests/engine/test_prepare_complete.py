@@ -89,6 +89,17 @@ def test_a_cancelled_prepare_keeps_the_passes_it_finished(tiny, completer, monke
     assert completer.stats()["prepared"] == {"prepares": 0, "prefill_tokens": PREPARE_CHUNK}  # it did not finish
 
 
+def test_a_prepare_preempted_during_its_last_pass_is_answered_as_cancelled(tiny, completer, monkeypatch):
+    """The worker answers it "preempted": the count of finished prepares must agree (its tokens count)."""
+    cancel = threading.Event()
+    forward = tiny.forward
+    monkeypatch.setattr(tiny, "forward", lambda *a, **k: cancel.set() or forward(*a, **k))
+    short = TEXT[:200]
+    prepared = completer.prepare_complete(URI, short, len(short), cancel)
+    assert prepared.cancelled and 0 < prepared.prefilled < PREPARE_CHUNK  # one pass, all of it
+    assert completer.stats()["prepared"] == {"prepares": 0, "prefill_tokens": prepared.prefilled}
+
+
 @pytest.mark.parametrize("text, offset, message", [
     (TEXT, len(TEXT) + 1, "out of range"),
     (TEXT, -1, "out of range"),
