@@ -16,16 +16,17 @@ Vocabulary:
   through ``git add -f`` and ``git rm --cached`` too: git's index file is checked with the folder
   every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path).
-- *asking git*: git runs on a thread per folder, one run at a time (``_ask_git``), never on the
-  flusher's: a slow or hanging git would hold every folder's events. A path whose verdict needs
-  git's next answer (the rules are being read again, or they match it and git's index changed)
-  waits for it and is applied then; every other path goes on.
+- *asking git* (daemon/folder_git.py, one ``FolderGit`` per folder): git runs on a thread per
+  folder, one run at a time, never on the flusher's: a slow or hanging git would hold every
+  folder's events. A path whose verdict needs git's next answer (the rules are being read again,
+  or they match it and git's index changed) waits for it and is applied then; every other path
+  goes on. What git's answer changed among the tracked files is applied here (``_reconcile_tracked``).
 - *shadowed*: a path that an editor holds open; the open buffer wins over the
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
   ``.gitignore`` files or its repository's ``.git/info/exclude`` changed (files they now
   ignore leave the index), every folder's after the user's excludes file changed (a
-  watch on its directory, and on its target's where it is a symlink: ``_watch_excludes_file``), or after the
+  watch on its directory, and on its target's where it is a symlink: daemon/excludes_watch.py), or after the
   folder itself was replaced; the folder's rules from git are read again. One scan
   per folder runs at a time; a request during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
@@ -42,7 +43,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import subprocess
 import threading
 import time
 import warnings
@@ -54,9 +54,11 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
                              FileSystemEvent, FileSystemEventHandler)
 from watchdog.observers import Observer
 
+from daemon.excludes_watch import ExcludesFileWatch
+from daemon.folder_git import FolderGit
 from daemon.ignorer import Ignorer
 from daemon.priority import lower_this_thread
-from index.workspace import links_outside, user_excludes_file
+from index.workspace import links_outside
 
 # watchdog's inotify warns (2 KB, with the whole watch table) when a folder deleted and made
 # again at once gets a watch its table still holds; it overwrites it, and events keep coming.
@@ -92,20 +94,6 @@ class _Collector(FileSystemEventHandler):
             self._sink(os.fsdecode(dest))
 
 
-class _FileCollector(FileSystemEventHandler):
-    """The events of one file, from non-recursive watches on its directory and, where ``path`` is a
-    symlink, on its target's (``real``, its resolved path); each is reported as ``path``."""
-
-    def __init__(self, sink: Callable[[str], None], path: Path, real: str) -> None:
-        self._sink = sink
-        self._path = os.fspath(path)
-        self._names = {self._path, real}
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if not self._names.isdisjoint((os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or ""))):
-            self._sink(self._path)
-
-
 class WorkspaceWatcher:
     """Index folders in the background, then keep them current from file events.
 
@@ -123,18 +111,13 @@ class WorkspaceWatcher:
         self._ignorers: dict[Path, Ignorer] = {}
         self._watches: dict[Path, Any] = {}
         self._gone: set[Path] = set()  # folders whose directory is not there
-        # git runs on a thread per folder (_ask_git), not the flusher's: a slow git must not hold file
-        # events. Both keyed by Ignorer (a folder added again has a new one): whether one more run is
-        # asked for, and the paths that wait for its answer (ignored_now said None).
-        self._git_runs: dict[Ignorer, bool] = {}
-        self._waiting_on_git: dict[Ignorer, set[str]] = {}
-        # The user's excludes files (git's core.excludesFile: one for every folder, as a rule) ->
-        # the watches on its directory and its target's. Only grows; read without the lock (a dict lookup).
-        self._excludes_watches: dict[Path, list[Any]] = {}
-        self._excludes_lock = threading.Lock()
+        # git runs on a thread per folder (daemon/folder_git.py), not the flusher's: a slow git must
+        # not hold file events. Made and dropped with the folder's Ignorer.
+        self._gits: dict[Path, FolderGit] = {}
         self._observer = Observer()
         self._observer.daemon = True
         self._observer.start()
+        self._excludes = ExcludesFileWatch(self._observer, self._on_event, CHANGE_EVENTS)
         self._pending: set[str] = set()
         self._first_pending = 0.0
         self._last_event = 0.0
@@ -161,7 +144,11 @@ class WorkspaceWatcher:
             state: dict[str, Any] = {"path": str(root), "state": "indexing", "progress": None,
                                      "_stop": threading.Event(), "_inode": _inode(root)}
             self.folders[root] = state
-            self._ignorers[root] = Ignorer(root)
+            ignorer = self._ignorers[root] = Ignorer(root)
+            self._gits[root] = FolderGit(root, ignorer, self._folders_lock,
+                                         lambda: self._is_current(root, ignorer),
+                                         lambda changed: self._reconcile_tracked(root, ignorer, changed),
+                                         self._requeue)
         # The watch walks the folder's tree (an inotify watch per directory: 0.23 s for 8,700
         # directories here), so it is set up on a thread of its own, not the caller's (the
         # daemon's event loop, which answers every editor); the scan begins once it is in place,
@@ -174,6 +161,7 @@ class WorkspaceWatcher:
                 if self.folders.get(root) is state:
                     del self.folders[root]
                     self._ignorers.pop(root, None)
+                    self._gits.pop(root, None)
             raise
         return True
 
@@ -181,7 +169,7 @@ class WorkspaceWatcher:
         if state["_stop"].is_set():  # removed, or the watcher stopped, before this thread ran
             return
         try:
-            self._watch_excludes_file(root)
+            self._excludes.watch_for(root)
         except Exception:  # the folder is watched and indexed all the same
             log.exception("watching the user's excludes file for %s failed", root)
         try:
@@ -189,38 +177,6 @@ class WorkspaceWatcher:
         except Exception:  # an observer stopping meanwhile, say: the scan still indexes the folder
             log.exception("watching %s failed", root)
         self._scan(root, state)
-
-    def _watch_excludes_file(self, root: Path) -> None:
-        """Watch the user's excludes file that git applies in ``root`` (outside every folder, as a
-        rule, so no folder's watch sees it): its edit rescans every folder (``_apply``). One watch
-        per such file, not per folder; none where its directory is not there (nor git), tried again
-        at the next add_folder. Where it is a symlink (into a dotfiles folder: stow, chezmoi), one
-        more on its target's directory: the target is what gets edited, and a watch on the link's
-        directory sees only the link. The target is resolved once: a link retargeted later to
-        another directory, or a dangling one whose target directory comes later, is not followed."""
-        try:
-            path = user_excludes_file(root)
-        except (OSError, subprocess.SubprocessError):
-            return
-        if not path.is_absolute():  # relative to a work tree's top: rare, left unwatched
-            return
-        with self._excludes_lock:
-            if path in self._excludes_watches:
-                return
-            real = os.path.realpath(path)
-            collector = _FileCollector(self._on_event, path, real)
-            try:
-                watch = self._observer.schedule(collector, str(path.parent), recursive=False,
-                                                event_filter=CHANGE_EVENTS)
-            except OSError:  # no such directory: git reads no file there either
-                return
-            watches = self._excludes_watches[path] = [watch]
-            if os.path.dirname(real) != str(path.parent):  # a link, or a link's folder (stow folds trees)
-                try:
-                    watches.append(self._observer.schedule(collector, os.path.dirname(real), recursive=False,
-                                                           event_filter=CHANGE_EVENTS))
-                except OSError:  # a dangling link: git reads no file either
-                    pass
 
     def _watch(self, root: Path, state: dict[str, Any]) -> None:
         try:
@@ -283,6 +239,7 @@ class WorkspaceWatcher:
             if watch is not None:
                 self._unwatch(watch)
             self._ignorers.pop(root, None)
+            self._gits.pop(root, None)
             self._gone.discard(root)
             others = list(self._ignorers.items())
 
@@ -359,7 +316,7 @@ class WorkspaceWatcher:
                 for root, ignorer in list(self._ignorers.items()):
                     if root == top or top in root.parents:
                         ignorer.forget_git_rules()
-            elif Path(path) in self._excludes_watches:  # the user's excludes file: every folder's rules
+            elif Path(path) in self._excludes:  # the user's excludes file: every folder's rules
                 for ignorer in list(self._ignorers.values()):
                     ignorer.forget_git_rules()
             self._last_event = now
@@ -419,7 +376,7 @@ class WorkspaceWatcher:
         return None
 
     def _apply(self, path: Path) -> None:
-        if path in self._excludes_watches:  # as a .gitignore: every folder's scan decides again
+        if path in self._excludes:  # as a .gitignore: every folder's scan decides again
             with self._folders_lock:
                 states = [(root, state) for root, state in self.folders.items() if root not in self._gone]
             for root, state in states:
@@ -487,56 +444,20 @@ class WorkspaceWatcher:
             self._count("removed")
 
     def _follow_tracked(self, root: Path) -> None:
-        """Have git asked (``_ask_git``) once its index file changed or the rules are to be read
-        again: a ``git add -f`` or ``git rm --cached`` of a file the rules match sends no file event."""
+        """Have git asked once its index file changed or the rules are to be read again
+        (``FolderGit.ask_if_outdated``): a ``git add -f`` or ``git rm --cached`` sends no file event."""
         with self._folders_lock:
-            ignorer = None if root in self._gone else self._ignorers.get(root)
-        if ignorer is not None and ignorer.git_outdated():
-            self._ask_git(root)
+            git = None if root in self._gone else self._gits.get(root)
+        if git is not None:
+            git.ask_if_outdated()
 
     def _ask_git(self, root: Path, waiting: Path | None = None) -> None:
-        """Run git for ``root`` on a thread of its own (``_git_loop``), not the flusher's: a slow or
-        hanging git (a big repository, a locked index, a network filesystem) would hold every
-        folder's file events. One run per folder at a time; asked during one, it runs once more.
-        ``waiting``: a path that needs git's answer, applied again once it is in."""
+        """Have git run for ``root`` on the folder's git thread (``FolderGit.ask``); ``waiting``:
+        a path that needs git's answer, applied again once it is in."""
         with self._folders_lock:
-            ignorer = self._ignorers.get(root)
-            if ignorer is None or not self._is_current(root, ignorer):
-                return
-            if waiting is not None:
-                self._waiting_on_git.setdefault(ignorer, set()).add(str(waiting))
-            if ignorer in self._git_runs:
-                self._git_runs[ignorer] = True
-                return
-            self._git_runs[ignorer] = False
-        try:
-            threading.Thread(target=self._git_loop, args=(root, ignorer), name="ngramd-git", daemon=True).start()
-        except Exception:  # no thread (RuntimeError: the process is at its limit): no run either
-            with self._folders_lock:
-                # else the folder never asked git again; ``waiting`` waits on, and the next need
-                # (a file event, or the folder's check within GONE_POLL_S: git is out of date) starts one
-                self._git_runs.pop(ignorer, None)
-            log.exception("starting git's thread for %s failed: asking again at the next need", root)
-
-    def _git_loop(self, root: Path, ignorer: Ignorer) -> None:
-        lower_this_thread()
-        while True:
-            try:
-                self._reconcile_tracked(root, ignorer, ignorer.tracked_changes())  # git runs here
-            except Exception:
-                log.exception("asking git about %s failed", root)
-            with self._folders_lock:
-                waiting = self._waiting_on_git.pop(ignorer, set())
-                current = self._is_current(root, ignorer)
-                again = current and self._git_runs.get(ignorer, False)
-                if again:
-                    self._git_runs[ignorer] = False
-                else:
-                    self._git_runs.pop(ignorer, None)
-            if current:  # else the folder was removed, replaced or stopped: its paths are dropped
-                self._requeue(waiting)
-            if not again:
-                return
+            git = self._gits.get(root)
+        if git is not None:
+            git.ask(waiting)
 
     def _is_current(self, root: Path, ignorer: Ignorer) -> bool:
         """Whether git's answer for ``ignorer`` still counts (under ``_folders_lock``): not for a

@@ -902,7 +902,7 @@ def test_an_edit_of_the_user_excludes_file_rescans_every_folder(tmp_path, git_ho
         excludes.unlink()  # deleted: they come back
         wait_until(lambda: all(s in index._files for s in secrets))
         assert _indexed_text(index, secrets[0]) == "password = 2\n"
-        assert list(w._excludes_watches) == [excludes]  # one watch for both folders
+        assert list(w._excludes.watches) == [excludes]  # one watch for both folders
     finally:
         w.stop()
 
@@ -946,8 +946,8 @@ def test_an_edit_of_a_symlinked_user_excludes_file_rescans(tmp_path, git_home, l
         (dotfiles / "ignore.tmp").write_text("")  # replaced at once: the rule is gone
         (dotfiles / "ignore.tmp").replace(target)
         wait_until(lambda: secret in index._files)
-        assert list(w._excludes_watches) == [git_dir / "ignore"]
-        assert len(w._excludes_watches[git_dir / "ignore"]) == 2  # the link's folder and the target's
+        assert list(w._excludes.watches) == [git_dir / "ignore"]
+        assert len(w._excludes.watches[git_dir / "ignore"]) == 2  # the link's folder and the target's
     finally:
         w.stop()
 
@@ -965,7 +965,7 @@ def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_no
     try:
         w.add_folder(root)
         wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
-        assert w._excludes_watches == {}
+        assert w._excludes.watches == {}
         (root / "b.py").write_text("b = 1\n")
         wait_until(lambda: str(root / "b.py") in index.files)
     finally:
@@ -991,11 +991,11 @@ def test_a_user_excludes_file_whose_directory_comes_later_is_watched_from_the_ne
     try:
         w.add_folder(roots[0])
         wait_until(lambda: [f["state"] for f in w.status()["folders"]] == ["ready"])
-        assert w._excludes_watches == {}
+        assert w._excludes.watches == {}
         excludes.parent.mkdir()
         w.add_folder(roots[1])
         wait_until(lambda: [f["state"] for f in w.status()["folders"]] == ["ready", "ready"])
-        assert list(w._excludes_watches) == [excludes]
+        assert list(w._excludes.watches) == [excludes]
         assert all(s in index._files for s in secrets)
         excludes.write_text("secret.py\n")
         wait_until(lambda: not any(s in index._files for s in secrets))
