@@ -236,12 +236,14 @@ class WorkspaceWatcher:
                 return False
             state["_stop"].set()
             watch = self._watches.pop(root, None)
-            if watch is not None:
-                self._unwatch(watch)
             self._ignorers.pop(root, None)
             self._gits.pop(root, None)
             self._gone.discard(root)
             others = list(self._ignorers.items())
+        if watch is not None:
+            # not under the folders lock: watchdog unschedules under its own lock, which its thread
+            # holds while it hands us events, and a handler (``_root_deleted``) takes the folders lock
+            self._unwatch(watch)
 
         def covered(key: str) -> bool:
             path = Path(key)

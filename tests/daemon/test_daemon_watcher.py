@@ -1066,3 +1066,36 @@ def test_a_folder_whose_watch_thread_fails_to_start_can_be_added_again(tmp_path,
         assert str(root / "a.py") in index.files
     finally:
         w.stop()
+
+
+def test_removing_a_folder_while_its_deletion_is_being_handed_over_does_not_deadlock(tmp_path, monkeypatch):
+    """watchdog holds its lock while it hands over events, and unscheduling a watch takes that lock;
+    the root's deletion handler takes the folders lock. remove_folder unscheduled under the folders
+    lock: a folder deleted as the editor removed it froze the daemon's event loop for good. The
+    handler is slowed down so that the two meet every time."""
+    root = (tmp_path / "proj")
+    root.mkdir()
+    (root / "a.py").write_text("a = 1\n")
+    root = root.resolve()
+    w = WorkspaceWatcher(FakeIndex(), lambda p: False, debounce_s=0.1)
+    in_handler = threading.Event()
+    root_deleted = WorkspaceWatcher._root_deleted
+
+    def slow_root_deleted(self, r, state):
+        in_handler.set()
+        time.sleep(0.3)  # watchdog's thread holds its lock here
+        root_deleted(self, r, state)
+    monkeypatch.setattr(WorkspaceWatcher, "_root_deleted", slow_root_deleted)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: root in w._watches)
+        shutil.rmtree(root)
+        assert in_handler.wait(10), "no event for the folder's deletion"
+        remover = threading.Thread(target=w.remove_folder, args=(root,), daemon=True)
+        remover.start()
+        remover.join(10)
+        assert not remover.is_alive(), "remove_folder is deadlocked"
+        assert root not in w.folders
+    finally:
+        if not w._folders_lock.locked():
+            w.stop()
