@@ -25,6 +25,7 @@ unreadable or vanished files, symlink loops, non-files.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 import subprocess
@@ -32,6 +33,8 @@ from collections import Counter
 from pathlib import Path
 
 import pathspec
+
+log = logging.getLogger("ngramd.workspace")
 
 
 class SkipFile(ValueError):
@@ -151,7 +154,8 @@ def _git_ls_files(root: Path, *flags: str) -> list[Path] | None:
         return None
     if out.returncode != 0:
         return None
-    names = [n for n in out.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
+    # a name ending in "/" is another repository inside the folder (untracked): git lists none of its files
+    names = [n for n in out.stdout.decode("utf-8", "surrogateescape").split("\0") if n and not n.endswith("/")]
     return [root / n for n in names]
 
 
@@ -218,11 +222,28 @@ def tracked_ignored(root: Path) -> frozenset[Path] | None:
     return None if files is None else frozenset(files)
 
 
-def _walk_files(root: Path, counts: Counter,
-                outer_rules: list[tuple[Path, pathspec.PathSpec]] = ()) -> list[Path]:
+def _walk_like_git(root: Path, counts: Counter) -> list[Path]:
+    """The walk for a work tree whose ``git ls-files`` failed, as near git's listing as git's own
+    rules allow: with the rules git applies besides the .gitignore files (what the user excluded
+    there is often private) and without nested repositories (git lists none of their files).
+    Files added with ``git add -f`` among the ignored are left out (the watcher indexes them at
+    their first change). Rules git cannot give (it fails again) leave the .gitignore files alone."""
+    real = Path(os.path.realpath(root))  # git finds the rules' top from the real path
+    try:
+        rules = git_exclude_rules(real)
+    except Exception:  # e.g. a core.excludesFile path that is not UTF-8
+        log.warning("reading git's ignore rules for %s failed; walking with its .gitignore files",
+                    root, exc_info=True)
+        rules = []
+    return [root / f.relative_to(real) for f in _walk_files(real, counts, rules, nested_repos=False)]
+
+
+def _walk_files(root: Path, counts: Counter, outer_rules: list[tuple[Path, pathspec.PathSpec]] = (),
+                nested_repos: bool = True) -> list[Path]:
     """The walk: files under ``root`` (sorted by the caller), real folders before those reached
     through a link. ``outer_rules``: ignore rules from outside the folder's .gitignore files
-    (``git_exclude_rules``), below them in precedence.
+    (``git_exclude_rules``), below them in precedence. ``nested_repos``: False skips a folder
+    that holds a ``.git`` (another repository, a submodule), as git's listing does.
 
     A folder reached twice is visited only the first time, so the real path must come first:
     the text is then listed under its own path, as git lists it, and the watcher (which
@@ -272,6 +293,9 @@ def _walk_files(root: Path, counts: Counter,
                 is_link = e.is_symlink()
                 if is_link and not _is_within(os.path.realpath(path), real_root):
                     counts["outside_root"] += 1  # the git path does not follow it either
+                    continue
+                if not nested_repos and os.path.lexists(path / ".git"):
+                    counts["nested_repo"] += 1
                     continue
                 (linked_dirs if via_link or is_link else real_dirs).append((path, specs))
             else:
@@ -329,12 +353,9 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
     files = None
     if git_index(root) is not None:
         files = _git_ls_files(root, "-co", "--exclude-standard")
-        if files is None:
-            # A work tree whose git failed (``ls-files`` timed out in a huge repository, a
-            # damaged index): walk, with the rules git applies besides the .gitignore files,
-            # so that what the user excluded (often private) stays out as with git.
+        if files is None:  # a work tree whose git failed (timed out in a huge repository, a damaged index)
             counts["git_failed"] += 1
-            files = _walk_files(root, counts, git_exclude_rules(root))
+            files = _walk_like_git(root, counts)
     if files is None:
         files = _walk_files(root, counts)
     return sorted(_drop_links_out(files, root, counts))

@@ -247,6 +247,39 @@ def test_a_work_tree_whose_git_ls_files_fails_is_walked_with_the_rules_git_appli
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_the_walk_after_git_fails_finds_the_rules_through_a_linked_root_and_skips_nested_repos(
+        tmp_path, monkeypatch):
+    """A root that is a link into a repository's subfolder: the rules' top was found from the
+    link's spelling and anchored rules (``/ws/secret.py``) matched nothing. A nested repository's
+    files, which git never lists, were walked. Rules git cannot give leave the .gitignore files."""
+    import index.workspace as workspace
+
+    _git_home(tmp_path, monkeypatch, global_excludes="")
+    repo = tmp_path / "repo"
+    ws = repo / "ws"
+    (ws / "vendor" / "lib").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "init", "-q", str(ws / "vendor" / "lib")], check=True)
+    (repo / ".git" / "info" / "exclude").write_text("/ws/secret.py\n")
+    (ws / ".gitignore").write_text("*.log\n")
+    for name in ("a.py", "secret.py", "x.log", "vendor/v.py", "vendor/lib/big.py"):
+        (ws / name).write_text("x\n")
+    link = tmp_path / "link"
+    link.symlink_to(ws)
+    with_git = _names(link, discover(link))
+    assert with_git == [".gitignore", "a.py", "vendor/v.py"]
+    monkeypatch.setattr(workspace, "_git_ls_files", lambda root, *flags: None)
+    counts = Counter()
+    assert _names(link, discover(link, counts)) == with_git
+    assert counts["git_failed"] == 1 and counts["nested_repo"] == 1
+
+    def no_rules(root):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a core.excludesFile path that is not UTF-8")
+    monkeypatch.setattr(workspace, "git_exclude_rules", no_rules)
+    assert _names(link, discover(link)) == [".gitignore", "a.py", "secret.py", "vendor/v.py"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_a_line_git_cannot_parse_is_left_out_as_git_leaves_it_out(tmp_path, monkeypatch):
     """A line ending in a backslash (``foo\\``) raised in pathspec: the folder's scan failed, and one
     such line in the global excludes file stopped every folder from being indexed."""
