@@ -35,7 +35,7 @@ from daemon.requests import (
 )
 from daemon.rpc import CONTENT_MODIFIED, DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
-from daemon.worker import DEFERENCE, PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
+from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 log = logging.getLogger("ngramd.service")
 
@@ -444,8 +444,9 @@ class Service:
             await self._await_index(fut)
 
     def _after_close(self, uri: str) -> None:
-        # its prepares first: one queued behind the cache's drop would build the cache again
-        self.worker.cancel(lambda job: job.uri == uri and job.kind in DEFERENCE, "cancelled")
+        # its prepares and completions first (nobody will read them): one queued behind the cache's
+        # drop would build the cache again. A rewrite runs on: the editor may still apply it.
+        self.worker.cancel(lambda job: job.uri == uri and job.kind != "edit", "cancelled")
         fut = self._index_submit("close_buffer", uri)
         if fut is not None:
             fut.add_done_callback(_log_failure)

@@ -41,13 +41,14 @@ def test_a_newer_prepare_of_the_document_supersedes_the_older(inproc):
         assert c.wait_response(second).error["code"] == REQUEST_CANCELLED
 
 
-def test_closing_the_document_cancels_its_prepares(inproc):
-    """A prepare still queued or running when its document closes would build the document's
-    KV cache again after the close dropped it (a slot of the pool held for nothing)."""
+@pytest.mark.parametrize("method, params", [("prepareComplete", {"offset": 5}), ("complete", {"offset": 5})])
+def test_closing_the_document_cancels_its_prepares_and_completions(inproc, method, params):
+    """One still queued or running when its document closes would build the document's KV
+    cache again after the close dropped it (a slot of the pool held for nothing)."""
     with inproc.client() as c:
         c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
         c.call("open", {"uri": "a", "text": "abc def", "version": 1})
-        running = c.send("prepareComplete", {"uri": "b", "offset": 5})
+        running = c.send(method, {"uri": "b", **params})
         wait_until(lambda: inproc.completer.started.is_set())
         queued = c.send("prepareComplete", {"uri": "a", "offset": 3})  # waits behind it: another uri, kept
         c.call("close", {"uri": "b"})
