@@ -463,13 +463,11 @@ class NgramdServer(LanguageServer):
         there), so that the first completion asked there prefills only what was typed since.
         None when nothing was prepared, for the reasons of ``prepare_edit``, when disabled, or
         when no daemon runs: unlike a request, it never starts one."""
-        if not self.settings.enabled:
-            return None
-        doc = self.open_document(uri)
+        if not self.settings.enabled or not await self.link.probe(PROBE_S):
+            return None  # a cursor at rest is no reason to start a daemon (after `ngramd stop`, say)
+        doc = self.open_document(uri)  # after the probe, which may wait: the document as it is now
         if doc is None or doc.uri in self._too_large or (version is not None and version != doc.version):
             return None
-        if not await self.link.probe(PROBE_S):
-            return None  # a cursor at rest is no reason to start a daemon (after `ngramd stop`, say)
         params = {"uri": doc.uri, "offset": self.offset_of(doc, pos), "version": doc.version or 0}
         return await self._prepare("prepareComplete", params)
 

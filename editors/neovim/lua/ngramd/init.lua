@@ -498,7 +498,7 @@ function M.rewrite(opts)
   if instruction == nil then
     -- A head start: the daemon prefills the rewrite's prompt while the user types the
     -- instruction. Its reply is ignored (a busy daemon drops it; an older server lacks it).
-    -- A prepared completion still waiting would displace it: stopped first.
+    -- A prepared completion still waiting would only cost the daemon CPU meanwhile: stopped first.
     prepare.cancel(bufnr)
     client_mod.request(client, "workspace/executeCommand", {
       command = "ngramd.prepareRewrite",

@@ -107,7 +107,8 @@ function M.schedule(bufnr, normal_move)
 end
 
 --- Stops the wait of `bufnr` (the buffer stays attached): a rewrite about to ask for its
---- instruction prepares its own prompt, which a prepare sent meanwhile would displace.
+--- instruction prepares its own prompt; a completion's prepare meanwhile would only cost CPU
+--- and a cache slot of the daemon.
 function M.cancel(bufnr)
   stop_timer(state[bufnr])
 end
