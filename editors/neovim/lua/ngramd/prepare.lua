@@ -7,7 +7,7 @@
 -- "Rests": DELAY_MS without a cursor move or an edit (each restarts the wait), Normal,
 -- Insert and Replace mode alike. Sent in no other mode: not in Visual/Select mode (a
 -- selection is what a rewrite prepares), nor on the command line (e.g. while :NgramdRewrite
--- asks for its instruction: the daemon would drop the rewrite's own prepare for this one).
+-- asks for its instruction: the user is typing that, not code).
 -- Not sent after a scroll either: when the Normal-mode cursor move that started the wait
 -- also changed the window's top line (<C-d>, <C-f>, <C-e>, the mouse wheel dragging the
 -- cursor, a jump off screen), the user is reading, not about to type; the next move that
