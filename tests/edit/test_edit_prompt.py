@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.edit_prompt import (SELECTION, EditRangeError, build_edit_prompt, check_range,
                                 clean_answer, draft_text, excerpt, fence_for, language_of)
@@ -131,3 +133,34 @@ def test_bad_ranges_and_instruction(tok_runtime):
         build_edit_prompt(tok_runtime, SRC, 0, len(SRC) + 1, "x")
     with pytest.raises(ValueError, match="instruction"):
         build_edit_prompt(tok_runtime, SRC, 0, 1, "  ")
+
+
+def _excerpt_of_whole_text(text, start, end):
+    """``excerpt`` as first written, splitting the whole text: the windowed one must agree."""
+    from daemon.edit_prompt import CONTEXT_CHARS, CONTEXT_LINES_AFTER, CONTEXT_LINES_BEFORE, SELECTION
+
+    before = "\n".join(text[:start].split("\n")[-CONTEXT_LINES_BEFORE:])[-CONTEXT_CHARS:]
+    after = "\n".join(text[end:].split("\n")[:CONTEXT_LINES_AFTER])[:CONTEXT_CHARS]
+    return before + SELECTION + after
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_windowed_excerpt_is_the_excerpt_of_the_whole_text(data):
+    """Short and long lines, few and many, around ranges anywhere (both limits, lines and characters)."""
+    longest = data.draw(st.sampled_from([2, 12, 90, 400]))  # many lines in the window, or few
+    count = data.draw(st.integers(0, 150))
+    lines = data.draw(st.lists(st.text(alphabet="ab \t", max_size=longest), min_size=count, max_size=count))
+    text = "\n".join(lines)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    assert excerpt(text, start, end) == _excerpt_of_whole_text(text, start, end)
+
+
+@pytest.mark.parametrize("line_chars, lines", [(300, 50), (3, 200), (1000, 12), (0, 90)])
+def test_the_windowed_excerpt_agrees_where_each_limit_decides(line_chars, lines):
+    """Long lines (the character limit decides), short ones (the line limit), empty ones."""
+    text = "\n".join(("x" * line_chars + str(i))[: line_chars or 0] for i in range(lines))
+    for start in range(0, len(text) + 1, max(1, len(text) // 37)):
+        for end in (start, min(len(text), start + 5), len(text)):
+            assert excerpt(text, start, end) == _excerpt_of_whole_text(text, start, end), (start, end)
