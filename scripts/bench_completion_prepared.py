@@ -25,13 +25,12 @@ run's tokens must equal the cold plain run's (``identical``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import threading
 from pathlib import Path
 
-from prepared_runs import measure, total
+from prepared_runs import measure_cases, parse_args, total
 
 CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "stdlib.jsonl"
 
@@ -47,43 +46,27 @@ def typed_case(case, n: int):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default=str(CASES))
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--typed", type=int, default=3, help="characters typed after the prepare (default 3)")
-    ap.add_argument("--ids", default="", help="comma-separated case ids (default: every completion case)")
-    args = ap.parse_args()
+    args = parse_args(CASES, "completion", lambda ap: ap.add_argument(
+        "--typed", type=int, default=3, help="characters typed after the prepare (default 3)"))
 
-    from daemon.bench_cases import load_cases
-    from daemon.bench_runner import BenchRunner, case_document
-    from daemon.completer import Completer
-    from daemon.engine import EngineConfig
-    from daemon.model import load_runtime
     from daemon.requests import CompletionRequest
 
-    wanted = {i for i in args.ids.split(",") if i}
-    cases = [c for c in load_cases(args.cases) if c.mode == "complete" and (not wanted or c.id in wanted)]
-    rt = load_runtime(None, device="cpu")
-    runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
+    typed_of = {}
+
+    def calls(completer, rested):
+        asked, typed_of[rested.id] = typed_case(rested, args.typed)
+        uri = rested.path.as_uri()
+        return (lambda: completer.prepare_complete(uri, rested.text, rested.offset),
+                lambda speculate: completer.complete(CompletionRequest(
+                    uri=uri, text=asked.text, offset=asked.offset, max_tokens=asked.max_tokens, multiline=True,
+                    speculate=speculate), threading.Event()))
 
     rows = []
-    for n, rested in enumerate(cases):
-        asked, typed = typed_case(rested, args.typed)
-        index = runner.index_for(rested.workspace)
-        completer = Completer(rt, index, EngineConfig(add_history=False))
-        uri = rested.path.as_uri()
-
-        def request(speculate, completer=completer, asked=asked, uri=uri):
-            return completer.complete(CompletionRequest(uri=uri, text=asked.text, offset=asked.offset,
-                                                        max_tokens=asked.max_tokens, multiline=True,
-                                                        speculate=speculate), threading.Event())
-        with case_document(index, rested):
-            m = measure(completer, uri, lambda: completer.prepare_complete(uri, rested.text, rested.offset),
-                        request, args.repeat, warm_up=n == 0)
-        rows.append({"id": rested.id, "kind": rested.kind, "typed": typed, "tokens": len(m.first["cold_plain"].token_ids),
-                     **m.ms, "prepare_ms": m.prepare_ms, "prefill_cold": m.first["cold_spec"].stats.prefill_tokens,
+    for rested, m in measure_cases(args, "complete", calls):
+        rows.append({"id": rested.id, "kind": rested.kind, "typed": typed_of[rested.id],
+                     "tokens": len(m.first["cold_plain"].token_ids), **m.ms, "prepare_ms": m.prepare_ms,
+                     "prefill_cold": m.first["cold_spec"].stats.prefill_tokens,
                      "prefill_prepared": m.first["prep_spec"].stats.prefill_tokens, "identical": m.identical})
-        print(f"{rested.id}: done", flush=True)
 
     print()
     print("| id | kind | typed | tok | prefill cold / prepared | prepare | cold spec | cold plain | x "

@@ -20,56 +20,35 @@ answer changes at most 3 lines (daemon/bench_report.py ``changed_lines``).
 
 from __future__ import annotations
 
-import argparse
 import threading
 from pathlib import Path
 
-from prepared_runs import measure, total
+from prepared_runs import measure_cases, parse_args, total
 
 CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "edits.jsonl"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default=str(CASES))
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--ids", default="", help="comma-separated case ids (default: every edit case)")
-    args = ap.parse_args()
+    args = parse_args(CASES, "edit")
 
-    from daemon.bench_cases import load_cases
     from daemon.bench_report import FEW_LINES, changed_lines
-    from daemon.bench_runner import BenchRunner, case_document
-    from daemon.completer import Completer
-    from daemon.engine import EngineConfig
-    from daemon.model import load_runtime
     from daemon.requests import EditRequest
 
-    wanted = {i for i in args.ids.split(",") if i}
-    cases = [c for c in load_cases(args.cases) if c.mode == "edit" and (not wanted or c.id in wanted)]
-    rt = load_runtime(None, device="cpu")
-    runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
+    def calls(completer, case):
+        uri, end = case.path.as_uri(), case.end or case.offset
+        return (lambda: completer.prepare_edit(uri, case.text, case.offset, end),
+                lambda speculate: completer.edit(EditRequest(
+                    uri=uri, text=case.text, start=case.offset, end=end, instruction=case.instruction or "",
+                    max_tokens=case.max_tokens, speculate=speculate), threading.Event()))
 
     rows = []
-    for n, case in enumerate(cases):
-        index = runner.index_for(case.workspace)
-        completer = Completer(rt, index, EngineConfig(add_history=False))
-        uri = case.path.as_uri()
-        end = case.end or case.offset
-
-        def request(speculate, completer=completer, case=case, uri=uri, end=end):
-            return completer.edit(EditRequest(uri=uri, text=case.text, start=case.offset, end=end,
-                                              instruction=case.instruction or "", max_tokens=case.max_tokens,
-                                              speculate=speculate), threading.Event())
-        with case_document(index, case):
-            m = measure(completer, uri, lambda: completer.prepare_edit(uri, case.text, case.offset, end),
-                        request, args.repeat, warm_up=n == 0)
+    for case, m in measure_cases(args, "edit", calls):
         ref = m.first["cold_plain"]
         rows.append({"id": case.id, "tokens": len(ref.token_ids), **m.ms, "prepare_ms": m.prepare_ms,
                      "prefill_cold": m.first["cold_spec"].stats.prefill_tokens,
                      "prefill_prepared": m.first["prep_spec"].stats.prefill_tokens,
-                     "changed_lines": changed_lines(case.text[case.offset:end], ref.text),
+                     "changed_lines": changed_lines(case.text[case.offset:case.end or case.offset], ref.text),
                      "stop_reason": ref.stop_reason, "identical": m.identical})
-        print(f"{case.id}: done", flush=True)
 
     print()
     print("| id | tok | lines | prefill cold / prepared | prepare | cold spec | cold plain | x | prepared spec "

@@ -1,5 +1,6 @@
-"""What scripts/bench_edit_prepared.py and scripts/bench_completion_prepared.py share: one
-case run four ways per repeat, interleaved, prepared against cold, speculative against plain.
+"""What scripts/bench_edit_prepared.py and scripts/bench_completion_prepared.py share: their
+arguments, their cases (as ``ngramd bench`` runs them), and each case run four ways per
+repeat, interleaved, prepared against cold, speculative against plain.
 
 Each run starts from cold KV caches of the case's document (``drop_cache``). A prepared
 run first calls ``prepare`` untimed (its own time is reported apart: it runs while the
@@ -8,10 +9,12 @@ user is not waiting), then the request, timed (wall clock around it).
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 VARIANTS = ("cold_spec", "cold_plain", "prep_spec", "prep_plain")
 
@@ -62,3 +65,43 @@ def measure(completer: Any, uri: str, prepare: Callable[[], Any], request: Calla
 def total(rows: list[dict[str, Any]], num: str, den: str) -> float:
     """Sum of ``num`` over sum of ``den``: a total speedup over ``rows``."""
     return sum(r[num] for r in rows) / sum(r[den] for r in rows) if rows else float("nan")
+
+
+def parse_args(cases: Path, what: str, extra: Callable[[argparse.ArgumentParser], None] | None = None,
+               ) -> argparse.Namespace:
+    """``--cases`` (default ``cases``), ``--repeat``, ``--ids`` (default: every ``what`` case), and
+    the script's own (``extra``)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default=str(cases))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ids", default="", help=f"comma-separated case ids (default: every {what} case)")
+    if extra is not None:
+        extra(ap)
+    return ap.parse_args()
+
+
+def measure_cases(args: argparse.Namespace, mode: str,
+                  calls: Callable[[Any, Any], tuple[Callable[[], Any], Callable[[bool], Any]]],
+                  ) -> Iterator[tuple[Any, Measured]]:
+    """Every ``mode`` case of ``args.cases`` (those of ``args.ids`` when given), measured as
+    ``ngramd bench`` handles a case: a Completer of the default model on the case's workspace
+    index, no history, the case's file out of the index and its text the open buffer.
+    ``calls(completer, case)``: the case's (prepare, request(speculate))."""
+    from daemon.bench_cases import load_cases
+    from daemon.bench_runner import BenchRunner, case_document
+    from daemon.completer import Completer
+    from daemon.engine import EngineConfig
+    from daemon.model import load_runtime
+
+    wanted = {i for i in args.ids.split(",") if i}
+    cases = [c for c in load_cases(args.cases) if c.mode == mode and (not wanted or c.id in wanted)]
+    rt = load_runtime(None, device="cpu")
+    runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
+    for n, case in enumerate(cases):
+        index = runner.index_for(case.workspace)
+        completer = Completer(rt, index, EngineConfig(add_history=False))
+        prepare, request = calls(completer, case)
+        with case_document(index, case):
+            measured = measure(completer, case.path.as_uri(), prepare, request, args.repeat, warm_up=n == 0)
+        print(f"{case.id}: done", flush=True)
+        yield case, measured
