@@ -159,8 +159,6 @@ def _git_ls_files(root: Path, *flags: str) -> list[Path] | None:
     return [root / n for n in names]
 
 
-
-
 def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
     """The ignore rules ``git ls-files --exclude-standard`` applies under ``root`` besides the
     .gitignore files of ``root`` and its subfolders, as ``gitignored``'s (folder, patterns), lowest
@@ -350,12 +348,11 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
     if not root.is_dir():
         raise ValueError(f"workspace folder {os.fspath(root)!r} is not a directory")
     counts = Counter() if counts is None else counts
-    files = None
-    if git_index(root) is not None:
+    if git_index(root) is None:
+        files = _walk_files(root, counts)
+    else:
         files = _git_ls_files(root, "-co", "--exclude-standard")
         if files is None:  # a work tree whose git failed (timed out in a huge repository, a damaged index)
             counts["git_failed"] += 1
             files = _walk_like_git(root, counts)
-    if files is None:
-        files = _walk_files(root, counts)
     return sorted(_drop_links_out(files, root, counts))
