@@ -25,7 +25,11 @@ M.DELAY_MS = 300
 M.options = { enabled = true, prepare_completions = true }
 
 local uv = vim.uv or vim.loop
-local state = {} -- bufnr -> { timer }, for every buffer attached (and not detached since)
+-- bufnr -> { timer, waiting, generation, win, topline }, for every buffer attached (and not
+-- detached since). One libuv timer per buffer, restarted on each move or edit (not one made
+-- and closed per keystroke); `generation` tells a callback already scheduled by an earlier
+-- start that it is stale.
+local state = {}
 -- The last prepare sent, "uri version line character": one for all buffers, since the
 -- daemon's cache holds the last prompt prefilled, whichever buffer it came from.
 local last_sent = nil
@@ -34,9 +38,20 @@ local function wanted()
   return M.options.enabled and M.options.prepare_completions
 end
 
-local function stop_timer(s)
+--- Stops the wait of `s` (its timer stays, for the next wait).
+local function stop_wait(s)
   if s and s.timer then
     s.timer:stop()
+  end
+  if s then
+    s.waiting = false
+  end
+end
+
+--- Stops the wait of `s` and closes its timer (the buffer is detached).
+local function close_timer(s)
+  stop_wait(s)
+  if s and s.timer then
     s.timer:close()
     s.timer = nil
   end
@@ -91,16 +106,18 @@ end
 function M.schedule(bufnr, normal_move)
   local s = state[bufnr] or {}
   state[bufnr] = s
-  stop_timer(s)
+  stop_wait(s)
   local scroll = scrolled(s) -- kept up to date on every call, so that only this move counts
   if not wanted() or (normal_move and scroll) then
     return
   end
-  local timer = uv.new_timer()
-  s.timer = timer
-  timer:start(M.DELAY_MS, 0, vim.schedule_wrap(function()
-    if s.timer == timer then -- else restarted or stopped since
-      stop_timer(s)
+  s.timer = s.timer or uv.new_timer()
+  s.generation = (s.generation or 0) + 1
+  s.waiting = true
+  local generation = s.generation
+  s.timer:start(M.DELAY_MS, 0, vim.schedule_wrap(function()
+    if s.waiting and s.generation == generation then -- else restarted or stopped since
+      s.waiting = false
       prepare_now(bufnr)
     end
   end))
@@ -110,17 +127,17 @@ end
 --- instruction prepares its own prompt; a completion's prepare meanwhile would only cost CPU
 --- and a cache slot of the daemon.
 function M.cancel(bufnr)
-  stop_timer(state[bufnr])
+  stop_wait(state[bufnr])
 end
 
 --- Whether a prepare waits for the cursor of `bufnr` to rest.
 function M.pending(bufnr)
-  return state[bufnr] ~= nil and state[bufnr].timer ~= nil
+  return state[bufnr] ~= nil and state[bufnr].waiting == true
 end
 
 --- Stops the wait of `bufnr` and removes its autocommands.
 function M.detach(bufnr)
-  stop_timer(state[bufnr])
+  close_timer(state[bufnr])
   state[bufnr] = nil
   pcall(vim.api.nvim_del_augroup_by_name, "ngramd_prepare_" .. bufnr)
 end
