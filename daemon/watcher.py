@@ -108,12 +108,12 @@ class WorkspaceWatcher:
         self.debounce_s = debounce_s
         self.max_delay_s = max_delay_s
         self.folders: dict[Path, dict[str, Any]] = {}  # root -> progress/status
-        self._ignorers: dict[Path, Ignorer] = {}
+        # root -> the folder's FolderGit, which holds its Ignorer (``.ignorer``): one record, made
+        # and dropped with the folder. git runs on a thread per folder (daemon/folder_git.py), not
+        # the flusher's: a slow git must not hold file events.
+        self._gits: dict[Path, FolderGit] = {}
         self._watches: dict[Path, Any] = {}
         self._gone: set[Path] = set()  # folders whose directory is not there
-        # git runs on a thread per folder (daemon/folder_git.py), not the flusher's: a slow git must
-        # not hold file events. Made and dropped with the folder's Ignorer.
-        self._gits: dict[Path, FolderGit] = {}
         self._observer = Observer()
         self._observer.daemon = True
         self._observer.start()
@@ -122,7 +122,7 @@ class WorkspaceWatcher:
         self._first_pending = 0.0
         self._last_event = 0.0
         self._cond = threading.Condition()
-        # folders and their ignorers change under this lock (file events are checked against
+        # folders and their FolderGits (ignorers) change under this lock (file events are checked against
         # them on the flusher thread)
         self._folders_lock = threading.Lock()
         self._stop = threading.Event()
@@ -144,7 +144,7 @@ class WorkspaceWatcher:
             state: dict[str, Any] = {"path": str(root), "state": "indexing", "progress": None,
                                      "_stop": threading.Event(), "_inode": _inode(root)}
             self.folders[root] = state
-            ignorer = self._ignorers[root] = Ignorer(root)
+            ignorer = Ignorer(root)
             self._gits[root] = FolderGit(root, ignorer, self._folders_lock,
                                          lambda: self._is_current(root, ignorer),
                                          lambda changed: self._reconcile_tracked(root, ignorer, changed),
@@ -160,7 +160,6 @@ class WorkspaceWatcher:
             with self._folders_lock:
                 if self.folders.get(root) is state:
                     del self.folders[root]
-                    self._ignorers.pop(root, None)
                     self._gits.pop(root, None)
             raise
         return True
@@ -203,9 +202,9 @@ class WorkspaceWatcher:
         with self._folders_lock:
             if self.folders.get(root) is not state:
                 return
-            ignorer = self._ignorers.get(root)
-            if ignorer is not None:  # what git ignores is read again, as the scan asks git again
-                ignorer.forget_git_rules()
+            git = self._gits.get(root)
+            if git is not None:  # what git ignores is read again, as the scan asks git again
+                git.ignorer.forget_git_rules()
             if state.get("_scanning"):
                 state["_rescan"] = True
                 return
@@ -236,10 +235,9 @@ class WorkspaceWatcher:
                 return False
             state["_stop"].set()
             watch = self._watches.pop(root, None)
-            self._ignorers.pop(root, None)
             self._gits.pop(root, None)
             self._gone.discard(root)
-            others = list(self._ignorers.items())
+            others = [(r, git.ignorer) for r, git in self._gits.items()]
         if watch is not None:
             # not under the folders lock: watchdog unschedules under its own lock, which its thread
             # holds while it hands us events, and a handler (``_root_deleted``) takes the folders lock
@@ -269,9 +267,9 @@ class WorkspaceWatcher:
             state.pop("error", None)
             try:
                 with self._folders_lock:
-                    ignorer = self._ignorers.get(root)
-                if ignorer is not None:  # the scan lists what git tracks now: later changes are from there
-                    ignorer.tracked_changes()
+                    git = self._gits.get(root)
+                if git is not None:  # the scan lists what git tracks now: later changes are from there
+                    git.ignorer.tracked_changes()
                 counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
                 state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
                 state["state"] = "stopped" if stop.is_set() else "ready"
@@ -310,17 +308,17 @@ class WorkspaceWatcher:
                 self._first_pending = now
             self._pending.add(path)
             if os.path.basename(path) == ".gitignore":  # before the flush handles the files it matches
-                for root, ignorer in list(self._ignorers.items()):
+                for root, git in list(self._gits.items()):
                     if _rules_reach(Path(path).parent, root):
-                        ignorer.forget_git_rules()
+                        git.ignorer.forget_git_rules()
             elif _is_info_exclude(Path(path)):  # the rules git adds for the work tree at its top
                 top = Path(path).parents[2]
-                for root, ignorer in list(self._ignorers.items()):
+                for root, git in list(self._gits.items()):
                     if root == top or top in root.parents:
-                        ignorer.forget_git_rules()
+                        git.ignorer.forget_git_rules()
             elif Path(path) in self._excludes:  # the user's excludes file: every folder's rules
-                for ignorer in list(self._ignorers.values()):
-                    ignorer.forget_git_rules()
+                for git in list(self._gits.values()):
+                    git.ignorer.forget_git_rules()
             self._last_event = now
             self._count("events")
             self._cond.notify()
@@ -386,7 +384,8 @@ class WorkspaceWatcher:
             return
         with self._folders_lock:
             root = self._root_of(path)
-            ignorer = self._ignorers.get(root) if root is not None else None
+            git = self._gits.get(root) if root is not None else None
+            ignorer = git.ignorer if git is not None else None
         if root is None:
             return
         if path == root:  # the folder itself was deleted, moved, or replaced
@@ -431,7 +430,7 @@ class WorkspaceWatcher:
             with self._folders_lock:  # its folder removed meanwhile: keep it only if another holds it
                 kept = root in self.folders
                 holder = None if kept else self._root_of(path)
-                holder_ignorer = self._ignorers[holder] if holder is not None else None
+                holder_ignorer = self._gits[holder].ignorer if holder is not None else None
             holder_ignores = True if holder_ignorer is None else holder_ignorer.ignored_now(path)
             if not kept and holder_ignores is not False:
                 self.index.remove_file(path)
@@ -464,7 +463,8 @@ class WorkspaceWatcher:
     def _is_current(self, root: Path, ignorer: Ignorer) -> bool:
         """Whether git's answer for ``ignorer`` still counts (under ``_folders_lock``): not for a
         folder removed, added again (another Ignorer), gone, or a watcher stopped."""
-        return self._ignorers.get(root) is ignorer and root not in self._gone and not self._stop.is_set()
+        git = self._gits.get(root)
+        return git is not None and git.ignorer is ignorer and root not in self._gone and not self._stop.is_set()
 
     def _reconcile_tracked(self, root: Path, ignorer: Ignorer, changed: frozenset[Path]) -> None:
         """Follow ``git add -f`` and ``git rm --cached`` of files the rules match (``changed``, on
@@ -484,7 +484,7 @@ class WorkspaceWatcher:
                     now_tracked.add(str(path))
                     continue
                 with self._folders_lock:
-                    others = [ig for r, ig in self._ignorers.items() if r != root and r in path.parents]
+                    others = [g.ignorer for r, g in self._gits.items() if r != root and r in path.parents]
                 if not any(not ig.ignored(path) for ig in others):  # outside the lock: it may ask git
                     self.index.remove_file(path)
                     self._count("removed")
