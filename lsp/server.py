@@ -97,6 +97,11 @@ class NgramdServer(LanguageServer):
         self._unsynced: set[str] = set()
         self._too_large: set[str] = set()  # open documents too large for the daemon: not sent
         self._too_large_told: set[str] = set()  # the open documents the user was told that of
+        # Where the editor's cursor last rested (the last prepareCompletion asked: uri, position,
+        # version): a daemon that comes (the one this server started, still loading when the
+        # cursor rested; or one started again) holds nothing prepared, so it is prepared there
+        # on connection, one place for every editor.
+        self._resting: tuple[str, types.Position, int | None] | None = None
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0}
 
@@ -162,6 +167,8 @@ class NgramdServer(LanguageServer):
 
     def document_closed(self, uri: str) -> None:
         self.cancel_inflight(uri)
+        if self._resting is not None and self._resting[0] == uri:
+            self._resting = None
         self._generation.pop(uri, None)
         self._too_large_told.discard(uri)
         self._unsynced.discard(uri)
@@ -276,6 +283,7 @@ class NgramdServer(LanguageServer):
             fut = conn.send("open", self._open_params(doc))
             fut.add_done_callback(_log_failure)
             fut.add_done_callback(lambda f, uri=doc.uri: self._resync_done(f, uri))
+        self._prepare_resting(conn)
         log.info("daemon ready (%s); %d open documents sent", self.daemon_info, len(sent))
 
     # -- completion ---------------------------------------------------------------------
@@ -463,13 +471,30 @@ class NgramdServer(LanguageServer):
         there), so that the first completion asked there prefills only what was typed since.
         None when nothing was prepared, for the reasons of ``prepare_edit``, when disabled, or
         when no daemon runs: unlike a request, it never starts one."""
+        self._resting = (uri, pos, version) if self.settings.enabled else None
         if not self.settings.enabled or not await self.link.probe(PROBE_S):
             return None  # a cursor at rest is no reason to start a daemon (after `ngramd stop`, say)
-        doc = self.open_document(uri)  # after the probe, which may wait: the document as it is now
+        params = self._prepare_complete_params(uri, pos, version)  # after the probe, which may wait
+        return None if params is None else await self._prepare("prepareComplete", params)
+
+    def _prepare_complete_params(self, uri: str, pos: types.Position,
+                                 version: int | None) -> dict[str, Any] | None:
+        """``prepareComplete``'s params for ``pos`` in the document as it is now; None when it is
+        not open, too large for the daemon, or no longer at ``version``."""
+        doc = self.open_document(uri)
         if doc is None or doc.uri in self._too_large or (version is not None and version != doc.version):
             return None
-        params = {"uri": doc.uri, "offset": self.offset_of(doc, pos), "version": doc.version or 0}
-        return await self._prepare("prepareComplete", params)
+        return {"uri": doc.uri, "offset": self.offset_of(doc, pos), "version": doc.version or 0}
+
+    def _prepare_resting(self, conn: RpcConnection) -> None:
+        """On a new connection, after the opens: prepare where the cursor last rested, if its
+        document is still as it was then (a keystroke since asks its own completion) and was
+        sent to this daemon (``_too_large`` was just brought up to date for it)."""
+        if self._resting is None or not self.settings.enabled:
+            return
+        params = self._prepare_complete_params(*self._resting)
+        if params is not None:
+            conn.send("prepareComplete", params).add_done_callback(_log_prepare)
 
     # -- status -----------------------------------------------------------------------
 
@@ -594,6 +619,11 @@ def _unfinished(result: dict[str, Any]) -> str:
         why = f"it stopped early (stop reason {stop!r})"
     return (f"ngramd: the rewrite did not finish ({why}), so nothing was changed; "
             f"select less and ask again")
+
+
+def _log_prepare(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:  # a head start only: preempted, say
+        log.debug("prepareComplete on connection did nothing: %s", fut.exception())
 
 
 def _log_failure(fut: asyncio.Future[Any]) -> None:

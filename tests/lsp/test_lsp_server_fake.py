@@ -329,6 +329,76 @@ async def test_prepare_completion_asks_the_daemon_to_prepare_the_cursor_and_neve
     assert err.value.code == types.ErrorCodes.InvalidParams and "takes [uri, position, version?]" in err.value.message
 
 
+async def test_where_the_cursor_rested_is_prepared_when_a_daemon_comes(fake, sock, lsp_client):
+    """A prepare asked while no daemon runs (the one the server started still loading, or
+    one stopped) does nothing, and it is sent once a daemon connects, after the document's
+    open; again to a daemon started again. Not once the document changed since (the
+    keystroke asks its own completion), nor after it closed."""
+    from lsp_fake_daemon import FakeDaemon
+
+    async def poll():  # an editor's status poll: connects to a daemon that runs, starts none
+        for _ in range(200):
+            status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command="ngramd.status", arguments=[{"spawn": False}]))
+            if status["connected"]:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("no daemon connected")
+
+    async def stop(daemon):
+        await daemon.stop()
+        for _ in range(200):
+            status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command="ngramd.status", arguments=[{"spawn": False}]))
+            if not status["connected"]:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("the daemon's loss not seen")
+
+    client = await lsp_client(sock)
+    open_doc(client, URI, f"s = '{EMOJI}'\nt = 2\n")
+    await until(lambda: URI in fake.docs)
+    assert fake.methods("prepareComplete") == []  # nothing rested yet: nothing sent on connection
+    await stop(fake)
+    assert await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.prepareCompletion", arguments=[URI, {"line": 0, "character": 7}, 1])) is None
+
+    want = {"uri": URI, "offset": 6, "version": 1}  # after the emoji (two UTF-16 units)
+    for _ in range(2):  # a daemon that comes, then one started again
+        daemon = await FakeDaemon(sock).start()
+        try:
+            await poll()
+            await until(lambda: daemon.methods("prepareComplete"), what="the prepare on connection")
+            assert daemon.methods("prepareComplete") == [want]
+            calls = [m for m, _ in daemon.calls]
+            assert calls.index("open") < calls.index("prepareComplete")
+        finally:
+            await stop(daemon)
+
+    change(client, URI, 2, (rng(1, 4, 1, 5), "3"))  # typed since: the rest is stale
+    daemon = await FakeDaemon(sock).start()
+    try:
+        await poll()
+        await until(lambda: daemon.docs.get(URI, {}).get("version") == 2, what="the open")
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=URI)))
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.status", arguments=[{"spawn": False}]))
+        assert daemon.methods("prepareComplete") == []
+    finally:
+        await stop(daemon)
+    open_doc(client, URI, f"s = '{EMOJI}'\nt = 2\n")  # reopened at version 1: closing forgot the rest
+    daemon = await FakeDaemon(sock).start()
+    try:
+        await poll()
+        await until(lambda: URI in daemon.docs, what="the open")
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.status", arguments=[{"spawn": False}]))
+        assert daemon.methods("prepareComplete") == []
+    finally:
+        await daemon.stop()
+
+
 async def test_a_rewrite_cut_off_before_its_end_is_refused_not_applied(fake, sock, lsp_client):
     """An answer that stopped at its token limit lacks the selection's tail: applied, it
     would delete it. The editor gets an error that says so, and no edit."""

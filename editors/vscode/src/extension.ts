@@ -63,9 +63,6 @@ let pollTimer: NodeJS.Timeout | undefined;
 let statusSeq = 0; // the newest status request; older replies are not shown
 // The poll pauses while the daemon is stopped (see daemonStopped) and never overlaps itself.
 let pollPaused = false;
-// Whether the last status said a daemon is connected: a daemon that comes (the one the server
-// starts after launch, or one started again) has nothing prepared.
-let daemonConnected = false;
 let pollInFlight = false;
 let output: vscode.LogOutputChannel;
 // The edits the server sent with workspace/applyEdit while rewrites ran (apply-once rule).
@@ -250,7 +247,11 @@ async function startClient(): Promise<void> {
   client.registerProposedFeatures();
   clientStateListener = client.onDidChangeState((e) => {
     if (e.newState === State.Running) {
-      void refreshStatus(); // with a daemon connected, that prepares the cursor's place
+      void refreshStatus();
+      // a file just opened: its first completion is the slowest. The server keeps this place
+      // for its daemon if none is connected yet, and prepares it again for every daemon that
+      // comes (one started again), so nothing here watches the daemon for that.
+      cursorMoved(vscode.window.activeTextEditor);
     } else if (e.newState === State.Stopped) {
       showStatus(errorView("language server stopped"));
     }
@@ -268,7 +269,6 @@ async function stopClient(): Promise<void> {
   const c = client;
   client = undefined;
   preparer.cancel(); // a new server has nothing prepared
-  daemonConnected = false; // nor has it said anything of its daemon yet
   clientStateListener?.dispose();
   clientStateListener = undefined;
   if (c) {
@@ -310,14 +310,6 @@ async function refreshStatus(): Promise<unknown> {
     if (seq === statusSeq) {
       pollPaused = daemonStopped(result);
       showStatus(statusView({ enabled: settings.enable, ...(result as object) }));
-      const connected = (result as { connected?: unknown } | undefined)?.connected === true;
-      if (connected && !daemonConnected) {
-        // a new daemon: what was prepared (or asked in vain: the server starts no daemon for
-        // a prepare) is not in it, so the cursor's place is prepared again
-        preparer.cancel();
-        cursorMoved(vscode.window.activeTextEditor);
-      }
-      daemonConnected = connected;
     }
     return result;
   } catch (err) {
