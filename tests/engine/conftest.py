@@ -14,6 +14,12 @@ def tiny():
     return load_runtime("tiny", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def tiny_fim():
+    """The tiny model with fill-in-the-middle tokens: completion prompts take the FIM form."""
+    return load_runtime("tiny-fim", device="cpu")
+
+
 class ScriptedProposer:
     """Hand-written drafts: ``script(context) -> list of token lists`` (branches, best first)."""
 

@@ -54,16 +54,20 @@ def test_speculative_equals_plain_through_completer(completer):
     assert spec.stats.drafted > 0 and plain.stats.drafted == 0  # speculation ran, and plain did not
 
 
-def test_speculative_equals_plain_when_drafts_are_accepted(tiny):
+@pytest.mark.parametrize("model", ["tiny", "tiny_fim"])
+def test_speculative_equals_plain_when_drafts_are_accepted(request, model):
     """With an index, the plain answer goes to the history and the speculative run drafts it:
-    most drafts are accepted (the verification path that keeps tokens, not only rejects)."""
+    most drafts are accepted (the verification path that keeps tokens, not only rejects).
+    Also with a FIM prompt (the suffix after the cursor in the prompt, "tiny-fim")."""
     from index.store import IndexConfig, NgramIndex
 
-    index = NgramIndex(tiny.tokenize_batch, IndexConfig())
-    completer = Completer(tiny, index, EngineConfig(calibrate=False))
+    runtime = request.getfixturevalue(model)
+    index = NgramIndex(runtime.tokenize_batch, IndexConfig())
+    completer = Completer(runtime, index, EngineConfig(calibrate=False))
     plain = completer.complete(_req(speculate=False, max_tokens=24))
     completer.drop_cache("file:///kv.py")
     spec = completer.complete(_req(speculate=True, max_tokens=24))
+    assert ("<fim_middle>" in plain.prompt) == (model == "tiny_fim")
     assert len(plain.token_ids) >= 8
     assert spec.token_ids == plain.token_ids and spec.text == plain.text and spec.prompt == plain.prompt
     assert spec.stats.accepted >= len(plain.token_ids) // 2

@@ -1,4 +1,8 @@
-"""A completion's prompt prefilled where the cursor rests (Completer.prepare_complete)."""
+"""A completion's prompt prefilled where the cursor rests (Completer.prepare_complete).
+
+Each test runs on the tiny model twice: with the embedded model's tokenizer (a plain prompt:
+the text before the cursor) and with FIM tokens added ("tiny-fim": the suffix after the
+cursor follows the prefix, so typing at the cursor leaves the suffix to prefill again)."""
 
 from __future__ import annotations
 
@@ -17,9 +21,14 @@ CURSOR = TEXT.index("        self.tokens.extend")  # a line's start, after its i
 URI = "file:///kv.py"
 
 
+@pytest.fixture(params=["tiny", "tiny_fim"])
+def runtime(request):
+    return request.getfixturevalue(request.param)
+
+
 @pytest.fixture
-def completer(tiny):
-    return Completer(tiny, None, EngineConfig(calibrate=False))
+def completer(runtime):
+    return Completer(runtime, None, EngineConfig(calibrate=False))
 
 
 def _complete(completer, text, offset, speculate=True):
@@ -29,11 +38,13 @@ def _complete(completer, text, offset, speculate=True):
 
 @pytest.mark.parametrize("speculate", [True, False])
 def test_a_completion_asked_where_the_cursor_rested_prefills_one_token_and_answers_as_a_cold_one(
-        tiny, completer, speculate):
+        runtime, completer, speculate):
     cold = _complete(completer, TEXT, CURSOR, speculate)
     completer.drop_cache(URI)
     prepared = completer.prepare_complete(URI, TEXT, CURSOR)
-    prompt_len = len(build_prompt(tiny, TEXT, CURSOR, completer.cfg.prompt).ids)
+    prompt = build_prompt(runtime, TEXT, CURSOR, completer.cfg.prompt)
+    assert prompt.fim == (runtime.name == "tiny-fim")
+    prompt_len = len(prompt.ids)
     assert not prepared.cancelled and prepared.tokens == prompt_len
     assert prepared.prefilled == prompt_len - 1 and prepared.reused == 0  # all but the last, as for any prompt
     warm = _complete(completer, TEXT, CURSOR, speculate)
@@ -41,7 +52,7 @@ def test_a_completion_asked_where_the_cursor_rested_prefills_one_token_and_answe
     assert warm.stats.reused_tokens == prepared.prefilled and warm.stats.prefill_tokens == 0
 
 
-def test_after_typing_at_the_prepared_cursor_only_the_typed_text_and_the_suffix_are_prefilled(tiny, completer):
+def test_after_typing_at_the_prepared_cursor_only_the_typed_text_and_the_suffix_are_prefilled(runtime, completer):
     typed = TEXT[:CURSOR] + "self.tok" + TEXT[CURSOR:]
     cold = _complete(completer, typed, CURSOR + 8)
     completer.drop_cache(URI)
@@ -49,7 +60,8 @@ def test_after_typing_at_the_prepared_cursor_only_the_typed_text_and_the_suffix_
     warm = _complete(completer, typed, CURSOR + 8)
     assert warm.token_ids == cold.token_ids and warm.text == cold.text
     suffix_start = cold.prompt.find("<fim_suffix>")  # FIM: the suffix after the cursor is prefilled again
-    cursor_tokens = len(tiny.encode(cold.prompt[:suffix_start] if suffix_start >= 0 else cold.prompt))
+    assert (suffix_start > 0) == (runtime.name == "tiny-fim")
+    cursor_tokens = len(runtime.encode(cold.prompt[:suffix_start] if suffix_start >= 0 else cold.prompt))
     assert prepared.prefilled >= warm.stats.reused_tokens >= cursor_tokens - 8  # up to the typing (healing may back off)
     assert warm.stats.prefill_tokens <= cold.stats.prefill_tokens - warm.stats.reused_tokens
     assert warm.stats.reused_tokens > 10 * PREPARE_CHUNK // 4  # hundreds of tokens, not a few
@@ -74,26 +86,26 @@ def test_a_prepare_where_a_completion_was_just_asked_keeps_its_answer_cached(com
     assert completer.pool.get(URI).tokens == cached
 
 
-def test_a_cancelled_prepare_keeps_the_passes_it_finished(tiny, completer, monkeypatch):
+def test_a_cancelled_prepare_keeps_the_passes_it_finished(runtime, completer, monkeypatch):
     cancel = threading.Event()
-    forward = tiny.forward
+    forward = runtime.forward
 
     def forward_then_cancel(ids, *a, **k):
         out = forward(ids, *a, **k)
         cancel.set()  # seen before the next pass
         return out
-    monkeypatch.setattr(tiny, "forward", forward_then_cancel)
+    monkeypatch.setattr(runtime, "forward", forward_then_cancel)
     prepared = completer.prepare_complete(URI, TEXT, CURSOR, cancel)
     assert prepared.cancelled and prepared.prefilled == PREPARE_CHUNK
     assert len(completer.pool.get(URI)) == PREPARE_CHUNK
     assert completer.stats()["prepared"] == {"prepares": 0, "prefill_tokens": PREPARE_CHUNK}  # it did not finish
 
 
-def test_a_prepare_preempted_during_its_last_pass_is_answered_as_cancelled(tiny, completer, monkeypatch):
+def test_a_prepare_preempted_during_its_last_pass_is_answered_as_cancelled(runtime, completer, monkeypatch):
     """The worker answers it "preempted": the count of finished prepares must agree (its tokens count)."""
     cancel = threading.Event()
-    forward = tiny.forward
-    monkeypatch.setattr(tiny, "forward", lambda *a, **k: cancel.set() or forward(*a, **k))
+    forward = runtime.forward
+    monkeypatch.setattr(runtime, "forward", lambda *a, **k: cancel.set() or forward(*a, **k))
     short = TEXT[:200]
     prepared = completer.prepare_complete(URI, short, len(short), cancel)
     assert prepared.cancelled and 0 < prepared.prefilled < PREPARE_CHUNK  # one pass, all of it
