@@ -26,6 +26,16 @@ SEP = -1  # document separator inside concatenated int32 arrays
 _EMPTY = np.zeros(0, np.int64)
 
 
+def as_tokens(ids, what: str) -> np.ndarray:
+    """``ids`` as an [n] int32 array of token ids; ValueError naming ``what`` if they are not."""
+    a = np.asarray(ids)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{what} must be a 1-D sequence of integer token ids, got shape {a.shape} dtype {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= 2**31 - 1):
+        raise ValueError(f"{what} holds token ids outside [0, 2**31 - 1)")
+    return a.astype(np.int32)
+
+
 def scan_longest(a: np.ndarray, ctx: np.ndarray, min_n: int, narrow: int = 64) -> tuple[int, np.ndarray]:
     """Longest suffix of ``ctx`` occurring in ``a``, and all its occurrences.
 

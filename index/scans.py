@@ -1,0 +1,237 @@
+"""Workspace scans: reading files from disk into the index, newest wins.
+
+Part of ``store.NgramIndex`` (a mixin: its state is declared in ``NgramIndex.__init__``;
+"lock held" means the caller holds ``NgramIndex._lock``). The writers of workspace
+files: ``index_file``, ``remove_file``, ``remove_tree``, ``index_workspace`` (a whole
+folder, in batches) and ``forget_root``. They read and tokenize outside the lock,
+then install into or remove from the file table (``files.WorkspaceFiles``).
+
+Newest wins: since files are read and tokenized outside the lock, a reader (a scan
+batch, ``index_file``) may finish after a later change of the same file (a file
+event handled meanwhile). Each reader takes the clock before it reads; every
+change records, per key (and per removed folder), how new the state it leaves
+is: the tick its data was read at for an install, the tick of the change for a
+removal. A reader installs or removes nothing whose recorded state is newer than
+its read, whichever of the two finishes first. The records are kept only while a
+reader is in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+
+from .ngram import as_tokens
+from .workspace import SkipFile, discover, read_text
+
+
+def _folder_prefix(root: str | os.PathLike) -> str:
+    """A folder's absolute path with a trailing separator: keys under it start with it."""
+    return os.path.join(os.path.abspath(root), "")
+
+
+class WorkspaceScans:
+    """The workspace scans' part of ``NgramIndex`` (see module docstring)."""
+
+    # ---- newest wins ------------------------------------------------------
+    def _begin_read(self) -> int:
+        """A reader of files starts (lock held): returns the tick its reads come after (its own:
+        of two readers, the one that started later has the higher tick)."""
+        self._readers += 1
+        return self._tick()
+
+    def _end_read(self) -> None:
+        """A reader is done (lock held). With none left, no change can be newer than a read."""
+        self._readers -= 1
+        if not self._readers:
+            self._changed.clear()
+            self._changed_under.clear()
+
+    def _changed_since(self, key: str, read_tick: int) -> bool:
+        """Whether ``key`` holds a state newer than a read that began at ``read_tick`` (lock held)."""
+        if self._changed.get(key, 0) > read_tick:
+            return True
+        return any(t > read_tick and key.startswith(p) for p, t in self._changed_under.items())
+
+    def _record_change(self, key: str, as_of: int | None = None) -> None:
+        """``key`` now holds data read at tick ``as_of`` (None: a change known now, a removal) (lock held)."""
+        if self._readers:
+            t = self._tick() if as_of is None else as_of
+            self._changed[key] = max(self._changed.get(key, 0), t)
+
+    # ---- writers ----------------------------------------------------------
+    def index_file(self, path: str | os.PathLike) -> bool:
+        """(Re)index one file. False when it is skipped (the reason is counted in
+        stats()["skipped"] and kept in ``last_skip``); a skipped file leaves the index."""
+        key = os.path.abspath(os.fspath(path))
+        with self._lock:
+            read_tick = self._begin_read()
+        try:
+            try:
+                text = read_text(key, self.cfg.max_file_bytes)
+            except SkipFile as e:
+                with self._lock:
+                    self._skipped[e.reason] += 1
+                    self.last_skip = str(e)
+                    if not self._changed_since(key, read_tick):  # else a newer change decides
+                        self._remove(key)
+                        self._record_change(key, read_tick)
+                self._after_write()
+                return False
+            (tokens,) = self._tokenize_files([text])
+            with self._lock:
+                if not self._changed_since(key, read_tick):
+                    self._install(key, tokens, read_tick)
+                    self._enforce_bound()
+                kept = key in self._files
+        finally:
+            with self._lock:
+                self._end_read()
+        self._after_write()
+        return kept
+
+    def remove_file(self, path: str | os.PathLike) -> None:
+        key = os.path.abspath(os.fspath(path))
+        with self._lock:
+            self._remove(key)
+            self._record_change(key)
+        self._after_write()
+
+    def remove_tree(self, path: str | os.PathLike) -> int:
+        """Drop the file ``path`` and every file under it (a folder deleted or moved away as a
+        whole: no per-file events come for it); returns how many. Unlike ``forget_root``, the
+        folder stays a scanned root; a scan's reads that began before this install nothing."""
+        key = os.path.abspath(os.fspath(path))
+        prefix = _folder_prefix(key)
+        with self._lock:
+            n = self._remove_all([k for k in self._files if k == key or k.startswith(prefix)])
+            self._record_change(key)
+            if self._readers:
+                self._changed_under[prefix] = self._tick()
+        self._after_write()
+        return n
+
+    def index_workspace(
+        self,
+        root: str | os.PathLike,
+        progress: Callable[[int, int], None] | None = None,
+        stop_event: threading.Event | None = None,
+    ) -> dict:
+        """Index every non-ignored file under ``root``. Synchronous; run it in a thread.
+
+        Files are read and tokenized in batches outside the lock; lookups work
+        throughout. ``progress(done, total)`` after each batch; ``stop_event``
+        is checked between batches. Returns counts: ``files`` (considered),
+        ``indexed``, ``tokens``, one count per skip reason, ``removed``, ``stopped``.
+
+        A re-scan is the truth for ``root``: a file indexed earlier that is now
+        skipped (grown too large, turned binary) leaves the index, as with
+        ``index_file``; after a complete scan, so does one under ``root`` that
+        is no longer discovered (deleted, or ignored since), unless it was
+        (re)indexed meanwhile (a file event during the scan) or lies under
+        another scanned root nested in this one (a submodule that ``git
+        ls-files`` does not list).
+        """
+        prefix = _folder_prefix(root)
+        with self._lock:
+            if stop_event is not None and stop_event.is_set():  # forgotten before the scan began
+                return {"files": 0, "indexed": 0, "tokens": 0, "removed": 0, "stopped": True}
+            before = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+            self._roots.add(prefix)
+        counts: Counter = Counter()
+        files = discover(root, counts)
+        total, done = len(files), 0
+        stopped = False
+        for i in range(0, total, self.cfg.batch_files):
+            if stop_event is not None and stop_event.is_set():
+                stopped = True
+                break
+            with self._lock:
+                read_tick = self._begin_read()
+            try:
+                threshold = self._scan_batch(files[i : i + self.cfg.batch_files], prefix, read_tick, counts)
+            finally:
+                with self._lock:
+                    self._end_read()
+            if threshold is None:  # forget_root ran meanwhile: install nothing more
+                stopped = True
+                break
+            self._after_write(threshold)
+            done = min(i + self.cfg.batch_files, total)
+            if progress is not None:
+                progress(done, total)
+        if not stopped:
+            found = {os.path.abspath(f) for f in files}
+            with self._lock:
+                nested = [r for r in self._roots if r != prefix and r.startswith(prefix)]
+                counts["removed"] += self._remove_all(
+                    k for k, f in before.items()
+                    if k not in found and self._files.get(k) is f  # not re-indexed during the scan
+                    and not any(k.startswith(r) for r in nested))
+        self._after_write()
+        with self._lock:
+            for reason, n in counts.items():
+                if reason not in ("indexed", "tokens", "removed"):
+                    self._skipped[reason] += n
+        out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
+        return out
+
+    def _scan_batch(self, files: list, prefix: str, read_tick: int, counts: Counter) -> int | None:
+        """Read, tokenize and install one batch of a scan of ``prefix`` whose reads began at
+        ``read_tick``. Returns the merge threshold, or None when the root was forgotten meanwhile."""
+        keys, texts, skipped = [], [], []
+        for f in files:
+            try:
+                texts.append(read_text(f, self.cfg.max_file_bytes))
+                keys.append(os.path.abspath(f))
+            except SkipFile as e:
+                counts[e.reason] += 1
+                skipped.append(os.path.abspath(f))
+        if skipped:
+            with self._lock:  # a file event after the read decides instead
+                gone = [k for k in skipped if not self._changed_since(k, read_tick)]
+                counts["removed"] += self._remove_all(gone)
+                for k in gone:
+                    self._record_change(k, read_tick)
+        arrays = self._tokenize_files(texts) if texts else []
+        with self._lock:
+            if prefix not in self._roots:
+                return None
+            for key, arr in zip(keys, arrays):
+                if self._changed_since(key, read_tick):  # a file event after the read: newer
+                    continue
+                self._install(key, arr, read_tick)
+                counts["indexed"] += 1
+                counts["tokens"] += len(arr)
+            self._enforce_bound()
+            # Geometric: merge when the dynamic set outgrows the static segment.
+            return max(self.cfg.merge_tokens, self._static_tokens())
+
+    def forget_root(self, root: str | os.PathLike, keep: Callable[[str], bool] | None = None) -> int:
+        """A workspace folder was closed: drop its files, but those ``keep(path)`` accepts; returns how many.
+
+        The caller knows which other folders are still watched and what they
+        ignore, so it decides which files another folder covers (``keep``). A
+        scan of ``root`` still running installs nothing more.
+        """
+        prefix = _folder_prefix(root)
+        with self._lock:
+            self._roots.discard(prefix)
+            under = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+        # ``keep`` may test ignore rules per file: outside the lock, so lookups go on meanwhile
+        gone = [k for k in under if keep is None or not keep(k)]
+        with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
+            n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
+        self._after_write()
+        return n
+
+    def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:
+        """Whole-file token ids, one [n_i] int32 array per text (call outside the lock)."""
+        ids = self._tok(texts)
+        if len(ids) != len(texts):
+            raise ValueError(f"tokenizer returned {len(ids)} results for {len(texts)} texts")
+        return [as_tokens(x, "tokenizer output") for x in ids]
