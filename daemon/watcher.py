@@ -15,7 +15,10 @@ Vocabulary:
   tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``, followed
   through ``git add -f`` and ``git rm --cached`` too: git's index file is checked with the folder
   every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
-  or to a file of the folder that is not ignored (indexed once, under its own path).
+  or to a file of the folder that is not ignored (indexed once, under its own path); or, where the
+  scan lists with git, a file of a *nested repository* (a folder below the root that holds a ``.git``:
+  git lists none of its files). A path held by several folders is the deepest one's: a nested
+  repository added as a folder of its own decides for its files.
 - *asking git* (daemon/folder_git.py, one ``FolderGit`` per folder): git runs on a thread per
   folder, one run at a time, never on the flusher's: a slow or hanging git would hold every
   folder's events. A path whose verdict needs git's next answer (the rules are being read again,
@@ -25,10 +28,12 @@ Vocabulary:
   disk, so its file events are skipped (``is_open``) until the buffer closes.
 - *rescan*: ``index_workspace`` again over a folder, after one of its
   ``.gitignore`` files or its repository's ``.git/info/exclude`` changed (files they now
-  ignore leave the index), every folder's after the user's excludes file changed (a
-  watch on its directory, and on its target's where it is a symlink: daemon/excludes_watch.py), or after the
-  folder itself was replaced; the folder's rules from git are read again. One scan
-  per folder runs at a time; a request during a scan runs once more after it.
+  ignore leave the index), or after a ``.git`` was made or removed in it (``git init``, a clone,
+  ``rm -rf .git``: a repository's files leave the folder's listing or join it, with no event of
+  theirs), every folder's after the user's excludes file changed (a watch on its directory, and on
+  its target's where it is a symlink: daemon/excludes_watch.py), or after the folder itself was
+  replaced; the folder's rules from git are read again. One scan per folder runs at a time; a
+  request during a scan runs once more after it.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
   with it, and its files leave the index. Every folder's directory is checked every
   ``GONE_POLL_S`` (a move sends no event); when a directory is there again it is
@@ -363,6 +368,10 @@ class WorkspaceWatcher:
                     continue
                 batch, self._pending = self._pending, set()
             self._count("flushes")
+            with self._folders_lock:
+                ignorers = [git.ignorer for git in self._gits.values()]
+            for ignorer in ignorers:  # a .git made or removed came as an event: this flush stats again
+                ignorer.forget_repo_dirs()
             for path in sorted(batch):
                 try:
                     self._apply(Path(path))
@@ -370,9 +379,11 @@ class WorkspaceWatcher:
                     log.exception("re-indexing %s failed", path)
 
     def _root_of(self, path: Path) -> Path | None:
-        for root in self.folders:
-            if path == root or root in path.parents:
-                return root
+        """The deepest folder that holds ``path`` (or is it): a nested repository added as a folder
+        decides for its own files, which the folder around it ignores."""
+        for directory in (path, *path.parents):
+            if directory in self.folders:
+                return directory
         return None
 
     def _apply(self, path: Path) -> None:
@@ -395,6 +406,12 @@ class WorkspaceWatcher:
             self._count("ignored")
             return
         if path.parent.parent.parent == root and _is_info_exclude(path):  # as a .gitignore: the scan decides again
+            state = self.folders.get(root)
+            if state is not None:
+                self._scan(root, state)
+        if path.name == ".git" and ignorer.ignored_now(path.parent) is not True:
+            # a repository made or removed (in a folder not ignored): its files leave the scan's listing
+            # or join it, with no event of theirs, so the scan decides again
             state = self.folders.get(root)
             if state is not None:
                 self._scan(root, state)
