@@ -9,6 +9,13 @@ is an exponential moving average of past outcomes per (source, match length).
 For a chain of k tokens the expected yield is 1 + a + ... + a^k
 = (1 - a^(k+1)) / (1 - a), as in DESIGN.md.
 
+A rate is learnt only from drafts that are verified, so one that fell below what
+pays (a run of rejections somewhere) would never be tested again, in this request or
+any later one: the tracker lives as long as the daemon, and long matches in the
+buffer, the best drafts there are, could stay switched off for good. So a draft the
+policy declines moves its rate a step back toward the prior (``AcceptanceTracker.relax``):
+after a few declined proposals it is tried again, and its outcome decides.
+
 ``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
 fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
 plain decoding: on text that does not repeat, the draft is dropped and the pass
@@ -213,10 +220,14 @@ def cut_branches(branches: Sequence[Branch], k: int, budget: int) -> list[tuple[
 
 
 class AcceptanceTracker:
-    """EMA of the per-token acceptance rate, keyed by (source, match-length bucket)."""
+    """EMA of the per-token acceptance rate, keyed by (source, match-length bucket).
 
-    def __init__(self, alpha: float = 0.15) -> None:
+    ``relax``: the share of the way back to the prior a rate moves each time a draft of its
+    key is declined (not verified); see the module docstring."""
+
+    def __init__(self, alpha: float = 0.15, relax: float = 0.1) -> None:
         self.alpha = alpha
+        self.relax_step = relax
         self._rate: dict[tuple[int, int], float] = {}
 
     def rate(self, source: int, match_len: int) -> float:
@@ -228,6 +239,13 @@ class AcceptanceTracker:
         key = (int(source), _bucket(match_len))
         a = self._rate.get(key, _PRIOR[key[1]])
         self._rate[key] = ema_acceptance(a, accepted, drafted, self.alpha)
+
+    def relax(self, source: int, match_len: int) -> None:
+        """A draft of this key was proposed and declined: its rate moves toward the prior."""
+        key = (int(source), _bucket(match_len))
+        a = self._rate.get(key)
+        if a is not None:
+            self._rate[key] = a + self.relax_step * (_PRIOR[key[1]] - a)
 
     def snapshot(self) -> dict[str, float]:
         return {f"{s}/{b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
@@ -277,6 +295,8 @@ class DraftPolicy:
         values = values[: min(budget, self.cfg.max_draft)]
         best_m = best_count([v for v, _, _ in values], self.cost, self.cfg.min_gain)
         if best_m == 0:
+            for b in branches:  # not verified, so not learnt from: tried again after a few (see the module)
+                self.tracker.relax(int(b.source), b.match_len)
             return []
         depth = [0] * len(branches)
         for _, bi, d in values[:best_m]:

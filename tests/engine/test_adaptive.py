@@ -66,3 +66,46 @@ def test_a_draft_that_spills_past_the_calibrated_sizes_pays_for_its_padded_rows(
     assert cost(65) == cost(80) > cost(64) == cost(57)
     values = np.cumprod(np.full(64, 0.99)).tolist()  # EditDraftPolicy's values at acceptance 0.99
     assert 1 + best_count(values, cost) <= 64
+
+
+def test_a_rate_driven_below_what_pays_is_tried_again_after_a_few_declined_drafts():
+    """Rates are learnt from verified drafts only: without relaxing toward the prior, a key
+    that a run of rejections drove below break-even (here long buffer matches) would never be
+    drafted again, in any later request either."""
+    from daemon.adaptive import AcceptanceTracker
+
+    draft = Draft((Branch(tokens=np.arange(10, 26, dtype=np.int32), count=1, source=Source.BUFFER,
+                          match_len=14),))
+    policy = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[40.0, 44.0, 80.0], online=False), AdaptiveConfig(),
+                         AcceptanceTracker())
+    assert policy.choose(draft, 16)  # the prior for long matches pays
+    for _ in range(40):  # a place where every long buffer match is wrong at its first token
+        policy.feedback(draft, 0, 0, 16)
+    assert policy.choose(draft, 16) == []  # now below what pays: declined
+    declined = 1
+    while not policy.choose(draft, 16):
+        declined += 1
+        assert declined < 10, policy.tracker.snapshot()
+    assert declined >= 2  # not at once: each decline moves the rate a step
+    rate = policy.tracker.rate(int(Source.BUFFER), 14)
+    policy.feedback(draft, 0, 0, 16)  # tried again, and wrong again: the rate drops from there
+    assert policy.tracker.rate(int(Source.BUFFER), 14) < rate
+
+
+def test_relaxing_moves_a_rate_toward_its_prior_from_either_side_and_leaves_unseen_keys():
+    from daemon.adaptive import AcceptanceTracker
+
+    tracker = AcceptanceTracker(relax=0.5)
+    prior = tracker.rate(0, 14)
+    tracker.relax(0, 14)
+    assert tracker.snapshot() == {}  # never seen: it is at its prior already
+    tracker.update(0, 14, 0, 4)
+    low = tracker.rate(0, 14)
+    tracker.relax(0, 14)
+    assert tracker.rate(0, 14) == pytest.approx(low + 0.5 * (prior - low))
+    for _ in range(10):
+        tracker.update(0, 14, 4, 4)
+    high = tracker.rate(0, 14)
+    assert high > prior
+    tracker.relax(0, 14)
+    assert tracker.rate(0, 14) == pytest.approx(high - 0.5 * (high - prior))
