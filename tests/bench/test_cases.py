@@ -111,7 +111,7 @@ def test_edit_case_keeps_instruction_and_range(tmp_path, workspace):
     assert (case.offset, case.end, case.instruction) == (4, 9, "rename")
 
 
-@pytest.mark.parametrize("name", ["stdlib.jsonl", "smoke.jsonl", "edits.jsonl"])
+@pytest.mark.parametrize("name", ["stdlib.jsonl", "stdlib_wide.jsonl", "smoke.jsonl", "edits.jsonl"])
 def test_committed_cases_load_on_this_python(name):
     cases = load_cases(REPO / "bench" / "cases" / name)
     assert cases and all(c.workspace_ref.startswith("stdlib:") for c in cases)
@@ -124,6 +124,9 @@ def test_committed_cases_load_on_this_python(name):
         kinds = {c.kind for c in cases}
         assert kinds == {"ordinary", "repeat", "norepeat"}
         assert 12 <= len(cases) <= 20
+    if name == "stdlib_wide.jsonl":  # 20 cases from each of 5 packages, none of stdlib.jsonl's
+        assert len(cases) == 100 and len({c.workspace_ref for c in cases}) == 5
+        assert {c.kind for c in cases} == {"ordinary", "repeat", "norepeat"}
 
 
 def test_offsets_count_the_carriage_returns_of_a_crlf_file(tmp_path):
