@@ -6,12 +6,6 @@ Vocabulary (the watcher's, daemon/watcher.py, which asks this for every file eve
   decides: ``workspace.gitignored``, shared with the scan's walk); in a git work tree also the
   rules git adds (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file,
   the .gitignore files above the folder).
-- *nested repository*: a folder below the folder's root that holds a ``.git`` (another repository,
-  a submodule, a linked worktree). Where the scan lists with git, none of its files are listed (git
-  ls-files lists a submodule as one entry, an untracked repository as one ``name/``; the walk after
-  git failed skips it too: ``nested_repos=False``), so they are ignored, unless that repository is
-  a folder of its own (the watcher asks the deepest folder). Where the scan walks (no work tree),
-  the walk goes into it, and so does this.
 - *tracked ignored*: files the rules match that git tracks all the same (``git add -f``): the
   scan's ``git ls-files`` lists them, so they are not ignored (``workspace.tracked_ignored``).
 - *git's answer*: the rules and tracked files git gave, replaced whole: ``ignored_now`` reads it
@@ -22,7 +16,6 @@ Vocabulary (the watcher's, daemon/watcher.py, which asks this for every file eve
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -63,12 +56,7 @@ class Ignorer:
     begins).
 
     ``ignored`` asks git when its answer is out of date; ``ignored_now`` never does (the watcher's
-    flusher must not wait on git): it says None where the answer needs git's next one.
-
-    Which folders hold a ``.git`` is asked once per folder (a stat; file events come in bursts of
-    thousands: a ``git checkout``) until ``forget_repo_dirs``: the watcher calls it as each flush
-    of events begins (a ``.git`` made or removed sends an event, so a flush follows), and
-    ``forget_git_rules`` calls it too."""
+    flusher must not wait on git): it says None where the answer needs git's next one."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -80,18 +68,12 @@ class Ignorer:
         # what ``tracked_changes`` last answered from: the index file's _stat_key, the files
         self._reconciled_stat: object = _UNASKED
         self._reconciled_files: frozenset[Path] = frozenset()
-        # folder below the root (its path) -> whether it holds a .git; replaced whole by forget_repo_dirs,
-        # so that an answer stat'ed before it lands in the dict it dropped
-        self._repo_dirs: dict[str, bool] = {}
 
     def ignored(self, path: Path) -> bool:
         parts = self._parts(path)
         if parts is None:
             return True
-        answer = self._asked_git()
-        if answer.index is not None and self._in_nested_repo(parts):
-            return True
-        return self._matches_rules(parts, answer.rules) and path not in self._tracked_ignored()
+        return self._matches_rules(parts, self._asked_git().rules) and path not in self._tracked_ignored()
 
     def ignored_now(self, path: Path) -> bool | None:
         """``ignored`` from git's last answer, without running git (a stat of its index file at
@@ -103,8 +85,6 @@ class Ignorer:
         answer = self._answer
         if answer.rules_generation != self._rules_wanted:
             return None
-        if answer.index is not None and self._in_nested_repo(parts):
-            return True
         if not self._matches_rules(parts, answer.rules):
             return False
         if answer.index is None:
@@ -125,11 +105,6 @@ class Ignorer:
         """Ask git again at the next path: its rules may have changed (a ``.gitignore`` did, or a rescan begins)."""
         with self._lock:  # from watchdog's thread, the flusher, scan threads: no increment lost
             self._rules_wanted += 1
-        self.forget_repo_dirs()
-
-    def forget_repo_dirs(self) -> None:
-        """Stat again which folders hold a ``.git``: one may have been made or removed (see the class)."""
-        self._repo_dirs = {}
 
     def _parts(self, path: Path) -> tuple[str, ...] | None:
         """``path``'s parts below the folder; None when it is ignored whatever the rules (outside, or in .git)."""
@@ -138,20 +113,6 @@ class Ignorer:
         except ValueError:
             return None  # outside the folder
         return None if ".git" in parts else parts
-
-    def _in_nested_repo(self, parts: tuple[str, ...]) -> bool:
-        """Whether a folder on the way from the root to the path ``parts`` names (the root and the
-        path itself left out) holds a ``.git``: the path is in a nested repository."""
-        repo_dirs = self._repo_dirs  # one dict for the whole path, even if forget_repo_dirs runs meanwhile
-        directory = os.fspath(self.root)
-        for name in parts[:-1]:
-            directory = os.path.join(directory, name)
-            holds = repo_dirs.get(directory)
-            if holds is None:
-                holds = repo_dirs[directory] = os.path.lexists(os.path.join(directory, ".git"))
-            if holds:
-                return True
-        return False
 
     def _matches_rules(self, parts: tuple[str, ...], git_rules: list[tuple[Path, pathspec.PathSpec]]) -> bool:
         specs = list(git_rules)  # lowest precedence first, as gitignored wants them

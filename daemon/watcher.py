@@ -15,10 +15,12 @@ Vocabulary:
   tracks the file (the scan's ``git ls-files`` lists it: ``workspace.tracked_ignored``, followed
   through ``git add -f`` and ``git rm --cached`` too: git's index file is checked with the folder
   every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
-  or to a file of the folder that is not ignored (indexed once, under its own path); or, where the
-  scan lists with git, a file of a *nested repository* (a folder below the root that holds a ``.git``:
-  git lists none of its files). A path held by several folders is the deepest one's: a nested
-  repository added as a folder of its own decides for its files.
+  or to a file of the folder that is not ignored (indexed once, under its own path). A path held
+  by several folders is the deepest one's: a nested repository added as a folder of its own
+  decides for its files. Not followed: where git skips a nested repository (an untracked folder
+  holding a repository: ``git ls-files`` lists it as one ``name/``), the scan indexes none of its
+  files but an event indexes the file it names (git's rule there depends on what the outer
+  repository tracks; a file indexed so is only one more draft source, and a rescan drops it).
 - *asking git* (daemon/folder_git.py, one ``FolderGit`` per folder): git runs on a thread per
   folder, one run at a time, never on the flusher's: a slow or hanging git would hold every
   folder's events. A path whose verdict needs git's next answer (the rules are being read again,
@@ -368,10 +370,6 @@ class WorkspaceWatcher:
                     continue
                 batch, self._pending = self._pending, set()
             self._count("flushes")
-            with self._folders_lock:
-                ignorers = [git.ignorer for git in self._gits.values()]
-            for ignorer in ignorers:  # a .git made or removed came as an event: this flush stats again
-                ignorer.forget_repo_dirs()
             for path in sorted(batch):
                 try:
                     self._apply(Path(path))
@@ -380,7 +378,7 @@ class WorkspaceWatcher:
 
     def _root_of(self, path: Path) -> Path | None:
         """The deepest folder that holds ``path`` (or is it): a nested repository added as a folder
-        decides for its own files, which the folder around it ignores."""
+        decides for its own files, by its own repository's rules."""
         for directory in (path, *path.parents):
             if directory in self.folders:
                 return directory

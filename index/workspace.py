@@ -220,6 +220,20 @@ def tracked_ignored(root: Path) -> frozenset[Path] | None:
     return None if files is None else frozenset(files)
 
 
+def holds_repository(directory: str) -> bool:
+    """Whether ``directory`` holds a repository as git finds one: a ``.git`` folder with a ``HEAD``,
+    or a ``.git`` file pointing to one (``gitdir: PATH``: a submodule, a linked worktree). An empty
+    ``.git`` folder or a stray file of that name makes no repository: git lists what is around it."""
+    dot_git = os.path.join(directory, ".git")
+    if os.path.isdir(dot_git):
+        return os.path.isfile(os.path.join(dot_git, "HEAD"))
+    try:
+        with open(dot_git, "rb") as f:
+            return f.read(8) == b"gitdir: "
+    except OSError:
+        return False
+
+
 def _walk_like_git(root: Path, counts: Counter) -> list[Path]:
     """The walk for a work tree whose ``git ls-files`` failed, as near git's listing as git's own
     rules allow: with the rules git applies besides the .gitignore files (what the user excluded
@@ -292,7 +306,7 @@ def _walk_files(root: Path, counts: Counter, outer_rules: list[tuple[Path, paths
                 if is_link and not _is_within(os.path.realpath(path), real_root):
                     counts["outside_root"] += 1  # the git path does not follow it either
                     continue
-                if not nested_repos and os.path.lexists(path / ".git"):
+                if not nested_repos and holds_repository(os.fspath(path)):
                     counts["nested_repo"] += 1
                     continue
                 (linked_dirs if via_link or is_link else real_dirs).append((path, specs))

@@ -1,6 +1,6 @@
-"""Nested repositories (a folder below a workspace folder that holds a ``.git``): the watcher's events
-follow the scan, which lists none of their files where it lists with git (``git ls-files``; the walk
-after git failed skips them too), unless the nested repository is a folder of its own."""
+"""Nested repositories (a folder below a workspace folder that holds a repository): a nested
+repository added as a folder of its own decides for its files; a repository made or removed in a
+folder rescans it (git's listing changed, with no event of the files); what git takes for one."""
 
 import shutil
 import subprocess
@@ -8,7 +8,6 @@ import subprocess
 import pytest
 from daemon_helpers import wait_until
 
-from daemon.ignorer import Ignorer
 from daemon.watcher import WorkspaceWatcher
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
@@ -63,31 +62,6 @@ def _repo_with_nested_repo_and_submodule(tmp_path):
     return root
 
 
-def test_events_skip_the_files_of_a_nested_repository_and_a_submodule_as_the_scan_does(tmp_path):
-    """With the real index: the scan lists none of inner/'s nor sub/'s files; an edit or a new file
-    there did reach the index (a file appeared in it only once touched)."""
-    root = _repo_with_nested_repo_and_submodule(tmp_path)
-    index = _real_index()
-    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
-    try:
-        w.add_folder(root)
-        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
-        assert str(root / "a.py") in index._files
-        scanned = sorted(index._files)
-        assert not [k for k in scanned if k.startswith((str(root / "inner") + "/", str(root / "sub") + "/"))]
-        (root / "inner" / "x.py").write_text("x = 2\n")
-        (root / "inner" / "new.py").write_text("n = 1\n")
-        (root / "inner" / "deep").mkdir()
-        (root / "inner" / "deep" / "d.py").write_text("d = 1\n")
-        (root / "sub" / "s.py").write_text("s = 2\n")
-        (root / "sub" / "t.py").write_text("t = 1\n")
-        (root / "zz.py").write_text("z = 1\n")  # handled after the others (batches go in path order)
-        wait_until(lambda: _indexed_text(index, str(root / "zz.py")) == "z = 1\n")
-        assert sorted(index._files) == sorted(scanned + [str(root / "zz.py")])
-    finally:
-        w.stop()
-
-
 def test_a_nested_repository_added_as_a_folder_of_its_own_follows_its_events(tmp_path):
     """With the real index: the deepest folder decides for a path: the outer folder (added first)
     ignores inner/'s files, the inner folder does not. Once the inner folder is removed, its files
@@ -104,14 +78,6 @@ def test_a_nested_repository_added_as_a_folder_of_its_own_follows_its_events(tmp
         assert _indexed_text(index, x) == "x = 1\n"
         (inner / "x.py").write_text("x = 2\n")
         wait_until(lambda: _indexed_text(index, x) == "x = 2\n")
-
-        assert w.remove_folder(inner)
-        wait_until(lambda: x not in index._files)
-        assert str(root / "a.py") in index._files
-        (inner / "x.py").write_text("x = 3\n")
-        (root / "zz.py").write_text("z = 1\n")  # handled after the others (batches go in path order)
-        wait_until(lambda: str(root / "zz.py") in index._files)
-        assert x not in index._files
     finally:
         w.stop()
 
@@ -140,28 +106,52 @@ def test_a_repository_made_or_removed_inside_the_folder_rescans_it(tmp_path):
         w.stop()
 
 
-def test_ignorer_ignores_a_nested_repository_only_where_the_scan_lists_with_git(tmp_path):
-    """In a work tree, a file below a folder holding a ``.git`` is ignored (not the folder's own entry);
-    in a plain folder the walk goes into nested repositories, and so does the Ignorer. Which folders
-    hold a ``.git`` is stat'ed again after ``forget_repo_dirs``."""
-    plain = (tmp_path / "plain").resolve()
-    (plain / "inner").mkdir(parents=True)
-    _git(plain / "inner", "init", "-q")
-    assert not Ignorer(plain).ignored(plain / "inner" / "x.py")
-
+def test_a_tracked_folder_that_becomes_a_repository_keeps_its_tracked_files_followed(tmp_path):
+    """`git init sub` in a folder the outer repository tracks: the rescan it brings keeps what git
+    still lists (the tracked files, and new files there too: git lists them as the folder's while
+    the outer repository tracks files in it), and their edits and deletion reach the index."""
     root = (tmp_path / "outer").resolve()
-    (root / "inner" / "deep").mkdir(parents=True)
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("a = 1\n")
+    (root / "sub" / "t.py").write_text("t = 1\n")
     _git(root, "init", "-q")
-    _git(root / "inner", "init", "-q")
-    ig = Ignorer(root)
-    for path in (root / "inner" / "x.py", root / "inner" / "deep" / "d.py"):
-        assert ig.ignored(path) and ig.ignored_now(path)
-    assert ig.ignored_now(root / "inner") is False and ig.ignored_now(root / "a.py") is False
+    _git(root, "add", ".")
+    _git(root, "commit", "-q", "-m", "x")
+    index = _real_index()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    key = str(root / "sub" / "t.py")
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        _git(root / "sub", "init", "-q")
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready" and key in index._files)
+        (root / "sub" / "t.py").write_text("t = 2  # edited\n")
+        (root / "sub" / "new.py").write_text("n = 1\n")
+        wait_until(lambda: _indexed_text(index, key) == "t = 2  # edited\n")
+        (root / "sub" / "t.py").unlink()
+        wait_until(lambda: key not in index._files)
+        assert str(root / "sub" / "new.py") in index._files
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert "sub/new.py" in out  # as git lists it
+    finally:
+        w.stop()
 
-    shutil.rmtree(root / "inner" / ".git")
-    assert ig.ignored_now(root / "inner" / "x.py")  # as stat'ed before
-    ig.forget_repo_dirs()
-    assert ig.ignored_now(root / "inner" / "x.py") is False
-    (root / "inner" / ".git").write_text("gitdir: ../.git/modules/inner\n")  # a submodule's .git file
-    ig.forget_repo_dirs()
-    assert ig.ignored_now(root / "inner" / "x.py")
+
+def test_a_repository_is_what_git_takes_for_one(tmp_path):
+    """``holds_repository``, which the walk after a git failure skips as git does: a ``.git``
+    folder with a ``HEAD`` or a ``gitdir:`` file; an empty ``.git`` folder or a stray file is none."""
+    from index.workspace import holds_repository
+
+    cases = {"repo": None, "link": "gitdir: ../x/.git/modules/link\n", "empty": "dir", "stray": "not a link\n"}
+    for name, dot_git in cases.items():
+        (tmp_path / name).mkdir()
+        if dot_git is None:
+            _git(tmp_path / name, "init", "-q")
+        elif dot_git == "dir":
+            (tmp_path / name / ".git").mkdir()
+        else:
+            (tmp_path / name / ".git").write_text(dot_git)
+    assert {n: holds_repository(str(tmp_path / n)) for n in cases} == {
+        "repo": True, "link": True, "empty": False, "stray": False}
+    assert not holds_repository(str(tmp_path / "absent"))
