@@ -33,7 +33,8 @@ from daemon.adaptive import CostModel, DraftPolicy
 from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool, common_prefix_len
-from daemon.prompt import ForcedPrefix, build_prompt
+from daemon.fim_view import PrefixView
+from daemon.prompt import ForcedPrefix, build_prompt, fim_tokens
 from daemon.proposer import IndexProposer, NullProposer, Proposer
 from daemon.requests import (CompletionRequest, CompletionResult, EditRequest, GenerationStats, Prepared,
                              SamplingParams, check_sampling)
@@ -77,10 +78,8 @@ class Completer:
         prompt = build_prompt(self.runtime, req.text, req.offset, self.cfg.prompt)
         if not req.speculate:
             proposer, policy = NullProposer(), None
-        elif self.index is not None:  # the index, and the output so far (which no index holds yet)
-            proposer, policy = ContextLookup(IndexProposer(self.index, req.uri), len(prompt.ids)), self.policy
         else:
-            proposer, policy = prompt_lookup(), self.policy
+            proposer, policy = self._proposer(req.uri, prompt.ids, prompt.fim), self.policy
         stopper = StopChecker(
             StopConfig(max_tokens=req.max_tokens, stop_strings=tuple(req.stop),
                        single_line=not req.multiline, line_prefix=prompt.line_prefix, eos_ids=self.eos_ids),
@@ -145,6 +144,18 @@ class Completer:
             out = generate(self.runtime, kv, prompt_ids, proposer, policy, stopper, sampling, forced, stats,
                            cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)
         return out, stats
+
+    def _proposer(self, uri: str, prompt_ids: list[int], fim: bool) -> Proposer:
+        """The index and the output so far (which no index holds yet), or prompt lookup without an
+        index; for a FIM prompt, seen from the text before the cursor (daemon/fim_view.py)."""
+        # the prompt part of what the proposer sees: all of it, or a FIM prompt's prefix
+        prefix_end = prompt_ids.index(fim_tokens(self.runtime.tokenizer)[1]) if fim else len(prompt_ids)
+        prefix_start = 1 if fim else 0  # after <fim_prefix>
+        if self.index is not None:
+            proposer: Proposer = ContextLookup(IndexProposer(self.index, uri), prefix_end - prefix_start)
+        else:
+            proposer = prompt_lookup()
+        return PrefixView(proposer, prefix_start, prefix_end, len(prompt_ids)) if fim else proposer
 
     def prepare(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None) -> Prepared:
         """Prefill ``prompt_ids`` (all but the last, as for any prompt) on the KV cache kept under
