@@ -17,6 +17,9 @@ LSP-style camelCase names:
     socket       str|null         daemon socket                            (null/"": default)
     enabled      bool             false: answer nothing, keep syncing      (true)
                                   (``enable``, VS Code's name, is accepted too)
+    prepareCompletions  bool      false: no prepared completions, not even
+                                  the one the server keeps for a daemon
+                                  that comes (the editors' own setting)    (true)
 
 Unknown keys are ignored (editors send their whole section). A known key with a
 wrong type or range is refused with a message naming it: ``applied`` keeps that key's
@@ -44,6 +47,7 @@ _FIELDS = {
     "socket": ("socket", str, None, None),
     "enabled": ("enabled", bool, None, None),
     "enable": ("enabled", bool, None, None),  # VS Code's setting name, when its section is pulled
+    "prepareCompletions": ("prepare_completions", bool, None, None),
 }
 _NULLABLE = {"model", "socket"}
 # Rules the daemon applies to a request: checked here too, so that a value the daemon
@@ -63,6 +67,7 @@ class Settings:
     device: str = "auto"
     socket: str | None = None
     enabled: bool = True
+    prepare_completions: bool = True
 
     def updated(self, options: Any) -> "Settings":
         """A copy with the camelCase keys of ``options`` applied (see module doc); raises

@@ -97,10 +97,11 @@ class NgramdServer(LanguageServer):
         self._unsynced: set[str] = set()
         self._too_large: set[str] = set()  # open documents too large for the daemon: not sent
         self._too_large_told: set[str] = set()  # the open documents the user was told that of
-        # Where the editor's cursor last rested (the last prepareCompletion asked: uri, position,
-        # version): a daemon that comes (the one this server started, still loading when the
-        # cursor rested; or one started again) holds nothing prepared, so it is prepared there
-        # on connection, one place for every editor.
+        # Where the editor's cursor last rested (the last prepareCompletion asked, or a completion
+        # asked since: uri, position, version): a daemon that comes (the one this server started,
+        # still loading when the cursor rested; or one started again) holds nothing prepared, so
+        # it is prepared there on connection, one place for every editor. None while the editor
+        # sends no prepares (none yet, or its setting is off).
         self._resting: tuple[str, types.Position, int | None] | None = None
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0}
@@ -311,6 +312,8 @@ class NgramdServer(LanguageServer):
             return None
         text = doc.source
         offset = self.offset_of(doc, pos)
+        if self._resting is not None:  # the user is here now: a daemon that comes prepares this place
+            self._resting = (uri, pos, doc.version)
         params: dict[str, Any] = {"uri": uri, "offset": offset, "version": doc.version or 0,
                                   "maxTokens": self.settings.max_tokens, "multiline": multiline,
                                   "temperature": self.settings.temperature}
@@ -471,8 +474,9 @@ class NgramdServer(LanguageServer):
         there), so that the first completion asked there prefills only what was typed since.
         None when nothing was prepared, for the reasons of ``prepare_edit``, when disabled, or
         when no daemon runs: unlike a request, it never starts one."""
-        self._resting = (uri, pos, version) if self.settings.enabled else None
-        if not self.settings.enabled or not await self.link.probe(PROBE_S):
+        wanted = self.settings.enabled and self.settings.prepare_completions
+        self._resting = (uri, pos, version) if wanted else None
+        if not wanted or not await self.link.probe(PROBE_S):
             return None  # a cursor at rest is no reason to start a daemon (after `ngramd stop`, say)
         params = self._prepare_complete_params(uri, pos, version)  # after the probe, which may wait
         return None if params is None else await self._prepare("prepareComplete", params)
@@ -490,7 +494,7 @@ class NgramdServer(LanguageServer):
         """On a new connection, after the opens: prepare where the cursor last rested, if its
         document is still as it was then (a keystroke since asks its own completion) and was
         sent to this daemon (``_too_large`` was just brought up to date for it)."""
-        if self._resting is None or not self.settings.enabled:
+        if self._resting is None or not (self.settings.enabled and self.settings.prepare_completions):
             return
         params = self._prepare_complete_params(*self._resting)
         if params is not None:

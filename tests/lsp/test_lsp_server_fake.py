@@ -345,8 +345,8 @@ async def test_where_the_cursor_rested_is_prepared_when_a_daemon_comes(fake, soc
             await asyncio.sleep(0.02)
         raise AssertionError("no daemon connected")
 
-    async def stop(daemon):
-        await daemon.stop()
+    async def stop(daemon):  # as `ngramd stop` does (told, the link does not back off as after a crash)
+        await daemon.stop(announce=True)
         for _ in range(200):
             status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
                 command="ngramd.status", arguments=[{"spawn": False}]))
@@ -395,6 +395,22 @@ async def test_where_the_cursor_rested_is_prepared_when_a_daemon_comes(fake, soc
         await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command="ngramd.status", arguments=[{"spawn": False}]))
         assert daemon.methods("prepareComplete") == []
+    finally:
+        await stop(daemon)
+
+    # the editor's setting turned off (sent as the server's prepareCompletions): nothing is prepared,
+    # neither the place kept from before nor one asked now
+    assert await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.prepareCompletion", arguments=[URI, {"line": 0, "character": 7}, 1])) is None
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"ngramd": {"prepareCompletions": False}}))
+    daemon = await FakeDaemon(sock).start()
+    try:
+        await poll()
+        await until(lambda: URI in daemon.docs, what="the open")
+        assert await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.prepareCompletion", arguments=[URI, {"line": 0, "character": 7}, 1])) is None
+        assert daemon.methods("prepareComplete") == []  # neither the kept place nor the one asked
     finally:
         await daemon.stop()
 

@@ -102,6 +102,7 @@ export interface InitializationOptions {
   timeoutMs: number;
   device: Device;
   enabled: boolean;
+  prepareCompletions: boolean;
   model?: string;
   socket?: string;
 }
@@ -115,6 +116,7 @@ export function initializationOptions(s: NgramdSettings): InitializationOptions 
     timeoutMs: s.timeoutMs,
     device: s.device,
     enabled: s.enable,
+    prepareCompletions: s.prepareCompletions,
   };
   if (s.model) {
     opts.model = s.model;

@@ -165,9 +165,11 @@ if suite == "unit" then
   end)
 
   test("config.init_options carries the server's keys", function()
-    local c = config.resolve({ max_tokens = 32, multiline = false, debounce_ms = 40, model = "tiny" })
+    local c = config.resolve({ max_tokens = 32, multiline = false, debounce_ms = 40, model = "tiny",
+      prepare_completions = false })
     eq(config.init_options(c), {
       maxTokens = 32, multiline = false, temperature = 0, debounceMs = 40, enabled = true, model = "tiny",
+      prepareCompletions = false,
     })
     eq(config.init_options(c, 0).debounceMs, 0, "fallback path: the client debounces")
     local t = config.init_options(config.resolve({ timeout_ms = 2500.7, device = "cpu" }))
@@ -289,7 +291,8 @@ end)
 if suite == "fake" then
   test("initializationOptions carry the settings (server debounce 0 on the fallback path)", function()
     local st = execute("ngramd.status", {})
-    eq(st.init, { maxTokens = 64, multiline = true, temperature = 0, debounceMs = 0, enabled = true })
+    eq(st.init, { maxTokens = 64, multiline = true, temperature = 0, debounceMs = 0, enabled = true,
+      prepareCompletions = true })
   end)
 
   test("fallback: inline completion drawn as extmarks, accepted into the buffer", function()

@@ -127,6 +127,7 @@ function M.init_options(cfg, server_debounce_ms)
     temperature = cfg.temperature,
     debounceMs = server_debounce_ms or cfg.debounce_ms,
     enabled = cfg.enabled,
+    prepareCompletions = cfg.prepare_completions,
   }
   if cfg.model and cfg.model ~= "" then
     o.model = cfg.model

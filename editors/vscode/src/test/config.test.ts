@@ -46,7 +46,8 @@ test("settings are normalised: clamped, rounded, trimmed, wrong types replaced",
 });
 
 test("initialization options carry the server's keys, leaving out empty model and socket", () => {
-  const s = readSettings(getter({ maxTokens: 32, multiline: false, debounceMs: 10, temperature: 0.2, enable: false }));
+  const s = readSettings(getter({ maxTokens: 32, multiline: false, debounceMs: 10, temperature: 0.2, enable: false,
+    prepareCompletions: false }));
   assert.deepEqual(initializationOptions(s), {
     maxTokens: 32,
     multiline: false,
@@ -55,6 +56,7 @@ test("initialization options carry the server's keys, leaving out empty model an
     timeoutMs: 8000,
     device: "auto",
     enabled: false,
+    prepareCompletions: false,
   });
   const d = readSettings(getter({ timeoutMs: 9e9, device: "cuda" }));
   assert.equal(initializationOptions(d).timeoutMs, 600000, "clamped to the server's bounds");
