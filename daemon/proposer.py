@@ -36,7 +36,7 @@ class NullProposer:
 
 
 class IndexProposer:
-    """Drafts from the n-gram index (index/store.py), current document first."""
+    """Drafts from the n-gram index (index/lookup.py), current document first."""
 
     def __init__(self, index: Any, uri: str | None) -> None:
         self.index = index
