@@ -21,6 +21,18 @@ async def until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "con
         await asyncio.sleep(0.02)
 
 
+async def poll_status(client, done: Callable[[dict], bool], tries: int = 200) -> dict:
+    """An editor's status poll (``ngramd.status {spawn: false}``: connects to a daemon that runs,
+    starts none) until ``done(status)``; the last status, whether or not it got there."""
+    for _ in range(tries):
+        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.status", arguments=[{"spawn": False}]))
+        if done(status):
+            break
+        await asyncio.sleep(0.02)
+    return status
+
+
 def pos(line: int, character: int) -> types.Position:
     return types.Position(line=line, character=character)
 

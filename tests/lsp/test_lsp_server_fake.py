@@ -16,7 +16,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from daemon import rpc
-from lsp_helpers import apply_lsp_edit, change, inline_params, open_doc, pos, raw_request, rng, until
+from lsp_helpers import apply_lsp_edit, change, inline_params, open_doc, poll_status, pos, raw_request, rng, until
 
 URI = "file:///tmp/ngl-doc/a.py"
 EMOJI = "\U0001F600"
@@ -336,24 +336,12 @@ async def test_where_the_cursor_rested_is_prepared_when_a_daemon_comes(fake, soc
     keystroke asks its own completion), nor after it closed."""
     from lsp_fake_daemon import FakeDaemon
 
-    async def poll():  # an editor's status poll: connects to a daemon that runs, starts none
-        for _ in range(200):
-            status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command="ngramd.status", arguments=[{"spawn": False}]))
-            if status["connected"]:
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError("no daemon connected")
+    async def poll():
+        assert (await poll_status(client, lambda s: s["connected"]))["connected"], "no daemon connected"
 
     async def stop(daemon):  # as `ngramd stop` does (told, the link does not back off as after a crash)
         await daemon.stop(announce=True)
-        for _ in range(200):
-            status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command="ngramd.status", arguments=[{"spawn": False}]))
-            if not status["connected"]:
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError("the daemon's loss not seen")
+        assert not (await poll_status(client, lambda s: not s["connected"]))["connected"], "loss not seen"
 
     client = await lsp_client(sock)
     open_doc(client, URI, f"s = '{EMOJI}'\nt = 2\n")
@@ -740,23 +728,13 @@ async def test_status_with_spawn_false_after_the_daemon_stops(fake, sock, lsp_cl
         command="ngramd.status", arguments=[{"spawn": False}]))
     assert status["connected"] is True and status["daemon"]["daemon"]["server"] == "fake"
     await fake.stop(announce=True)  # `ngramd stop`
-    for _ in range(200):
-        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command="ngramd.status", arguments=[{"spawn": False}]))
-        if status["daemon"] == {"state": "stopped"}:
-            break  # before: the loss not yet seen
-        await asyncio.sleep(0.02)
+    status = await poll_status(client, lambda s: s["daemon"] == {"state": "stopped"})  # the loss seen
     assert status["connected"] is False and status["daemon"] == {"state": "stopped"}
     assert status["daemonsStarted"] == 0
     plain = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     assert "cannot connect" in plain["daemon"]["error"]
     await fake.start()  # a daemon started by another editor: the poll finds it
-    for _ in range(100):
-        status = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command="ngramd.status", arguments=[{"spawn": False}]))
-        if status["connected"]:
-            break
-        await asyncio.sleep(0.02)
+    status = await poll_status(client, lambda s: s["connected"], tries=100)
     assert status["connected"] is True and status["daemon"]["daemon"]["server"] == "fake"
 
 
