@@ -376,6 +376,12 @@ class WorkspaceWatcher:
                 except Exception:  # one bad file must not stop the others
                     log.exception("re-indexing %s failed", path)
 
+    def _rescan(self, root: Path) -> None:
+        """Scan ``root`` again, if it is still a folder (see *rescan*)."""
+        state = self.folders.get(root)
+        if state is not None:
+            self._scan(root, state)
+
     def _root_of(self, path: Path) -> Path | None:
         """The deepest folder that holds ``path`` (or is it): a nested repository added as a folder
         decides for its own files, by its own repository's rules."""
@@ -404,15 +410,11 @@ class WorkspaceWatcher:
             self._count("ignored")
             return
         if path.parent.parent.parent == root and _is_info_exclude(path):  # as a .gitignore: the scan decides again
-            state = self.folders.get(root)
-            if state is not None:
-                self._scan(root, state)
+            self._rescan(root)
         if path.name == ".git" and ignorer.ignored_now(path.parent) is not True:
             # a repository made or removed (in a folder not ignored): its files leave the scan's listing
             # or join it, with no event of theirs, so the scan decides again
-            state = self.folders.get(root)
-            if state is not None:
-                self._scan(root, state)
+            self._rescan(root)
         ignored = ignorer.ignored_now(path)
         if ignored is None:  # git's answer is out of date: the path waits for the next one
             self._ask_git(root, waiting=path)
@@ -421,9 +423,7 @@ class WorkspaceWatcher:
             self._count("ignored")
             return
         if path.name == ".gitignore":  # what the folder ignores changed: the scan decides again
-            state = self.folders.get(root)
-            if state is not None:
-                self._scan(root, state)
+            self._rescan(root)
         if self.is_open(path):
             self._count("shadowed")
             return

@@ -474,12 +474,16 @@ class NgramdServer(LanguageServer):
         there), so that the first completion asked there prefills only what was typed since.
         None when nothing was prepared, for the reasons of ``prepare_edit``, when disabled, or
         when no daemon runs: unlike a request, it never starts one."""
-        wanted = self.settings.enabled and self.settings.prepare_completions
-        self._resting = (uri, pos, version) if wanted else None
-        if not wanted or not await self.link.probe(PROBE_S):
+        self._resting = (uri, pos, version) if self._prepares_wanted else None
+        if not self._prepares_wanted or not await self.link.probe(PROBE_S):
             return None  # a cursor at rest is no reason to start a daemon (after `ngramd stop`, say)
         params = self._prepare_complete_params(uri, pos, version)  # after the probe, which may wait
         return None if params is None else await self._prepare("prepareComplete", params)
+
+    @property
+    def _prepares_wanted(self) -> bool:
+        """Completions are on and the editor's setting allows prepares (``prepareCompletions``)."""
+        return self.settings.enabled and self.settings.prepare_completions
 
     def _prepare_complete_params(self, uri: str, pos: types.Position,
                                  version: int | None) -> dict[str, Any] | None:
@@ -494,7 +498,7 @@ class NgramdServer(LanguageServer):
         """On a new connection, after the opens: prepare where the cursor last rested, if its
         document is still as it was then (a keystroke since asks its own completion) and was
         sent to this daemon (``_too_large`` was just brought up to date for it)."""
-        if self._resting is None or not (self.settings.enabled and self.settings.prepare_completions):
+        if self._resting is None or not self._prepares_wanted:
             return
         params = self._prepare_complete_params(*self._resting)
         if params is not None:
