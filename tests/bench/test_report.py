@@ -42,6 +42,27 @@ def test_summary_speedups_identical_and_targets():
     assert s["acceptance"] == 0.75 and s["tokens_per_pass"] == 2.0 and s["passes_vs_plain"] == 2.0
 
 
+def test_ceiling_is_the_baseline_over_the_time_to_the_first_token():
+    # a: prefill-heavy (first token at 90 of 100 ms): even free decoding gives plain 300 / 90;
+    # b: decoding-heavy, its ceiling far above the goal
+    rows = [row("a", "ordinary", 100, 150, 120, first=90.0), row("b", "repeat", 100, 800, 400, first=20.0)]
+    s = summarize(rows)
+    assert s["by_kind"]["ordinary"]["ceiling_vs_plain"] == round(150 / 90, 3)
+    assert s["by_kind"]["ordinary"]["ceiling_vs_hf"] == round(120 / 90, 3)
+    assert s["ceiling_vs_plain"] == round(950 / 110, 3)
+    t = s["targets"]
+    assert t["ordinary_vs_plain"] == {"value": 1.5, "goal": 2.0, "met": False, "ceiling": round(150 / 90, 3)}
+    assert t["repeat_vs_plain"]["ceiling"] == 40.0 and t["repeat_vs_plain"]["met"] is True
+    assert "ceiling" not in t["norepeat_min_vs_plain"]  # a minimum has no ceiling of this kind
+    out = io.StringIO()
+    render_text(build_report(rows, {}), out, use_rich=False)
+    lines = out.getvalue().splitlines()
+    ordinary = next(line for line in lines if line.startswith("target ordinary_vs_plain"))
+    assert "ceiling 1.67, below the goal: no draft can meet it here" in ordinary
+    repeat = next(line for line in lines if line.startswith("target repeat_vs_plain"))
+    assert "ceiling 40.00)" in repeat and "below the goal" not in repeat
+
+
 def test_text_table_shows_every_case_and_flags_differences():
     report = build_report(ROWS, {"model": "tiny", "device": "cpu", "repeat": 1, "cases_file": "x"})
     for use_rich in (False, True):
@@ -110,7 +131,7 @@ def test_edits_that_change_few_lines_have_their_own_target():
     assert s["edits"]["cases"] == 3 and s["edits"]["vs_plain"]["total"] == 5.833  # 1750 / 300
     # the completion kinds' targets count completions only
     assert s["by_kind"]["ordinary"]["cases"] == 1 and s["targets"]["ordinary_vs_plain"]["value"] == 1.0
-    assert s["targets"]["edit_few_lines_vs_plain"] == {"value": 7.0, "goal": 6.0, "met": True}
+    assert s["targets"]["edit_few_lines_vs_plain"] == {"value": 7.0, "goal": 6.0, "met": True, "ceiling": 70.0}
     out = io.StringIO()
     render_text(build_report(rows, {}), out, use_rich=False)
     assert "edits changing <= 3 lines (1)" in out.getvalue() and "edits (3)" in out.getvalue()
