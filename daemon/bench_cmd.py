@@ -1,7 +1,7 @@
 """``ngramd bench``: speculation vs plain decoding vs transformers' prompt lookup.
 
     ngramd bench --cases bench/cases/stdlib.jsonl [--repeat 3] [--json] [--plot out.png] [--no-hf]
-                 [--rows rows.jsonl]
+                 [--prepared] [--rows rows.jsonl]
     ngramd bench --make-cases WORKSPACE [--n 20] [--seed S] [--out cases.jsonl]
 
 The case format is in ``daemon/bench_cases.py``, how each case is run in
@@ -74,7 +74,7 @@ def run(args: Any) -> int:
 
     try:
         report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
-                       cases_file=args.cases, progress=True, on_row=save_row)
+                       cases_file=args.cases, progress=True, on_row=save_row, prepared=args.prepared)
     finally:
         if rows_file is not None:
             _close_quietly(rows_file)
@@ -127,10 +127,11 @@ def _close_quietly(file: Any) -> None:
 def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1, hf: bool = True,
           cases_file: str | None = None, progress: bool = False, runtime: Any = None,
           engine_config: Any = None, index_config: Any = None,
-          on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+          on_row: Callable[[dict[str, Any]], None] | None = None, prepared: bool = False) -> dict[str, Any]:
     """Run every case; returns the report object (``meta``, ``cases``, ``summary``).
 
-    ``on_row(row)`` is called with each case's row as soon as it is measured."""
+    ``on_row(row)`` is called with each case's row as soon as it is measured; ``prepared``: also
+    the prepared variants (daemon/bench_runner.py)."""
     import torch
     import transformers
 
@@ -146,7 +147,8 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
 
         log(f"loading model {model or '(embedded SmolLM2-135M)'}")
         runtime = load_runtime(model, device)
-    runner = BenchRunner(runtime, engine_config=engine_config, index_config=index_config, hf=hf, log=log)
+    runner = BenchRunner(runtime, engine_config=engine_config, index_config=index_config, hf=hf, log=log,
+                         prepared=prepared)
     rows: list[dict[str, Any]] = []
     bar = None
     if progress:
@@ -176,6 +178,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "dtype": str(getattr(runtime, "dtype", "")).replace("torch.", ""),
         "repeat": repeat,
         "hf_baseline": hf,
+        "prepared": prepared,
         "cases_file": cases_file,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

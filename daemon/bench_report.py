@@ -13,6 +13,12 @@ first pass), as if every token after the first came free. Drafts only shorten th
 decoding after it, so no draft policy beats the ceiling; where it sits below a target,
 that target cannot be met on these cases and this machine by drafting alone.
 
+With ``ngramd bench --prepared`` each case is also timed with its prompt prefilled first
+(daemon/bench_runner.py): ``prepared_vs_plain`` is prepared plain decoding's time over
+prepared speculation's, the same head start for both, as in the editor's flow. Each
+speedup target then shows that figure too (``prepared``, ``prepared_met``); ``met``
+stays the cold protocol's.
+
 Targets (issues 4 and 7; shown, never asserted by a test): ordinary cases >= 2.0x
 over plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
 cases never below 0.95x of plain; edits that change few lines (``changed_lines`` <=
@@ -61,8 +67,8 @@ def is_few_lines_edit(row: dict[str, Any]) -> bool:
             and row["changed_lines"] <= FEW_LINES and row.get("stop_reason") != "max_tokens")
 
 
-def _speedups(rows: list[dict[str, Any]], base_key: str) -> dict[str, float | None]:
-    pairs = [(r[base_key], r["ms"]) for r in rows if r.get(base_key) and r.get("ms")]
+def _speedups(rows: list[dict[str, Any]], base_key: str, key: str = "ms") -> dict[str, float | None]:
+    pairs = [(r[base_key], r[key]) for r in rows if r.get(base_key) and r.get(key)]
     if not pairs:
         return {"total": None, "median": None, "min": None}
     ratios = [b / m for b, m in pairs]
@@ -104,6 +110,7 @@ def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "decode_vs_hf": _decode_speedup(rows, "hf"),
         "ceiling_vs_plain": _ceiling(rows, "plain_ms"),
         "ceiling_vs_hf": _ceiling(rows, "hf_prompt_lookup_ms"),
+        "prepared_vs_plain": _speedups(rows, "prepared_plain_ms", "prepared_ms"),
         "identical": sum(bool(r["identical"]) for r in rows),
         "drafted": drafted,
         "accepted": accepted,
@@ -155,6 +162,9 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
 
     def speedup(name: str, group: dict[str, Any] | None, base: str, goal: float) -> None:
         put(name, group and group[f"vs_{base}"]["total"], goal, group and group[f"ceiling_vs_{base}"])
+        prepared = group and base == "plain" and group["prepared_vs_plain"]["total"]
+        if prepared:
+            out[name].update(prepared=prepared, prepared_met=prepared >= goal)
 
     ordinary, repeat, norepeat = (by_kind.get(k) for k in KINDS)
     speedup("ordinary_vs_plain", ordinary, "plain", TARGETS["ordinary"]["vs_plain"])
@@ -186,19 +196,35 @@ def _fmt(x: Any, suffix: str = "", digits: int = 0) -> str:
 
 
 COLUMNS = ("id", "kind", "tok", "ms", "plain", "hf", "x plain", "x hf", "passes", "acc/draft", "same")
+PREPARED_COLUMNS = ("prep", "prep plain", "x prep")  # after "x hf", in a run with --prepared
+
+
+def _has_prepared(rows: list[dict[str, Any]]) -> bool:
+    return any("prepared_ms" in r for r in rows)
+
+
+def columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The table's columns: the prepared ones only where some case was run prepared."""
+    if not _has_prepared(rows):
+        return COLUMNS
+    at = COLUMNS.index("x hf") + 1
+    return COLUMNS[:at] + PREPARED_COLUMNS + COLUMNS[at:]
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    prepared = _has_prepared(rows)
     out = []
     for r in rows:
         if r.get("status") != "ok":
-            out.append((r["id"], r.get("kind", ""), "-", "-", "-", "-", "-", "-", "-", "-",
+            out.append((r["id"], r.get("kind", ""), *["-"] * (len(columns(rows)) - 3),
                         r.get("status", "?") + ": " + str(r.get("error", ""))[:40]))
             continue
         kind = "edit" if r.get("mode") == "edit" else r["kind"]  # edits are summarised apart
+        prep = (_fmt(r.get("prepared_ms")), _fmt(r.get("prepared_plain_ms")),
+                _fmt(r.get("speedup_prepared"), "x", 2)) if prepared else ()
         out.append((r["id"], kind, str(r["generated"]), _fmt(r["ms"]), _fmt(r["plain_ms"]),
                     _fmt(r["hf_prompt_lookup_ms"]), _fmt(r["speedup_plain"], "x", 2),
-                    _fmt(r["speedup_hf"], "x", 2), str(r["forward_passes"]),
+                    _fmt(r["speedup_hf"], "x", 2), *prep, str(r["forward_passes"]),
                     f"{r['accepted']}/{r['drafted']}", "yes" if r["identical"] else "NO"))
     return out
 
@@ -213,6 +239,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         s = g[key]
         return f"total {_fmt(s['total'], 'x', 2)}, median {_fmt(s['median'], 'x', 2)}, min {_fmt(s['min'], 'x', 2)}"
 
+    def prepared(g: dict[str, Any]) -> str:
+        return f"; prepared vs prepared plain {sp(g, 'prepared_vs_plain')}" if g["prepared_vs_plain"]["total"] else ""
+
     lines.append(f"identical to plain: {summary['identical']}/{summary['ok']}"
                  + ("" if summary["all_identical"] else f"  NOT IDENTICAL: {', '.join(summary['not_identical'])}"))
     lines.append(f"all cases: vs plain {sp(summary, 'vs_plain')}; vs HF prompt lookup {sp(summary, 'vs_hf')}")
@@ -223,20 +252,23 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for kind, g in summary["by_kind"].items():
         lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}; "
                      f"decoding only {_fmt(g['decode_vs_plain'], 'x', 2)}; "
-                     f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}; ceiling {_fmt(g['ceiling_vs_plain'], 'x', 2)}")
+                     f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}; ceiling {_fmt(g['ceiling_vs_plain'], 'x', 2)}"
+                     + prepared(g))
     for label, group in (("edits", summary.get("edits")),
                          (f"edits changing <= {FEW_LINES} lines", summary.get("edit_few_lines"))):
         if group:
             lines.append(f"{label} ({group['cases']}): vs plain {sp(group, 'vs_plain')}; "
                          f"vs HF {sp(group, 'vs_hf')}; decoding only {_fmt(group['decode_vs_plain'], 'x', 2)}; "
                          f"passes {_fmt(group['passes_vs_plain'], 'x', 2)}; "
-                         f"ceiling {_fmt(group['ceiling_vs_plain'], 'x', 2)}")
+                         f"ceiling {_fmt(group['ceiling_vs_plain'], 'x', 2)}" + prepared(group))
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         ceiling = t.get("ceiling")
         reach = "" if ceiling is None else (f"; ceiling {ceiling:.2f}"
                                             + (", below the goal: no draft can meet it here" if ceiling < t["goal"] else ""))
-        lines.append(f"target {name}: {_fmt(t['value'], '', 2)} (goal {t['goal']}{reach}) {met}")
+        prep = "" if "prepared" not in t else \
+            f"; prepared {t['prepared']:.2f} {'met' if t['prepared_met'] else 'MISSED'}"
+        lines.append(f"target {name}: {_fmt(t['value'], '', 2)} (goal {t['goal']}{reach}) {met}{prep}")
     if summary["unsupported"]:
         lines.append(f"unsupported: {', '.join(summary['unsupported'])}")
     if summary["errors"]:
@@ -247,6 +279,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 def render_text(report: dict[str, Any], out: TextIO, use_rich: bool | None = None) -> None:
     """The table and summary; with rich when it is installed (and ``use_rich`` allows)."""
     rows = table_rows(report["cases"])
+    heads = columns(report["cases"])
     lines = summary_lines(report["summary"])
     meta = report["meta"]
     title = (f"ngramd bench: {meta.get('model')} on {meta.get('device')}, {meta.get('cases_file')}, "
@@ -258,16 +291,16 @@ def render_text(report: dict[str, Any], out: TextIO, use_rich: bool | None = Non
         except ImportError:
             use_rich = False
     if use_rich is False:
-        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(heads)]
         out.write(title + "\n")
-        out.write("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip() + "\n")
+        out.write("  ".join(c.ljust(w) for c, w in zip(heads, widths)).rstrip() + "\n")
         for r in rows:
             out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
         out.write("\n".join(lines) + "\n")
         return
     console = Console(file=out, width=max(120, Console(file=out).width))
     table = Table(title=title)
-    for c in COLUMNS:
+    for c in heads:
         table.add_column(c, justify="left" if c in ("id", "kind") else "right")
     for r in rows:
         table.add_row(*r, style=None if r[-1] != "NO" else "bold red")
@@ -279,7 +312,8 @@ def render_text(report: dict[str, Any], out: TextIO, use_rich: bool | None = Non
 def markdown_table(report: dict[str, Any]) -> str:
     """The table as Markdown, for docs/benchmarks.md."""
     rows = table_rows(report["cases"])
-    head = "| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|\n"
+    heads = columns(report["cases"])
+    head = "| " + " | ".join(heads) + " |\n|" + "|".join("---" for _ in heads) + "|\n"
     return head + "".join("| " + " | ".join(r) + " |\n" for r in rows)
 
 

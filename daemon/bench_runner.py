@@ -1,4 +1,4 @@
-"""Running one bench case three ways, side by side, on the same prompt.
+"""Running one bench case three ways (five with ``prepared``), side by side, on the same prompt.
 
 Variants (vocabulary of the report):
 
@@ -6,7 +6,15 @@ Variants (vocabulary of the report):
 - ``plain``: the same engine, ``speculate=False``: one forward pass per token;
 - ``hf``: transformers' ``generate(input_ids, do_sample=False,
   prompt_lookup_num_tokens=10, max_new_tokens=N)`` on the engine's own prompt
-  token ids (Saxena 2023, prompt lookup decoding), the anchor a user would pick.
+  token ids (Saxena 2023, prompt lookup decoding), the anchor a user would pick;
+- ``prep_spec`` / ``prep_plain`` (``prepared=True`` only): ``spec`` and ``plain`` asked
+  where the prompt was prefilled first, as the editors have the daemon do where the
+  cursor rests (``Completer.prepare_complete``) or while an edit's instruction is typed
+  (``Completer.prepare_edit``). The prepare is untimed (the user is not waiting; its
+  own time is ``prepare_ms``); the request then prefills only the prompt's rest and
+  decodes. Both get the same head start, so their ratio is what speculation buys in
+  the editor's flow. ``hf`` has no such variant: transformers' prompt lookup does not
+  take a prefilled cache (docs/benchmarks.md, "Prepared edits").
 
 Fairness rules, each chosen so that the three do the same work:
 
@@ -20,17 +28,19 @@ Fairness rules, each chosen so that the three do the same work:
   ``identical`` compares ``spec`` with ``plain`` over the full ids (length too);
   ``hf_identical`` compares ``hf`` with ``plain`` over the shorter length (eos may
   stop ``hf`` early; float noise may differ between the two code paths).
-- Cold prefix each run: the engine runs with ``reuse_kv=False`` and its cache of
-  the document is dropped before each run, so it never reuses the KV of the
-  previous run (``hf`` cannot either); every ``ms`` includes tokenization, prefill
-  and decoding, wall clock.
+- Cold prefix each run: the document's KV caches are dropped before each run, so it
+  never reuses the KV of the previous run (``hf`` cannot either), and without
+  ``prepared`` the engine runs with ``reuse_kv=False`` besides; every ``ms`` includes
+  tokenization, prefill and decoding, wall clock. A prepared run drops them too, then
+  fills them with its prepare alone.
 - No leak of answers: ``add_history=False``, and ``add_history`` is a no-op on the
   engine's view of the index anyway; the file being completed is taken out of the
   workspace index while its case runs (the case's text is the open buffer).
 - One engine for the whole bench, as in the daemon: the draft policy's learnt
   acceptance rates carry over from case to case (they hold rates, never text).
 - Interleaved and warmed up: one warm-up of each variant before the first case;
-  each of ``repeat`` rounds runs the three in a rotating order; figures are medians.
+  each of ``repeat`` rounds runs the three in a rotating order, then the two prepared
+  ones in a rotating order; figures are medians.
 """
 
 from __future__ import annotations
@@ -47,8 +57,9 @@ from daemon.bench_report import changed_lines
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
-VARIANTS = ("spec", "plain", "hf")
+VARIANTS = ("spec", "plain", "hf", "prep_spec", "prep_plain")
 VARIANTS_ORDER = ("plain", "spec", "hf")
+PREPARED_ORDER = ("prep_plain", "prep_spec")
 
 
 # --------------------------------------------------------------------------- forward-pass trace
@@ -201,17 +212,19 @@ class EngineRun:
     ms: float
     passes: list[Pass] = field(default_factory=list)
     unsupported: str | None = None
+    prepare_ms: float | None = None  # a prepared run's prepare, untimed in ``ms``
 
 
 class BenchRunner:
     """Holds the model, one index per workspace, and runs cases."""
 
     def __init__(self, runtime: Any, engine_config: Any = None, index_config: Any = None, hf: bool = True,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, prepared: bool = False):
         self.rt = runtime
         self.engine_config = engine_config
         self.index_config = index_config
         self.hf = hf
+        self.prepared = prepared
         self.log = log or (lambda msg: None)
         self._indexes: dict[Path, Any] = {}
         self.index_stats: dict[str, Any] = {}
@@ -246,17 +259,27 @@ class BenchRunner:
             from daemon.engine import EngineConfig
 
             cfg = self.engine_config if self.engine_config is not None else EngineConfig()
-            cfg = dataclasses.replace(cfg, add_history=False, reuse_kv=False)
+            # a prepared run needs the cache its prepare filled; every run drops the document's first
+            cfg = dataclasses.replace(cfg, add_history=False, reuse_kv=self.prepared)
             self.engine_config = cfg
             self._completer = Completer(self.rt, self._index_view, cfg)
         return self._completer
 
-    def _engine_run(self, case: BenchCase, index: Any, speculate: bool, max_tokens: int | None = None) -> EngineRun:
+    def _engine_run(self, case: BenchCase, index: Any, speculate: bool, max_tokens: int | None = None,
+                    prepared: bool = False) -> EngineRun:
         self._index_view._index = index
         completer = self.completer()
         uri = case.path.as_uri()
         if hasattr(completer, "drop_cache"):
             completer.drop_cache(uri)  # cold prefix every run, like hf
+        prepare_ms = None
+        if prepared:
+            t0 = time.perf_counter()
+            if case.mode == "edit":
+                completer.prepare_edit(uri, case.text, case.offset, case.end or case.offset)
+            else:
+                completer.prepare_complete(uri, case.text, case.offset)
+            prepare_ms = (time.perf_counter() - t0) * 1000
         n = max_tokens or case.max_tokens
         cancel = threading.Event()
         recorder = PassRecorder(self.rt.model)
@@ -274,7 +297,7 @@ class BenchRunner:
         except NotImplementedError as exc:
             return EngineRun(None, 0.0, unsupported=str(exc) or f"{case.mode} mode is not implemented")
         ms = (time.perf_counter() - t0) * 1000
-        return EngineRun(result, ms, recorder.passes)
+        return EngineRun(result, ms, recorder.passes, prepare_ms=prepare_ms)
 
     def warm_up(self, case: BenchCase) -> None:
         """One short run of each variant, so that the first measured case pays no one-time costs."""
@@ -284,6 +307,8 @@ class BenchRunner:
         with case_document(index, case):
             plain = self._engine_run(case, index, speculate=False, max_tokens=8)
             self._engine_run(case, index, speculate=True, max_tokens=8)
+            if self.prepared:  # its prepare runs in passes of another length: other kernels
+                self._engine_run(case, index, speculate=True, max_tokens=8, prepared=True)
             if self.hf and plain.result is not None:
                 hf_prompt_lookup(self.rt.model, self._prompt_ids(plain), 8, self.rt.eos_token_id, self.rt.device)
         self._warm = True  # only now: a case whose warm-up failed leaves it to the next case
@@ -295,10 +320,12 @@ class BenchRunner:
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
         self.warm_up(case)
-        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-        first: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        variants = VARIANTS if self.prepared else VARIANTS[:3]
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        first: dict[str, list[float]] = {v: [] for v in variants}
         spec_runs: list[EngineRun] = []
         plain_runs: list[EngineRun] = []
+        prepared_runs: list[EngineRun] = []
         hf_ids: list[int] | None = None
         prompt_ids: list[int] | None = None
         with case_document(index, case):
@@ -324,7 +351,28 @@ class BenchRunner:
                     first[variant].append(run.result.stats.first_token_ms)
                     if variant == "plain" and prompt_ids is None:
                         prompt_ids = self._prompt_ids(run)
-        return self._row(base, case, spec_runs, plain_runs, hf_ids, prompt_ids, times, first)
+                for variant in (PREPARED_ORDER[r % 2:] + PREPARED_ORDER[:r % 2]) if self.prepared else ():
+                    run = self._engine_run(case, index, variant == "prep_spec", prepared=True)
+                    prepared_runs.append(run)
+                    times[variant].append(run.ms)
+                    first[variant].append(run.result.stats.first_token_ms)
+        row = self._row(base, case, spec_runs, plain_runs, hf_ids, prompt_ids, times, first)
+        if self.prepared:
+            self._add_prepared(row, prepared_runs, times, list(plain_runs[-1].result.token_ids))
+        return row
+
+    @staticmethod
+    def _add_prepared(row: dict[str, Any], runs: list[EngineRun], times: dict[str, list[float]],
+                      plain_ids: list[int]) -> None:
+        """The prepared variants' figures; any prepared answer unlike plain's makes the case not identical."""
+        row["prepared_ms"] = _r(statistics.median(times["prep_spec"]))
+        row["prepared_plain_ms"] = _r(statistics.median(times["prep_plain"]))
+        row["prepare_ms"] = _r(statistics.median(r.prepare_ms for r in runs))
+        row["speedup_prepared"] = _ratio(row["prepared_plain_ms"], row["prepared_ms"])
+        # what the prepared requests still prefilled themselves: the head start shown, not assumed
+        row["prepared_prefill_tokens"] = max(r.result.stats.prefill_tokens for r in runs)
+        row["prepared_identical"] = all(list(r.result.token_ids) == plain_ids for r in runs)
+        row["identical"] = row["identical"] and row["prepared_identical"]
 
     def _prompt_ids(self, plain: EngineRun) -> list[int]:
         ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids))

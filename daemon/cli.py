@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw speedups and accepted tokens per pass (needs matplotlib: pip install 'ngramd[plot]')")
     p.add_argument("--no-hf", action="store_true", help="skip the transformers prompt-lookup baseline")
+    p.add_argument("--prepared", action="store_true",
+                   help="also time each case with its prompt prefilled first, speculative and plain, "
+                        "as the editors prepare where the cursor rests or while an edit's instruction is typed")
     p.add_argument("--rows", default=None, metavar="FILE.jsonl",
                    help="also append each case's row to FILE as soon as it is measured "
                         "(an interrupted run keeps what it measured)")

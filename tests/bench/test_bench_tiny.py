@@ -59,6 +59,32 @@ def test_bench_on_two_tiny_cases(tiny_runtime, cases_file):
     assert report["meta"]["model"] == "tiny"
 
 
+def test_bench_prepared_times_the_editor_flow_with_the_same_head_start(tiny_runtime, cases_file):
+    report = bench(load_cases(cases_file), runtime=tiny_runtime, repeat=2, hf=False, prepared=True)
+    assert report["meta"]["prepared"] is True
+    for row in report["cases"]:
+        assert row["status"] == "ok", row.get("error")
+        assert row["prepared_ms"] > 0 and row["prepared_plain_ms"] > 0 and row["prepare_ms"] > 0
+        assert row["speedup_prepared"] == round(row["prepared_plain_ms"] / row["prepared_ms"], 3)
+        assert len(row["runs_ms"]["prep_spec"]) == len(row["runs_ms"]["prep_plain"]) == 2
+        assert row["prepared_identical"] is True and row["identical"] is True
+        # the prepare did the prompt's work: the request prefilled at most the edit's instruction
+        assert row["prepared_prefill_tokens"] < row["prompt_tokens"] // 2
+    assert report["cases"][0]["prepared_prefill_tokens"] == 0  # a completion asked where it was prepared
+    summary = report["summary"]
+    assert summary["by_kind"]["repeat"]["prepared_vs_plain"]["total"] is not None
+    assert summary["edits"]["prepared_vs_plain"]["total"] is not None
+    assert "prepared" in summary["targets"]["repeat_vs_plain"]
+
+
+def test_bench_without_prepared_has_no_prepared_figures(tiny_runtime, cases_file):
+    report = bench(load_cases(cases_file)[:1], runtime=tiny_runtime, repeat=1, hf=False)
+    row = report["cases"][0]
+    assert "prepared_ms" not in row and set(row["runs_ms"]) == {"spec", "plain", "hf"}
+    assert report["summary"]["by_kind"]["repeat"]["prepared_vs_plain"]["total"] is None
+    assert "prepared" not in report["summary"]["targets"]["repeat_vs_plain"]
+
+
 def test_cli_json_and_exit_code(cases_file, capsys, tmp_path):
     rows = tmp_path / "rows.jsonl"
     rc = main(["bench", "--cases", str(cases_file), "--model", "tiny", "--device", "cpu", "--json", "--no-hf",

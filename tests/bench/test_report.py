@@ -63,6 +63,25 @@ def test_ceiling_is_the_baseline_over_the_time_to_the_first_token():
     assert "ceiling 40.00)" in repeat and "below the goal" not in repeat
 
 
+def test_prepared_figures_beside_the_cold_ones():
+    def prepared(r, ms, plain):
+        return {**r, "prepared_ms": ms, "prepared_plain_ms": plain, "speedup_prepared": round(plain / ms, 3)}
+
+    rows = [prepared(row("a", "repeat", 100, 300, 300), 50, 400), prepared(row("b", "repeat", 100, 300, 300), 50, 200)]
+    s = summarize(rows)
+    assert s["by_kind"]["repeat"]["prepared_vs_plain"] == {"total": 6.0, "median": 6.0, "min": 4.0}
+    t = s["targets"]["repeat_vs_plain"]
+    assert (t["value"], t["met"], t["prepared"], t["prepared_met"]) == (3.0, False, 6.0, True)
+    assert "prepared" not in s["targets"]["ordinary_vs_hf"]  # HF has no prepared variant
+    out = io.StringIO()
+    report = build_report(rows, {})
+    render_text(report, out, use_rich=False)
+    text = out.getvalue()
+    assert "target repeat_vs_plain: 3.00" in text and "MISSED; prepared 6.00 met" in text
+    assert "x prep" in text.splitlines()[1] and "8.00x" in text  # a's 400 / 50
+    assert markdown_table(report).splitlines()[0].count("|") == 15  # 14 columns
+
+
 def test_text_table_shows_every_case_and_flags_differences():
     report = build_report(ROWS, {"model": "tiny", "device": "cpu", "repeat": 1, "cases_file": "x"})
     for use_rich in (False, True):
