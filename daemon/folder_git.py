@@ -10,6 +10,8 @@ repository, a locked index, a network filesystem) would hold every folder's file
   it is handed back to the flusher (``requeue``) once that answer is in.
 - *tracked changes*: what ``git add -f`` and ``git rm --cached`` changed among the files the rules
   match (``Ignorer.tracked_changes``, git's run); handed to ``on_tracked_changes`` on this thread.
+- *repositories changed*: git's answer holds other untracked repositories than before
+  (``Ignorer.repositories_changed``): ``on_repositories_changed`` is called on this thread.
 - *current*: whether git's answer still counts; not for a folder removed, added again, gone, or a
   watcher stopped. Asked of the watcher (``is_current``, under its folders lock ``lock``, which
   guards this object's state too); a run that is no longer current drops its waiting paths.
@@ -33,13 +35,15 @@ class FolderGit:
 
     def __init__(self, root: Path, ignorer: Ignorer, lock: threading.Lock, is_current: Callable[[], bool],
                  on_tracked_changes: Callable[[frozenset[Path]], None],
-                 requeue: Callable[[set[str]], None]) -> None:
+                 requeue: Callable[[set[str]], None],
+                 on_repositories_changed: Callable[[], None]) -> None:
         self.root = root
         self.ignorer = ignorer
         self._lock = lock
         self._is_current = is_current
         self._on_tracked_changes = on_tracked_changes
         self._requeue = requeue
+        self._on_repositories_changed = on_repositories_changed
         # under ``lock``: whether a run is in progress, whether one more is asked for after it,
         # and the paths that wait for its answer
         self._running = False
@@ -78,6 +82,8 @@ class FolderGit:
         while True:
             try:
                 self._on_tracked_changes(self.ignorer.tracked_changes())  # git runs here
+                if self.ignorer.repositories_changed():
+                    self._on_repositories_changed()
             except Exception:
                 log.exception("asking git about %s failed", self.root)
             with self._lock:

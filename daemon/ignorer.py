@@ -8,9 +8,15 @@ Vocabulary (the watcher's, daemon/watcher.py, which asks this for every file eve
   the .gitignore files above the folder).
 - *tracked ignored*: files the rules match that git tracks all the same (``git add -f``): the
   scan's ``git ls-files`` lists them, so they are not ignored (``workspace.tracked_ignored``).
-- *git's answer*: the rules and tracked files git gave, replaced whole: ``ignored_now`` reads it
-  without running git (the watcher's event thread must never wait on git); ``ignored`` and
-  ``tracked_changes`` run git when it is out of date (on the watcher's git thread, or a scan's).
+- *untracked repository*: a folder holding a repository that the outer one does not track: ``git
+  ls-files -o`` lists it as one ``name/`` and none of its files, so the scan indexes none and every
+  path below it is ignored (``workspace.untracked_repositories``: git decides, not a ``.git`` on
+  disk; where the outer repository tracks files in a folder that became a repository, git lists
+  them still, and they are followed).
+- *git's answer*: the rules, tracked files and untracked repositories git gave, replaced whole:
+  ``ignored_now`` reads it without running git (the watcher's event thread must never wait on git);
+  ``ignored`` and ``tracked_changes`` run git when it is out of date (on the watcher's git thread,
+  or a scan's).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from pathlib import Path
 
 import pathspec
 
-from index.workspace import git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored
+from index.workspace import (git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored,
+                             untracked_repositories)
 
 log = logging.getLogger("ngramd.watcher")
 _UNASKED = object()  # git not asked yet: equal to no state of its index file
@@ -35,10 +42,11 @@ class _GitAnswer:
     rules_generation: int  # the ``forget_git_rules`` count the rules were read after (-1: not yet)
     index: Path | None = None  # git's index file; None where the scan walks
     rules: list[tuple[Path, pathspec.PathSpec]] = field(default_factory=list)  # git_exclude_rules
-    tracked_stat: object = _UNASKED  # the index file's _stat_key when git ls-files last answered
-    asked_stat: object = _UNASKED  # ... when it last ran, answered or failed (no answer: keep the last)
+    tracked_stat: object = _UNASKED  # the index file's _stat_key when git's listings last answered
+    asked_stat: object = _UNASKED  # ... when they last ran, answered or failed (no answer: keep the last)
     tracked_files: frozenset[Path] = frozenset()  # the tracked files the rules match
     tracked: frozenset[Path] = frozenset()  # those files and their folders
+    repositories: frozenset[Path] = frozenset()  # the untracked repositories (untracked_repositories)
 
 
 class Ignorer:
@@ -49,11 +57,12 @@ class Ignorer:
     apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
     .gitignore files above the folder), read once and again after ``forget_git_rules``. A file
     git tracks is not ignored even when the rules match it (``git add -f``), as the scan
-    indexes it; nor is a folder that holds one. Those files (``workspace.tracked_ignored``,
-    usually a handful) are asked of git when a path matches the rules or the folder's periodic
-    check (``tracked_changes``) runs, again only once git's index file changed (a ``git add``) or
-    ``forget_git_rules`` was called (a ``.gitignore`` in or above the folder changed, or a rescan
-    begins).
+    indexes it; nor is a folder that holds one. A path below an untracked repository is ignored
+    (git lists none of its files). Those files and repositories (``workspace.tracked_ignored``,
+    ``workspace.untracked_repositories``) are asked of git when ``ignored`` runs or the folder's
+    periodic check (``tracked_changes``) does, again only once git's index file changed (a ``git
+    add``) or ``forget_git_rules`` was called (a ``.gitignore`` in or above the folder changed, or a
+    rescan begins: a ``.git`` made or removed brings one).
 
     ``ignored`` asks git when its answer is out of date; ``ignored_now`` never does (the watcher's
     flusher must not wait on git): it says None where the answer needs git's next one."""
@@ -68,23 +77,35 @@ class Ignorer:
         # what ``tracked_changes`` last answered from: the index file's _stat_key, the files
         self._reconciled_stat: object = _UNASKED
         self._reconciled_files: frozenset[Path] = frozenset()
+        self._reported_repositories: frozenset[Path] | None = None  # what repositories_changed last saw
 
     def ignored(self, path: Path) -> bool:
         parts = self._parts(path)
         if parts is None:
             return True
-        return self._matches_rules(parts, self._asked_git().rules) and path not in self._tracked_ignored()
+        if self._asked_git().index is not None:
+            with self._git_lock:
+                self._refresh_listings()
+        answer = self._answer
+        if _below_any(path, answer.repositories):
+            return True
+        return self._matches_rules(parts, answer.rules) and path not in answer.tracked
 
     def ignored_now(self, path: Path) -> bool | None:
         """``ignored`` from git's last answer, without running git (a stat of its index file at
         most); None when that answer is out of date for ``path``: the rules are to be read again,
-        or they match it and git's index file changed since ls-files last ran."""
+        git's listings were not read since (the untracked repositories are not known), or the rules
+        match it and git's index file changed since ls-files last ran."""
         parts = self._parts(path)
         if parts is None:
             return True
         answer = self._answer
         if answer.rules_generation != self._rules_wanted:
             return None
+        if answer.index is not None and answer.asked_stat is _UNASKED:
+            return None
+        if _below_any(path, answer.repositories):
+            return True
         if not self._matches_rules(parts, answer.rules):
             return False
         if answer.index is None:
@@ -92,6 +113,20 @@ class Ignorer:
         if _stat_key(answer.index) not in (answer.tracked_stat, answer.asked_stat):
             return None
         return path not in answer.tracked
+
+    def in_untracked_repository(self, path: Path) -> bool:
+        """Whether ``path`` lies below an untracked repository, by git's last answer (no git run);
+        a path inside a ``.git`` is not (ignored whatever git says)."""
+        return self._parts(path) is not None and _below_any(path, self._answer.repositories)
+
+    def repositories_changed(self) -> bool:
+        """Whether git's answer holds other untracked repositories than at the last call (False at
+        the first: a scan calls it as it begins, after ``tracked_changes``). A ``git rm --cached`` of
+        a folder that holds a repository, say, changes what the scan lists with no file event."""
+        now = self._answer.repositories
+        with self._lock:  # from the scan's thread and the git thread
+            before, self._reported_repositories = self._reported_repositories, now
+        return before is not None and before != now
 
     def git_outdated(self) -> bool:
         """Whether ``tracked_changes`` would run git (the rules are to be read again, or git's
@@ -138,14 +173,11 @@ class Ignorer:
                 except Exception:  # still an answer: paths waiting on it would ask git again at once, forever
                     log.exception("reading git's ignore rules for %s failed: keeping the last ones", self.root)
                     rules = self._answer.rules
-                self._answer = _GitAnswer(wanted, index, rules)
+                # the repositories git last listed stand until its listings answer again (a failure keeps them)
+                repositories = self._answer.repositories if index is not None else frozenset()
+                self._answer = _GitAnswer(wanted, index, rules, repositories=repositories)
                 self._reconciled_stat = _UNASKED  # the rules may match other tracked files now
             return self._answer
-
-    def _tracked_ignored(self) -> frozenset[Path]:
-        with self._git_lock:
-            self._refresh_tracked()
-            return self._answer.tracked
 
     def tracked_changes(self) -> frozenset[Path]:
         """The files that joined or left ``workspace.tracked_ignored`` since the last call (all of
@@ -157,7 +189,7 @@ class Ignorer:
         with self._git_lock:
             if self._answer.index is None:
                 return frozenset()
-            index_stat = self._refresh_tracked()
+            index_stat = self._refresh_listings()
             if index_stat == self._reconciled_stat:
                 return frozenset()
             tracked_files = self._answer.tracked_files
@@ -165,22 +197,30 @@ class Ignorer:
             self._reconciled_stat, self._reconciled_files = index_stat, tracked_files
             return changed
 
-    def _refresh_tracked(self) -> object:
-        """Ask git for the tracked files the rules match once its index file changed (under
-        ``_git_lock``); the index file's _stat_key they were read at."""
+    def _refresh_listings(self) -> object:
+        """Ask git for the tracked files the rules match and the untracked repositories once its
+        index file changed (under ``_git_lock``); the index file's _stat_key they were read at."""
         answer = self._answer
         if answer.index is None:
             return answer.tracked_stat  # the scan walks: it applies the rules to every file
         index_stat = _stat_key(answer.index)  # before ls-files: a later change asks again
-        if index_stat != answer.tracked_stat:
-            files = tracked_ignored(self.root)
-            if files is None:  # git failed (a timeout, no fork): keep its last answer, ask again next time
-                log.warning("git ls-files failed in %s: its tracked ignored files are as they were", self.root)
-                self._answer = replace(answer, asked_stat=index_stat)
-                return answer.tracked_stat
+        if index_stat == answer.tracked_stat:
+            return index_stat
+        files = tracked_ignored(self.root)
+        repositories = untracked_repositories(self.root)
+        # what git failed to list (a timeout, no fork) is kept as it was, and asked again next time
+        answer = replace(answer, asked_stat=index_stat)
+        if files is not None:
             tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)
-            self._answer = replace(answer, tracked_stat=index_stat, asked_stat=index_stat,
-                                   tracked_files=files, tracked=tracked)
+            answer = replace(answer, tracked_files=files, tracked=tracked)
+        if repositories is not None:
+            answer = replace(answer, repositories=repositories)
+        if files is None or repositories is None:
+            log.warning("git ls-files failed in %s: its tracked ignored files and untracked repositories"
+                        " are as they were", self.root)
+            self._answer = answer
+            return self._answer.tracked_stat
+        self._answer = replace(answer, tracked_stat=index_stat)
         return index_stat
 
     def _spec(self, directory: Path) -> pathspec.PathSpec | None:
@@ -199,6 +239,11 @@ class Ignorer:
                 spec = None
             self._specs[directory] = (mtime, spec)
             return spec
+
+
+def _below_any(path: Path, folders: frozenset[Path]) -> bool:
+    """Whether ``path`` lies below one of ``folders`` (not one of them itself)."""
+    return bool(folders) and any(p in folders for p in path.parents)
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:

@@ -17,10 +17,14 @@ Vocabulary:
   every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path). A path held
   by several folders is the deepest one's: a nested repository added as a folder of its own
-  decides for its files. Not followed: where git skips a nested repository (an untracked folder
-  holding a repository: ``git ls-files`` lists it as one ``name/``), the scan indexes none of its
-  files but an event indexes the file it names (git's rule there depends on what the outer
-  repository tracks; a file indexed so is only one more draft source, and a rescan drops it).
+  decides for its files. In a git work tree, a path below a repository the outer one does not track
+  is ignored too: ``git ls-files -o`` lists that folder as one ``name/`` and none of its files
+  (``workspace.untracked_repositories``; git decides, not a ``.git`` on disk: where the outer
+  repository tracks files in a folder that became a repository, git lists them, and new files
+  there, as before, and they are followed). git is asked for them with the tracked files (when a
+  scan begins, and once git's index file changed); when they change, the folder is rescanned
+  (their files leave the listing or join it with no event of theirs), and a delete below one still
+  leaves the index. Where the scan walks, nested repositories are walked and followed alike.
 - *asking git* (daemon/folder_git.py, one ``FolderGit`` per folder): git runs on a thread per
   folder, one run at a time, never on the flusher's: a slow or hanging git would hold every
   folder's events. A path whose verdict needs git's next answer (the rules are being read again,
@@ -155,7 +159,8 @@ class WorkspaceWatcher:
             self._gits[root] = FolderGit(root, ignorer, self._folders_lock,
                                          lambda: self._is_current(root, ignorer),
                                          lambda changed: self._reconcile_tracked(root, ignorer, changed),
-                                         self._requeue)
+                                         self._requeue,
+                                         lambda: self._repositories_changed(root, ignorer))
         # The watch walks the folder's tree (an inotify watch per directory: 0.23 s for 8,700
         # directories here), so it is set up on a thread of its own, not the caller's (the
         # daemon's event loop, which answers every editor); the scan begins once it is in place,
@@ -277,6 +282,7 @@ class WorkspaceWatcher:
                     git = self._gits.get(root)
                 if git is not None:  # the scan lists what git tracks now: later changes are from there
                     git.ignorer.tracked_changes()
+                    git.ignorer.repositories_changed()
                 counts = self.index.index_workspace(root, progress=progress, stop_event=stop)
                 state["counts"] = counts if isinstance(counts, dict) else {"result": str(counts)}
                 state["state"] = "stopped" if stop.is_set() else "ready"
@@ -421,6 +427,9 @@ class WorkspaceWatcher:
             return
         if ignored:
             self._count("ignored")
+            if ignorer.in_untracked_repository(path) and not os.path.lexists(path):
+                # a delete leaves nothing behind, even of a file indexed before git named the repository
+                self.index.remove_tree(path)
             return
         if path.name == ".gitignore":  # what the folder ignores changed: the scan decides again
             self._rescan(root)
@@ -506,6 +515,14 @@ class WorkspaceWatcher:
             except Exception:
                 log.exception("following git's tracking of %s failed", path)
         self._requeue(now_tracked)
+
+    def _repositories_changed(self, root: Path, ignorer: Ignorer) -> None:
+        """git's answer names other untracked repositories in ``root`` (on the git thread): their
+        files leave the scan's listing or join it with no event of theirs, so the folder is scanned again."""
+        with self._folders_lock:
+            if not self._is_current(root, ignorer):
+                return
+        self._rescan(root)
 
     def _root_deleted(self, root: Path, state: dict[str, Any]) -> None:
         """The watched directory itself was deleted, and its watch with it (watchdog's thread).

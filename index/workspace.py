@@ -3,7 +3,9 @@
 Discovery respects ``.gitignore``: ``git ls-files -co --exclude-standard``
 where the folder is in a git work tree (it lists a tracked file that the rules
 match too, as git follows it; the watcher asks ``tracked_ignored``; it applies
-``info/exclude`` and the user's excludes file too: ``git_exclude_rules``), else a walk
+``info/exclude`` and the user's excludes file too: ``git_exclude_rules``; a repository inside the
+folder that the outer one does not track it lists as one ``name/`` and none of its files, counted
+as ``nested_repo``: the watcher asks ``untracked_repositories``), else a walk
 that applies every ``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
 pattern decides; the watcher uses the same function). The walk follows directory
 symlinks that stay inside the folder (by real path), never the same directory
@@ -147,16 +149,21 @@ def git_index(root: Path) -> Path | None:
     return None if ign.returncode == 0 else root / lines[1]  # --git-path answers relative to root
 
 
-def _git_ls_files(root: Path, *flags: str) -> list[Path] | None:
+def _git_ls_files(root: Path, *flags: str) -> tuple[list[Path], list[Path]] | None:
+    """What ``git ls-files`` lists under ``root``: (files, untracked repositories). A name ending in
+    "/" is a repository inside the folder that the outer one does not track (``-o`` lists it as one
+    entry): git lists none of its files. None when git fails."""
     try:
         out = subprocess.run(["git", "-C", str(root), "ls-files", *flags, "-z"], capture_output=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
         return None
-    # a name ending in "/" is another repository inside the folder (untracked): git lists none of its files
-    names = [n for n in out.stdout.decode("utf-8", "surrogateescape").split("\0") if n and not n.endswith("/")]
-    return [root / n for n in names]
+    files, repositories = [], []
+    for name in out.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        if name:
+            (repositories if name.endswith("/") else files).append(root / name)  # a Path drops the "/"
+    return files, repositories
 
 
 def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
@@ -216,8 +223,18 @@ def tracked_ignored(root: Path) -> frozenset[Path] | None:
     the watcher must follow them. Usually a handful: git checks only tracked files for this.
     Call it only where the scan uses git (``git_index``); None when git fails (not "none": a
     caller would take every such file for untracked)."""
-    files = _git_ls_files(root, "-ci", "--exclude-standard")
-    return None if files is None else frozenset(files)
+    listed = _git_ls_files(root, "-ci", "--exclude-standard")
+    return None if listed is None else frozenset(listed[0])
+
+
+def untracked_repositories(root: Path) -> frozenset[Path] | None:
+    """The folders under ``root`` that hold a repository the outer one does not track: ``git ls-files
+    -o`` lists each as one ``name/`` and none of its files, so the scan indexes none and the watcher
+    skips their events. git decides, not a ``.git`` found on disk: where the outer repository tracks
+    files in a folder that became a repository, git lists them (and new files there) as before.
+    Call it only where the scan uses git (``git_index``); None when git fails (not "none")."""
+    listed = _git_ls_files(root, "-o", "--exclude-standard")
+    return None if listed is None else frozenset(listed[1])
 
 
 def holds_repository(directory: str) -> bool:
@@ -365,8 +382,12 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
     if git_index(root) is None:
         files = _walk_files(root, counts)
     else:
-        files = _git_ls_files(root, "-co", "--exclude-standard")
-        if files is None:  # a work tree whose git failed (timed out in a huge repository, a damaged index)
+        listed = _git_ls_files(root, "-co", "--exclude-standard")
+        if listed is None:  # a work tree whose git failed (timed out in a huge repository, a damaged index)
             counts["git_failed"] += 1
             files = _walk_like_git(root, counts)
+        else:
+            files, repositories = listed
+            if repositories:  # as the walk counts the ones it skips
+                counts["nested_repo"] += len(repositories)
     return sorted(_drop_links_out(files, root, counts))

@@ -1,6 +1,8 @@
-"""Nested repositories (a folder below a workspace folder that holds a repository): a nested
-repository added as a folder of its own decides for its files; a repository made or removed in a
-folder rescans it (git's listing changed, with no event of the files); what git takes for one."""
+"""Nested repositories (a folder below a workspace folder that holds a repository): events skip the
+files of one the outer repository does not track, as the scan does (git lists it as one ``name/``),
+and follow the files git lists in a tracked folder that became one; a nested repository added as a
+folder of its own decides for its files; a repository made or removed in a folder, or git's listing
+changed by its index, rescans it (no event of the files comes); what git takes for one."""
 
 import shutil
 import subprocess
@@ -62,6 +64,118 @@ def _repo_with_nested_repo_and_submodule(tmp_path):
     return root
 
 
+def _outer_with_untracked_repo(tmp_path):
+    """outer/: a work tree with a.py and an untracked nested repository inner/ holding x.py."""
+    root = (tmp_path / "outer").resolve()
+    (root / "inner").mkdir(parents=True)
+    (root / "a.py").write_text("a = 1\n")
+    (root / "inner" / "x.py").write_text("x = 1\n")
+    _git(root / "inner", "init", "-q")
+    _git(root, "init", "-q")
+    return root
+
+
+def _flushed_up_to(w, index, root, name):
+    """Write ``root/name`` (a file of the outer repository, last in path order: batches go in path
+    order) and wait until it is indexed: every event before it has been handled."""
+    (root / name).write_text(f"{name[:2]} = 1\n")
+    wait_until(lambda: _indexed_text(index, str(root / name)) == f"{name[:2]} = 1\n")
+    wait_until(lambda: w.status()["pending"] == 0)
+
+
+def test_git_lists_an_untracked_nested_repository_as_one_entry(tmp_path):
+    """``untracked_repositories`` is git's ``name/`` entry, and the scan counts it as the walk does."""
+    from collections import Counter
+
+    from index.workspace import discover, untracked_repositories
+
+    root = _outer_with_untracked_repo(tmp_path)
+    out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(out) == ["a.py", "inner/"]
+    assert untracked_repositories(root) == {root / "inner"}
+    counts = Counter()
+    assert discover(root, counts) == [root / "a.py"] and counts["nested_repo"] == 1
+
+
+def test_events_skip_the_files_of_an_untracked_nested_repository_as_the_scan_does(tmp_path):
+    """With the real index: the scan lists none of inner/'s files, and an edit or a new file there
+    stays out (they entered the index until the next rescan); a file of the outer repository written
+    with them comes in. A delete there removes a file indexed before git named the repository."""
+    root = _outer_with_untracked_repo(tmp_path)
+    x, new = str(root / "inner" / "x.py"), str(root / "inner" / "new.py")
+    index = _real_index()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert sorted(index._files) == [str(root / "a.py")]
+        (root / "inner" / "x.py").write_text("x = 2\n")
+        (root / "inner" / "new.py").write_text("n = 1\n")
+        (root / "inner" / "deep").mkdir()
+        (root / "inner" / "deep" / "d.py").write_text("d = 1\n")
+        _flushed_up_to(w, index, root, "zz.py")
+        assert sorted(index._files) == [str(root / "a.py"), str(root / "zz.py")]
+
+        assert index.index_file(x)  # as if an event had indexed it before git's answer came
+        (root / "inner" / "x.py").unlink()
+        wait_until(lambda: x not in index._files)
+        assert new not in index._files
+        assert w.status()["folders"][0]["counts"]["nested_repo"] == 1  # the scan's count
+    finally:
+        w.stop()
+
+
+def test_a_repository_removed_from_an_untracked_folder_has_its_events_followed_again(tmp_path):
+    """``rm -rf inner/.git``: the rescan it brings lists inner/'s files, and git's next answer names
+    no repository there, so their edits come in again."""
+    root = _outer_with_untracked_repo(tmp_path)
+    x = str(root / "inner" / "x.py")
+    index = _real_index()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        (root / "inner" / "x.py").write_text("x = 2\n")
+        _flushed_up_to(w, index, root, "zz.py")
+        assert x not in index._files
+        shutil.rmtree(root / "inner" / ".git")
+        wait_until(lambda: _indexed_text(index, x) == "x = 2\n")
+        (root / "inner" / "x.py").write_text("x = 3\n")
+        (root / "inner" / "new.py").write_text("n = 1\n")
+        wait_until(lambda: _indexed_text(index, x) == "x = 3\n")
+        wait_until(lambda: str(root / "inner" / "new.py") in index._files)
+    finally:
+        w.stop()
+
+
+def test_a_folder_git_stops_tracking_that_holds_a_repository_leaves_the_index(tmp_path):
+    """``git rm --cached -r sub`` where sub/ holds a repository: git now lists it as one ``sub/``,
+    with no file event; git's answer after its index changed rescans the folder, and sub/'s files
+    and their edits stay out."""
+    root = (tmp_path / "outer").resolve()
+    (root / "sub").mkdir(parents=True)
+    (root / "a.py").write_text("a = 1\n")
+    (root / "sub" / "t.py").write_text("t = 1\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root / "sub", "init", "-q")
+    index = _real_index()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    key = str(root / "sub" / "t.py")
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert key in index._files  # git lists the tracked file
+        _git(root, "rm", "-q", "-r", "--cached", "sub")
+        wait_until(lambda: key not in index._files)
+        (root / "sub" / "t.py").write_text("t = 2\n")
+        _flushed_up_to(w, index, root, "zz.py")
+        assert key not in index._files
+    finally:
+        w.stop()
+
+
 def test_a_nested_repository_added_as_a_folder_of_its_own_follows_its_events(tmp_path):
     """With the real index: the deepest folder decides for a path: the outer folder (added first)
     ignores inner/'s files, the inner folder does not. Once the inner folder is removed, its files
@@ -78,6 +192,10 @@ def test_a_nested_repository_added_as_a_folder_of_its_own_follows_its_events(tmp
         assert _indexed_text(index, x) == "x = 1\n"
         (inner / "x.py").write_text("x = 2\n")
         wait_until(lambda: _indexed_text(index, x) == "x = 2\n")
+
+        assert w.remove_folder(inner)  # the outer folder does not hold them: git lists ``inner/``
+        wait_until(lambda: x not in index._files)
+        assert str(root / "a.py") in index._files
     finally:
         w.stop()
 
@@ -133,7 +251,10 @@ def test_a_tracked_folder_that_becomes_a_repository_keeps_its_tracked_files_foll
         assert str(root / "sub" / "new.py") in index._files
         out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
                              capture_output=True, text=True, check=True).stdout.split()
-        assert "sub/new.py" in out  # as git lists it
+        assert "sub/new.py" in out and "sub/" not in out  # as git lists it: no repository named
+        from index.workspace import untracked_repositories
+
+        assert untracked_repositories(root) == frozenset()
     finally:
         w.stop()
 
