@@ -244,7 +244,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
     lines.append(f"identical to plain: {summary['identical']}/{summary['ok']}"
                  + ("" if summary["all_identical"] else f"  NOT IDENTICAL: {', '.join(summary['not_identical'])}"))
-    lines.append(f"all cases: vs plain {sp(summary, 'vs_plain')}; vs HF prompt lookup {sp(summary, 'vs_hf')}")
+    lines.append(f"all cases: vs plain {sp(summary, 'vs_plain')}; vs HF prompt lookup {sp(summary, 'vs_hf')}"
+                 + prepared(summary))
     lines.append(f"  decoding only (after the first token): vs plain {_fmt(summary['decode_vs_plain'], 'x', 2)}, "
                  f"vs HF {_fmt(summary['decode_vs_hf'], 'x', 2)}; acceptance {summary['acceptance']:.2f}, "
                  f"{summary['tokens_per_pass']:.2f} tokens/pass, "

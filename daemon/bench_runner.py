@@ -327,6 +327,7 @@ class BenchRunner:
         plain_runs: list[EngineRun] = []
         prepared_runs: list[EngineRun] = []
         hf_ids: list[int] | None = None
+        hf_passes: int | None = None
         prompt_ids: list[int] | None = None
         with case_document(index, case):
             for r in range(max(1, repeat)):
@@ -338,8 +339,10 @@ class BenchRunner:
                         n_plain = len(plain_runs[0].result.token_ids)
                         if not self.hf or n_plain == 0:  # hf generates at least one token: unequal work
                             continue
-                        hf_ids, ms, ftm = hf_prompt_lookup(self.rt.model, prompt_ids, n_plain,
-                                                           self.rt.eos_token_id, self.rt.device)
+                        with PassRecorder(self.rt.model) as recorder:  # as the engine's runs are
+                            hf_ids, ms, ftm = hf_prompt_lookup(self.rt.model, prompt_ids, n_plain,
+                                                               self.rt.eos_token_id, self.rt.device)
+                        hf_passes = len(recorder.passes)
                         times["hf"].append(ms)
                         first["hf"].append(ftm)
                         continue
@@ -357,6 +360,9 @@ class BenchRunner:
                     times[variant].append(run.ms)
                     first[variant].append(run.result.stats.first_token_ms)
         row = self._row(base, case, spec_runs, plain_runs, hf_ids, prompt_ids, times, first)
+        # HF's forward calls: its first (the whole prompt) yields the first token, as ngramd's first
+        # decoding pass does, so the count compares with ``forward_passes``
+        row["hf_forward_passes"] = hf_passes
         if self.prepared:
             self._add_prepared(row, prepared_runs, times, list(plain_runs[-1].result.token_ids))
         return row

@@ -9,6 +9,11 @@ in seconds instead of re-running the model.
 
     python scripts/simulate_drafts.py --bench-json bench.json --cases bench/cases/stdlib.jsonl \
         --cost 70,85,90,100,135,190
+
+Per match length it prints how often a draft's first token agrees and how often each later
+token does given the one before it did (``next-ok``); among the policies, ``oracle`` drafts
+exactly the tokens that will agree (none where none will): the most any choice of draft
+length could give with these drafts, against which ``adaptive`` (the engine's policy) is read.
 """
 
 from __future__ import annotations
@@ -62,12 +67,25 @@ def trace_proposer(proposer, prompt_ids, output, k):
     return steps
 
 
+def oracle_policy(m, s, c, L, agree):
+    """Drafts exactly the tokens that will agree: a bound on any draft-length policy."""
+    return min(agree, L)
+
+
+oracle_policy.knows_agreement = True
+
+
 def simulate(steps, n_out, cost, choose):
     """Greedy speculative decode replayed: returns (passes, ms)."""
     i, passes, ms = 0, 0, 0.0
     while i < n_out:
         match_len, source, count, agree, length = steps[i]
-        d = choose(match_len, source, count, length) if length else 0
+        if not length:
+            d = 0
+        elif getattr(choose, "knows_agreement", False):
+            d = choose(match_len, source, count, length, agree)
+        else:
+            d = choose(match_len, source, count, length)
         a = min(agree, d)
         if hasattr(choose, "feedback"):
             choose.feedback(a)
@@ -121,7 +139,8 @@ def main() -> int:
     cases = [c for c in load_cases(args.cases) if c.id in bench]
     cost = load_cost(args.cost)
     indexes = {}
-    by_bucket = defaultdict(lambda: [0, 0, 0])  # match_len bucket -> [steps with draft, first ok, agree sum]
+    # match_len bucket -> [steps with draft, first ok, agree sum, later tokens judged, later ok]
+    by_bucket = defaultdict(lambda: [0, 0, 0, 0, 0])
     traces = []
     for case in cases:
         if case.workspace not in indexes:  # the bench's index: the whole workspace
@@ -139,11 +158,15 @@ def main() -> int:
                 by_bucket[key][0] += 1
                 by_bucket[key][1] += agree > 0
                 by_bucket[key][2] += agree
+                judged = min(agree, length - 1)  # token i > 0 is judged when the i before it agreed
+                by_bucket[key][3] += judged
+                by_bucket[key][4] += min(agree, length) - 1 if agree else 0
 
-    print("match_len  drafts  first-token-ok  mean-agree")
+    print("match_len  drafts  first-token-ok  next-ok  mean-agree")
     for m in sorted(by_bucket):
-        n, ok, s = by_bucket[m]
-        print(f"{m:>9}  {n:>6}  {ok / n:>14.2f}  {s / n:>10.2f}")
+        n, ok, s, judged, later = by_bucket[m]
+        nxt = f"{later / judged:>7.2f}" if judged else f"{'-':>7}"
+        print(f"{m:>9}  {n:>6}  {ok / n:>14.2f}  {nxt}  {s / n:>10.2f}")
 
     policies = {
         "plain": lambda m, s, c, L: 0,
@@ -158,6 +181,7 @@ def main() -> int:
         "k<=3 m>=4": lambda m, s, c, L: min(L, 3) if m >= 4 else 0,
         "k<=4 m>=5": lambda m, s, c, L: min(L, 4) if m >= 5 else 0,
         "adaptive": adaptive_policy(args.cost),
+        "oracle": oracle_policy,
     }
     print(f"\n{'policy':<10} " + " ".join(f"{k:>8}" for k in ("ordinary", "repeat", "norepeat", "all")))
     plain_ms = defaultdict(float)

@@ -51,6 +51,7 @@ def test_bench_on_two_tiny_cases(tiny_runtime, cases_file):
         assert row["accepted"] <= row["drafted"]
         assert row["forward_passes"] <= row["plain_forward_passes"]
         assert row["hf_generated"] <= row["generated"]
+        assert 1 <= row["hf_forward_passes"] <= row["hf_generated"]  # each of HF's passes yields a token or more
     summary = report["summary"]
     assert SUMMARY_KEYS <= summary.keys()
     assert summary["identical"] == summary["ok"] == 2 and summary["all_identical"]
