@@ -91,11 +91,12 @@ class Ignorer:
             return True
         return self._matches_rules(parts, answer.rules) and path not in answer.tracked
 
-    def ignored_now(self, path: Path) -> bool | None:
+    def ignored_now(self, path: Path, is_dir: bool = False) -> bool | None:
         """``ignored`` from git's last answer, without running git (a stat of its index file at
         most); None when that answer is out of date for ``path``: the rules are to be read again,
         git's listings were not read since (the untracked repositories are not known), or the rules
-        match it and git's index file changed since ls-files last ran."""
+        match it and git's index file changed since ls-files last ran. ``is_dir``: ``path`` is a
+        folder (a pattern ending in "/", ``deps/``, matches folders only)."""
         parts = self._parts(path)
         if parts is None:
             return True
@@ -106,7 +107,7 @@ class Ignorer:
             return None
         if _below_any(path, answer.repositories):
             return True
-        if not self._matches_rules(parts, answer.rules):
+        if not self._matches_rules(parts, answer.rules, is_dir):
             return False
         if answer.index is None:
             return True  # the scan walks: the rules alone decide
@@ -149,14 +150,15 @@ class Ignorer:
             return None  # outside the folder
         return None if ".git" in parts else parts
 
-    def _matches_rules(self, parts: tuple[str, ...], git_rules: list[tuple[Path, pathspec.PathSpec]]) -> bool:
+    def _matches_rules(self, parts: tuple[str, ...], git_rules: list[tuple[Path, pathspec.PathSpec]],
+                       is_dir: bool = False) -> bool:
         specs = list(git_rules)  # lowest precedence first, as gitignored wants them
         directory = self.root
         for i, name in enumerate(parts):  # each folder on the way down, as the walk goes, then the path
             spec = self._spec(directory)
             if spec is not None:
                 specs.append((directory, spec))
-            if gitignored(specs, directory / name, is_dir=i < len(parts) - 1):
+            if gitignored(specs, directory / name, is_dir=is_dir or i < len(parts) - 1):
                 return True
             directory = directory / name
         return False

@@ -417,7 +417,7 @@ class WorkspaceWatcher:
             return
         if path.parent.parent.parent == root and _is_info_exclude(path):  # as a .gitignore: the scan decides again
             self._rescan(root)
-        if path.name == ".git" and ignorer.ignored_now(path.parent) is not True:
+        if path.name == ".git" and ignorer.ignored_now(path.parent, is_dir=True) is not True:
             # a repository made or removed (in a folder not ignored): its files leave the scan's listing
             # or join it, with no event of theirs, so the scan decides again
             self._rescan(root)

@@ -400,6 +400,32 @@ def test_a_gitignore_change_rescans_the_folder(watched):
     wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
 
 
+def test_ignorer_applies_a_folder_only_pattern_to_a_folder_asked_as_one(tmp_path):
+    (tmp_path / ".gitignore").write_text("deps/\n")
+    ig = Ignorer(tmp_path)
+    assert not ig.ignored(tmp_path / "a.py")  # reads the rules, as a scan's start does
+    assert ig.ignored_now(tmp_path / "deps", is_dir=True) is True
+    assert ig.ignored_now(tmp_path / "deps") is False  # a file named deps: the pattern is for folders
+    assert ig.ignored_now(tmp_path / "lib", is_dir=True) is False
+
+
+def test_a_repository_made_in_an_ignored_folder_rescans_nothing(watched, monkeypatch):
+    """``ignored/`` (a folder-only pattern) ignores every file below it whether or not it holds a
+    repository: a ``.git`` made there changes no listing, so it brings no rescan; one made in a
+    folder that is not ignored does."""
+    w, index, root, _ = watched
+    rescans = []
+    rescan = w._rescan
+    monkeypatch.setattr(w, "_rescan", lambda r: (rescans.append(r), rescan(r)))
+    (root / "ignored" / ".git").mkdir(parents=True)
+    (root / "zz.py").write_text("zz = 1\n")  # handled after ignored/.git: batches go in path order
+    wait_until(lambda: str(root / "zz.py") in index.files)
+    wait_until(lambda: w.status()["pending"] == 0)
+    assert rescans == []
+    (root / "lib" / ".git").mkdir(parents=True)
+    wait_until(lambda: rescans == [root])
+
+
 @pytest.mark.parametrize("wait_for_gone", [True, False], ids=["gone-then-back", "replaced-at-once"])
 def test_a_folder_deleted_and_created_again_is_watched_again(watched, wait_for_gone):
     w, index, root, _ = watched
