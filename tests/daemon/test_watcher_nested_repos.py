@@ -45,25 +45,6 @@ def _indexed_text(index, key):
     return None if f is None else "".join(chr(int(t)) for t in f.tokens)
 
 
-def _repo_with_nested_repo_and_submodule(tmp_path):
-    """outer/: a work tree with a.py, a nested repository inner/ (untracked: git lists ``inner/``)
-    and a submodule sub/ (git lists one gitlink entry ``sub``)."""
-    src = (tmp_path / "src").resolve()
-    src.mkdir()
-    (src / "s.py").write_text("s = 1\n")
-    _git(src, "init", "-q")
-    _git(src, "add", "s.py")
-    _git(src, "commit", "-q", "-m", "s")
-    root = (tmp_path / "outer").resolve()
-    (root / "inner").mkdir(parents=True)
-    (root / "a.py").write_text("a = 1\n")
-    (root / "inner" / "x.py").write_text("x = 1\n")
-    _git(root / "inner", "init", "-q")
-    _git(root, "init", "-q")
-    _git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(src), "sub")
-    return root
-
-
 def _outer_with_untracked_repo(tmp_path):
     """outer/: a work tree with a.py and an untracked nested repository inner/ holding x.py."""
     root = (tmp_path / "outer").resolve()
@@ -72,6 +53,20 @@ def _outer_with_untracked_repo(tmp_path):
     (root / "inner" / "x.py").write_text("x = 1\n")
     _git(root / "inner", "init", "-q")
     _git(root, "init", "-q")
+    return root
+
+
+def _repo_with_nested_repo_and_submodule(tmp_path):
+    """``_outer_with_untracked_repo`` (git lists ``inner/``) and a submodule sub/ (git lists one
+    gitlink entry ``sub``)."""
+    src = (tmp_path / "src").resolve()
+    src.mkdir()
+    (src / "s.py").write_text("s = 1\n")
+    _git(src, "init", "-q")
+    _git(src, "add", "s.py")
+    _git(src, "commit", "-q", "-m", "s")
+    root = _outer_with_untracked_repo(tmp_path)
+    _git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(src), "sub")
     return root
 
 
