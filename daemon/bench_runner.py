@@ -57,9 +57,9 @@ from daemon.bench_report import changed_lines
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
-VARIANTS = ("spec", "plain", "hf", "prep_spec", "prep_plain")
+VARIANTS = ("spec", "plain", "hf")
 VARIANTS_ORDER = ("plain", "spec", "hf")
-PREPARED_ORDER = ("prep_plain", "prep_spec")
+PREPARED_ORDER = ("prep_plain", "prep_spec")  # the prepared variants, in round 0's order
 
 
 # --------------------------------------------------------------------------- forward-pass trace
@@ -320,9 +320,8 @@ class BenchRunner:
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
         self.warm_up(case)
-        variants = VARIANTS if self.prepared else VARIANTS[:3]
-        times: dict[str, list[float]] = {v: [] for v in variants}
-        first: dict[str, list[float]] = {v: [] for v in variants}
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS + (PREPARED_ORDER if self.prepared else ())}
+        first: dict[str, list[float]] = {v: [] for v in VARIANTS}
         spec_runs: list[EngineRun] = []
         plain_runs: list[EngineRun] = []
         prepared_runs: list[EngineRun] = []
@@ -358,7 +357,6 @@ class BenchRunner:
                     run = self._engine_run(case, index, variant == "prep_spec", prepared=True)
                     prepared_runs.append(run)
                     times[variant].append(run.ms)
-                    first[variant].append(run.result.stats.first_token_ms)
         row = self._row(base, case, spec_runs, plain_runs, hf_ids, prompt_ids, times, first)
         # HF's forward calls: its first (the whole prompt) yields the first token, as ngramd's first
         # decoding pass does, so the count compares with ``forward_passes``
