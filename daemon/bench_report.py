@@ -362,8 +362,13 @@ def plot(report: dict[str, Any], path: str) -> None:
     rows = [r for r in report["cases"] if r.get("status") == "ok"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(8, 0.5 * len(rows) + 5), 4.5))
     xs = range(len(rows))
-    ax1.bar([x - 0.2 for x in xs], [r["speedup_plain"] or 0 for r in rows], 0.4, label="vs plain")
-    ax1.bar([x + 0.2 for x in xs], [r["speedup_hf"] or 0 for r in rows], 0.4, label="vs HF prompt lookup")
+    bars = [("speedup_plain", "vs plain"), ("speedup_hf", "vs HF prompt lookup")]
+    if _has_prepared(rows):
+        bars.append(("speedup_prepared", "prepared vs prepared plain"))
+    width = 0.8 / len(bars)
+    for i, (key, label) in enumerate(bars):
+        offset = (i - (len(bars) - 1) / 2) * width
+        ax1.bar([x + offset for x in xs], [r.get(key) or 0 for r in rows], width, label=label)
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xticks(list(xs))
     ax1.set_xticklabels([r["id"] for r in rows], rotation=70, fontsize=7)

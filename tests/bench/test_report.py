@@ -115,6 +115,19 @@ def test_plot_writes_a_png_when_matplotlib_is_there(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_plot_of_a_prepared_run_has_a_bar_per_case_for_each_of_three_speedups(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    seen = {}
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: seen.update(
+        labels=fig.axes[0].get_legend_handles_labels()[1], bars=len(fig.axes[0].patches)))
+    rows = [{**r, "prepared_ms": 50.0, "prepared_plain_ms": 100.0, "speedup_prepared": 2.0} for r in ROWS[:4]]
+    plot(build_report(rows, {}), str(tmp_path / "p.png"))
+    assert seen["labels"] == ["vs plain", "vs HF prompt lookup", "prepared vs prepared plain"]
+    assert seen["bars"] == 3 * 4
+
+
 def test_changed_lines_counts_each_modified_inserted_or_deleted_line_once():
     assert changed_lines("a\nb\nc\n", "a\nb\nc\n") == 0
     assert changed_lines("a\nb\nc\n", "a\nB\nc\nd\n") == 2
