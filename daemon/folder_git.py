@@ -10,7 +10,7 @@ repository, a locked index, a network filesystem) would hold every folder's file
   it is handed back to the flusher (``requeue``) once that answer is in.
 - *tracked changes*: what ``git add -f`` and ``git rm --cached`` changed among the files the rules
   match (``Ignorer.tracked_changes``, git's run); handed to ``on_tracked_changes`` on this thread.
-- *repositories changed*: git's answer holds other untracked repositories than before
+- *repositories changed*: git's answer holds other nested repositories than before
   (``Ignorer.repositories_changed``): ``on_repositories_changed`` is called on this thread.
 - *current*: whether git's answer still counts; not for a folder removed, added again, gone, or a
   watcher stopped. Asked of the watcher (``is_current``, under its folders lock ``lock``, which

@@ -8,12 +8,12 @@ Vocabulary (the watcher's, daemon/watcher.py, which asks this for every file eve
   the .gitignore files above the folder).
 - *tracked ignored*: files the rules match that git tracks all the same (``git add -f``): the
   scan's ``git ls-files`` lists them, so they are not ignored (``workspace.tracked_ignored``).
-- *untracked repository*: a folder holding a repository that the outer one does not track: ``git
-  ls-files -o`` lists it as one ``name/`` and none of its files, so the scan indexes none and every
-  path below it is ignored (``workspace.untracked_repositories``: git decides, not a ``.git`` on
+- *nested repository*: a folder holding a repository whose files the outer one does not list: an
+  untracked one (``git ls-files -o`` lists it as one ``name/``) or a submodule (one gitlink entry);
+  the scan indexes none of its files and every path below it is ignored (``workspace.nested_repositories``: git decides, not a ``.git`` on
   disk; where the outer repository tracks files in a folder that became a repository, git lists
   them still, and they are followed).
-- *git's answer*: the rules, tracked files and untracked repositories git gave, replaced whole:
+- *git's answer*: the rules, tracked files and nested repositories git gave, replaced whole:
   ``ignored_now`` reads it without running git (the watcher's event thread must never wait on git);
   ``ignored`` and ``tracked_changes`` run git when it is out of date (on the watcher's git thread,
   or a scan's).
@@ -29,7 +29,7 @@ from pathlib import Path
 import pathspec
 
 from index.workspace import (git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored,
-                             untracked_repositories)
+                             nested_repositories)
 
 log = logging.getLogger("ngramd.watcher")
 _UNASKED = object()  # git not asked yet: equal to no state of its index file
@@ -46,7 +46,7 @@ class _GitAnswer:
     asked_stat: object = _UNASKED  # ... when they last ran, answered or failed (no answer: keep the last)
     tracked_files: frozenset[Path] = frozenset()  # the tracked files the rules match
     tracked: frozenset[Path] = frozenset()  # those files and their folders
-    repositories: frozenset[Path] = frozenset()  # the untracked repositories (untracked_repositories)
+    repositories: frozenset[Path] = frozenset()  # the nested repositories (nested_repositories)
 
 
 class Ignorer:
@@ -57,9 +57,9 @@ class Ignorer:
     apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
     .gitignore files above the folder), read once and again after ``forget_git_rules``. A file
     git tracks is not ignored even when the rules match it (``git add -f``), as the scan
-    indexes it; nor is a folder that holds one. A path below an untracked repository is ignored
+    indexes it; nor is a folder that holds one. A path below a nested repository is ignored
     (git lists none of its files). Those files and repositories (``workspace.tracked_ignored``,
-    ``workspace.untracked_repositories``) are asked of git when ``ignored`` runs or the folder's
+    ``workspace.nested_repositories``) are asked of git when ``ignored`` runs or the folder's
     periodic check (``tracked_changes``) does, again only once git's index file changed (a ``git
     add``) or ``forget_git_rules`` was called (a ``.gitignore`` in or above the folder changed, or a
     rescan begins: a ``.git`` made or removed brings one).
@@ -85,7 +85,7 @@ class Ignorer:
             return True
         if self._asked_git().index is not None:
             with self._git_lock:
-                self._refresh_listings()
+                self._refresh_listings(retry_failed=False)  # a path asks again at a change, not at each event
         answer = self._answer
         if _below_any(path, answer.repositories):
             return True
@@ -94,7 +94,7 @@ class Ignorer:
     def ignored_now(self, path: Path, is_dir: bool = False) -> bool | None:
         """``ignored`` from git's last answer, without running git (a stat of its index file at
         most); None when that answer is out of date for ``path``: the rules are to be read again,
-        git's listings were not read since (the untracked repositories are not known), or the rules
+        git's listings were not read since (the nested repositories are not known), or the rules
         match it and git's index file changed since ls-files last ran. ``is_dir``: ``path`` is a
         folder (a pattern ending in "/", ``deps/``, matches folders only)."""
         parts = self._parts(path)
@@ -115,13 +115,13 @@ class Ignorer:
             return None
         return path not in answer.tracked
 
-    def in_untracked_repository(self, path: Path) -> bool:
-        """Whether ``path`` lies below an untracked repository, by git's last answer (no git run);
+    def in_nested_repository(self, path: Path) -> bool:
+        """Whether ``path`` lies below a nested repository, by git's last answer (no git run);
         a path inside a ``.git`` is not (ignored whatever git says)."""
         return self._parts(path) is not None and _below_any(path, self._answer.repositories)
 
     def repositories_changed(self) -> bool:
-        """Whether git's answer holds other untracked repositories than at the last call (False at
+        """Whether git's answer holds other nested repositories than at the last call (False at
         the first: a scan calls it as it begins, after ``tracked_changes``). A ``git rm --cached`` of
         a folder that holds a repository, say, changes what the scan lists with no file event."""
         now = self._answer.repositories
@@ -191,7 +191,7 @@ class Ignorer:
         with self._git_lock:
             if self._answer.index is None:
                 return frozenset()
-            index_stat = self._refresh_listings()
+            index_stat = self._refresh_listings(retry_failed=True)
             if index_stat == self._reconciled_stat:
                 return frozenset()
             tracked_files = self._answer.tracked_files
@@ -199,17 +199,19 @@ class Ignorer:
             self._reconciled_stat, self._reconciled_files = index_stat, tracked_files
             return changed
 
-    def _refresh_listings(self) -> object:
-        """Ask git for the tracked files the rules match and the untracked repositories once its
-        index file changed (under ``_git_lock``); the index file's _stat_key they were read at."""
+    def _refresh_listings(self, retry_failed: bool) -> object:
+        """Ask git for the tracked files the rules match and the nested repositories once its
+        index file changed (under ``_git_lock``); the index file's _stat_key they were read at.
+        ``retry_failed``: ask again where git failed at this state of its index (the periodic
+        check does; a path does not, or each event would wait on a failing git)."""
         answer = self._answer
         if answer.index is None:
             return answer.tracked_stat  # the scan walks: it applies the rules to every file
         index_stat = _stat_key(answer.index)  # before ls-files: a later change asks again
-        if index_stat == answer.tracked_stat:
-            return index_stat
+        if index_stat == answer.tracked_stat or (not retry_failed and index_stat == answer.asked_stat):
+            return answer.tracked_stat
         files = tracked_ignored(self.root)
-        repositories = untracked_repositories(self.root)
+        repositories = nested_repositories(self.root)
         # what git failed to list (a timeout, no fork) is kept as it was, and asked again next time
         answer = replace(answer, asked_stat=index_stat)
         if files is not None:
@@ -218,7 +220,7 @@ class Ignorer:
         if repositories is not None:
             answer = replace(answer, repositories=repositories)
         if files is None or repositories is None:
-            log.warning("git ls-files failed in %s: its tracked ignored files and untracked repositories"
+            log.warning("git ls-files failed in %s: its tracked ignored files and nested repositories"
                         " are as they were", self.root)
             self._answer = answer
             return self._answer.tracked_stat

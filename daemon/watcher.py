@@ -17,9 +17,9 @@ Vocabulary:
   every ``GONE_POLL_S``); or a symlink to a file outside the folder (``workspace.links_outside``, as the scan),
   or to a file of the folder that is not ignored (indexed once, under its own path). A path held
   by several folders is the deepest one's: a nested repository added as a folder of its own
-  decides for its files. In a git work tree, a path below a repository the outer one does not track
-  is ignored too: ``git ls-files -o`` lists that folder as one ``name/`` and none of its files
-  (``workspace.untracked_repositories``; git decides, not a ``.git`` on disk: where the outer
+  decides for its files. In a git work tree, a path below a repository whose files the outer one
+  does not list is ignored too: an untracked one (``git ls-files -o`` lists it as one ``name/``) or
+  a submodule (one gitlink entry) (``workspace.nested_repositories``; git decides, not a ``.git`` on disk: where the outer
   repository tracks files in a folder that became a repository, git lists them, and new files
   there, as before, and they are followed). git is asked for them with the tracked files (when a
   scan begins, and once git's index file changed); when they change, the folder is rescanned
@@ -427,7 +427,7 @@ class WorkspaceWatcher:
             return
         if ignored:
             self._count("ignored")
-            if ignorer.in_untracked_repository(path) and not os.path.lexists(path):
+            if ignorer.in_nested_repository(path) and not os.path.lexists(path):
                 # a delete leaves nothing behind, even of a file indexed before git named the repository
                 self.index.remove_tree(path)
             return
@@ -517,7 +517,7 @@ class WorkspaceWatcher:
         self._requeue(now_tracked)
 
     def _repositories_changed(self, root: Path, ignorer: Ignorer) -> None:
-        """git's answer names other untracked repositories in ``root`` (on the git thread): their
+        """git's answer names other nested repositories in ``root`` (on the git thread): their
         files leave the scan's listing or join it with no event of theirs, so the folder is scanned again."""
         with self._folders_lock:
             if not self._is_current(root, ignorer):

@@ -4,8 +4,9 @@ Discovery respects ``.gitignore``: ``git ls-files -co --exclude-standard``
 where the folder is in a git work tree (it lists a tracked file that the rules
 match too, as git follows it; the watcher asks ``tracked_ignored``; it applies
 ``info/exclude`` and the user's excludes file too: ``git_exclude_rules``; a repository inside the
-folder that the outer one does not track it lists as one ``name/`` and none of its files, counted
-as ``nested_repo``: the watcher asks ``untracked_repositories``), else a walk
+folder whose files the outer one does not list (an untracked one, listed as one ``name/``, or a
+submodule, one gitlink entry) is counted as ``nested_repo``: the watcher asks
+``nested_repositories``), else a walk
 that applies every ``.gitignore`` on the way down (``gitignored``: git's rule, the deepest matching
 pattern decides; the watcher uses the same function). The walk follows directory
 symlinks that stay inside the folder (by real path), never the same directory
@@ -29,6 +30,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import stat
 import subprocess
 from collections import Counter
@@ -150,20 +152,27 @@ def git_index(root: Path) -> Path | None:
 
 
 def _git_ls_files(root: Path, *flags: str) -> tuple[list[Path], list[Path]] | None:
-    """What ``git ls-files`` lists under ``root``: (files, untracked repositories). A name ending in
-    "/" is a repository inside the folder that the outer one does not track (``-o`` lists it as one
-    entry): git lists none of its files. None when git fails."""
+    """What ``git ls-files -s`` lists under ``root``: (files, nested repositories), each once. A
+    nested repository is a folder whose files git does not list: an untracked one (``-o`` lists it
+    as one ``name/``) or a submodule (a tracked gitlink, mode 160000). None when git fails."""
     try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", *flags, "-z"], capture_output=True, timeout=120)
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-s", *flags, "-z"], capture_output=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
         return None
-    files, repositories = [], []
-    for name in out.stdout.decode("utf-8", "surrogateescape").split("\0"):
-        if name:
-            (repositories if name.endswith("/") else files).append(root / name)  # a Path drops the "/"
-    return files, repositories
+    files, repositories = {}, {}  # dicts: an unmerged path is listed once per stage
+    for record in out.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        staged = _STAGED.match(record)  # "MODE OBJECT STAGE\tPATH" for a tracked path; -o's are bare
+        name = record[staged.end():] if staged else record
+        if not name:
+            continue
+        gitlink = staged is not None and staged.group(1) == "160000"
+        (repositories if gitlink or name.endswith("/") else files)[root / name] = None  # a Path drops the "/"
+    return list(files), list(repositories)
+
+
+_STAGED = re.compile(r"(\d{6}) [0-9a-f]{40,64} \d\t")
 
 
 def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
@@ -227,13 +236,14 @@ def tracked_ignored(root: Path) -> frozenset[Path] | None:
     return None if listed is None else frozenset(listed[0])
 
 
-def untracked_repositories(root: Path) -> frozenset[Path] | None:
-    """The folders under ``root`` that hold a repository the outer one does not track: ``git ls-files
-    -o`` lists each as one ``name/`` and none of its files, so the scan indexes none and the watcher
-    skips their events. git decides, not a ``.git`` found on disk: where the outer repository tracks
-    files in a folder that became a repository, git lists them (and new files there) as before.
-    Call it only where the scan uses git (``git_index``); None when git fails (not "none")."""
-    listed = _git_ls_files(root, "-o", "--exclude-standard")
+def nested_repositories(root: Path) -> frozenset[Path] | None:
+    """The folders under ``root`` that hold a repository whose files the outer one does not list:
+    an untracked one (``git ls-files -o`` lists it as one ``name/``) or a submodule (one gitlink
+    entry), so the scan indexes none of their files and the watcher skips their events. git decides,
+    not a ``.git`` found on disk: where the outer repository tracks files in a folder that became a
+    repository, git lists them (and new files there) as before. Call it only where the scan uses
+    git (``git_index``); None when git fails (not "none")."""
+    listed = _git_ls_files(root, "-co", "--exclude-standard")
     return None if listed is None else frozenset(listed[1])
 
 

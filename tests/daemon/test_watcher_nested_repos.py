@@ -79,16 +79,16 @@ def _flushed_up_to(w, index, root, name):
 
 
 def test_git_lists_an_untracked_nested_repository_as_one_entry(tmp_path):
-    """``untracked_repositories`` is git's ``name/`` entry, and the scan counts it as the walk does."""
+    """``nested_repositories`` is git's ``name/`` entry, and the scan counts it as the walk does."""
     from collections import Counter
 
-    from index.workspace import discover, untracked_repositories
+    from index.workspace import discover, nested_repositories
 
     root = _outer_with_untracked_repo(tmp_path)
     out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert sorted(out) == ["a.py", "inner/"]
-    assert untracked_repositories(root) == {root / "inner"}
+    assert nested_repositories(root) == {root / "inner"}
     counts = Counter()
     assert discover(root, counts) == [root / "a.py"] and counts["nested_repo"] == 1
 
@@ -247,9 +247,9 @@ def test_a_tracked_folder_that_becomes_a_repository_keeps_its_tracked_files_foll
         out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
                              capture_output=True, text=True, check=True).stdout.split()
         assert "sub/new.py" in out and "sub/" not in out  # as git lists it: no repository named
-        from index.workspace import untracked_repositories
+        from index.workspace import nested_repositories
 
-        assert untracked_repositories(root) == frozenset()
+        assert nested_repositories(root) == frozenset()
     finally:
         w.stop()
 
@@ -271,3 +271,61 @@ def test_a_repository_is_what_git_takes_for_one(tmp_path):
     assert {n: holds_repository(str(tmp_path / n)) for n in cases} == {
         "repo": True, "link": True, "empty": False, "stray": False}
     assert not holds_repository(str(tmp_path / "absent"))
+
+
+def test_git_lists_a_submodule_as_one_gitlink_and_the_scan_indexes_none_of_its_files(tmp_path):
+    """``nested_repositories`` names the submodule (a tracked gitlink) with the untracked repository;
+    the scan lists neither folder (not as a file either) and counts both as ``nested_repo``."""
+    from collections import Counter
+
+    from index.workspace import discover, nested_repositories
+
+    root = _repo_with_nested_repo_and_submodule(tmp_path)
+    assert nested_repositories(root) == {root / "inner", root / "sub"}
+    counts = Counter()
+    assert discover(root, counts) == [root / ".gitmodules", root / "a.py"]
+    assert counts["nested_repo"] == 2
+
+
+def test_events_skip_the_files_of_a_submodule_as_the_scan_does(tmp_path):
+    """With the real index: an edit or a new file in the submodule stays out, as the scan left them."""
+    root = _repo_with_nested_repo_and_submodule(tmp_path)
+    index = _real_index()
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert sorted(index._files) == [str(root / ".gitmodules"), str(root / "a.py")]
+        (root / "sub" / "s.py").write_text("s = 2\n")
+        (root / "sub" / "new.py").write_text("n = 1\n")
+        _flushed_up_to(w, index, root, "zz.py")
+        assert sorted(index._files) == [str(root / ".gitmodules"), str(root / "a.py"), str(root / "zz.py")]
+    finally:
+        w.stop()
+
+
+def test_a_failing_git_listing_is_asked_again_by_the_periodic_check_not_by_each_path(tmp_path, monkeypatch):
+    """While ``git ls-files`` fails, ``ignored`` runs it once per state of git's index file (each
+    file event would wait on git else); ``tracked_changes`` (the periodic check) asks again."""
+    import daemon.ignorer as ignorer_module
+    from daemon.ignorer import Ignorer
+
+    root = _outer_with_untracked_repo(tmp_path)
+    _git(root, "add", "a.py")
+    asked = []
+
+    def failing(folder):
+        asked.append(folder)
+        return None
+
+    monkeypatch.setattr(ignorer_module, "tracked_ignored", failing)
+    ignorer = Ignorer(root)
+    for name in ("a.py", "b.py", "c.py"):
+        assert not ignorer.ignored(root / name)
+    assert len(asked) == 1
+    ignorer.tracked_changes()
+    assert len(asked) == 2
+    (root / "b.py").write_text("b = 1\n")
+    _git(root, "add", "b.py")  # git's index file changes: a path asks again
+    ignorer.ignored(root / "b.py")
+    assert len(asked) == 3
