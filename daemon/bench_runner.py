@@ -321,7 +321,7 @@ class BenchRunner:
         index = self.index_for(case.workspace)
         self.warm_up(case)
         times: dict[str, list[float]] = {v: [] for v in VARIANTS + (PREPARED_ORDER if self.prepared else ())}
-        first: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        first: dict[str, list[float]] = {v: [] for v in VARIANTS + (PREPARED_ORDER if self.prepared else ())}
         spec_runs: list[EngineRun] = []
         plain_runs: list[EngineRun] = []
         prepared_runs: list[EngineRun] = []
@@ -357,26 +357,38 @@ class BenchRunner:
                     run = self._engine_run(case, index, variant == "prep_spec", prepared=True)
                     prepared_runs.append(run)
                     times[variant].append(run.ms)
+                    first[variant].append(run.result.stats.first_token_ms)
         row = self._row(base, case, spec_runs, plain_runs, hf_ids, prompt_ids, times, first)
         # HF's forward calls: its first (the whole prompt) yields the first token, as ngramd's first
         # decoding pass does, so the count compares with ``forward_passes``
         row["hf_forward_passes"] = hf_passes
         if self.prepared:
-            self._add_prepared(row, prepared_runs, times, list(plain_runs[-1].result.token_ids))
+            self._add_prepared(row, prepared_runs, times, first, plain_runs[-1].result)
         return row
 
     @staticmethod
     def _add_prepared(row: dict[str, Any], runs: list[EngineRun], times: dict[str, list[float]],
-                      plain_ids: list[int]) -> None:
-        """The prepared variants' figures; any prepared answer unlike plain's makes the case not identical."""
+                      first: dict[str, list[float]], plain: Any) -> None:
+        """The prepared variants' figures; any prepared answer unlike plain's makes the case not
+        identical, and the row shows the first such answer and where it departs."""
+        plain_ids = list(plain.token_ids)
         row["prepared_ms"] = _r(statistics.median(times["prep_spec"]))
         row["prepared_plain_ms"] = _r(statistics.median(times["prep_plain"]))
+        # the prepared ceiling's (bench_report): the remaining prefill and the first pass
+        row["prepared_first_token_ms"] = _r(statistics.median(first["prep_spec"]))
+        row["prepared_plain_first_token_ms"] = _r(statistics.median(first["prep_plain"]))
         row["prepare_ms"] = _r(statistics.median(r.prepare_ms for r in runs))
         row["speedup_prepared"] = _ratio(row["prepared_plain_ms"], row["prepared_ms"])
         # what the prepared requests still prefilled themselves: the head start shown, not assumed
         row["prepared_prefill_tokens"] = max(r.result.stats.prefill_tokens for r in runs)
-        row["prepared_identical"] = all(list(r.result.token_ids) == plain_ids for r in runs)
+        differing = next((r.result for r in runs if list(r.result.token_ids) != plain_ids), None)
+        row["prepared_identical"] = differing is None
         row["identical"] = row["identical"] and row["prepared_identical"]
+        if differing is not None:
+            row["prepared_token_ids"] = list(differing.token_ids)
+            row["prepared_text"] = differing.text
+            row["prepared_first_difference"] = _first_difference(row["prepared_token_ids"], plain_ids)
+            row["plain_token_ids"], row["plain_text"] = plain_ids, plain.text
 
     def _prompt_ids(self, plain: EngineRun) -> list[int]:
         ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids))
@@ -439,15 +451,21 @@ class BenchRunner:
         }
         if case.mode == "edit":
             row["changed_lines"] = changed_lines(case.text[case.offset:case.end or case.offset], spec.text)
-        if not identical:
-            diverge = next((i for i, (a, b) in enumerate(zip(spec.token_ids, plain_ids)) if a != b),
-                           min(len(spec.token_ids), len(plain_ids)))
+        if not identical:  # where the first run unlike plain's last departs from it
+            unlike = next((ids for ids in spec_ids if ids != plain_ids), None)
+            if unlike is None:  # plain's own runs disagree
+                unlike = next(list(r.result.token_ids) for r in plain_runs if list(r.result.token_ids) != plain_ids)
             row["plain_token_ids"] = plain_ids
             row["plain_text"] = plain.text
-            row["first_difference"] = diverge
+            row["first_difference"] = _first_difference(unlike, plain_ids)
         row["speedup_plain"] = _ratio(row["plain_ms"], row["ms"])
         row["speedup_hf"] = _ratio(row["hf_prompt_lookup_ms"], row["ms"])
         return row
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    """The first position where two token lists differ (the shorter's length if one extends the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _prefix_equal(a: list[int], b: list[int]) -> bool:

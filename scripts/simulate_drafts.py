@@ -12,8 +12,10 @@ in seconds instead of re-running the model.
 
 Per match length it prints how often a draft's first token agrees and how often each later
 token does given the one before it did (``next-ok``); among the policies, ``oracle`` drafts
-exactly the tokens that will agree (none where none will): the most any choice of draft
-length could give with these drafts, against which ``adaptive`` (the engine's policy) is read.
+exactly the tokens that will agree (none where none will), step by step: close to the most any
+choice of draft length could give with these drafts (greedy per step, not the optimum over a
+whole output: where a pass's cost rises steeply with its length, drafting fewer can pay), against
+which ``adaptive`` (the engine's policy) is read.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def trace_proposer(proposer, prompt_ids, output, k):
 
 
 def oracle_policy(m, s, c, L, agree):
-    """Drafts exactly the tokens that will agree: a bound on any draft-length policy."""
+    """Drafts exactly the tokens that will agree, step by step (greedy: near the best any
+    draft-length policy can do, not a strict bound on it)."""
     return min(agree, L)
 
 

@@ -71,11 +71,42 @@ def test_bench_prepared_times_the_editor_flow_with_the_same_head_start(tiny_runt
         assert row["prepared_identical"] is True and row["identical"] is True
         # the prepare did the prompt's work: the request prefilled at most the edit's instruction
         assert row["prepared_prefill_tokens"] < row["prompt_tokens"] // 2
+        assert 0 < row["prepared_first_token_ms"] <= row["prepared_ms"]
+        assert 0 < row["prepared_plain_first_token_ms"] <= row["prepared_plain_ms"]
     assert report["cases"][0]["prepared_prefill_tokens"] == 0  # a completion asked where it was prepared
     summary = report["summary"]
     assert summary["by_kind"]["repeat"]["prepared_vs_plain"]["total"] is not None
     assert summary["edits"]["prepared_vs_plain"]["total"] is not None
     assert "prepared" in summary["targets"]["repeat_vs_plain"]
+    assert summary["targets"]["repeat_vs_plain"]["prepared_ceiling"] > 0
+
+
+def test_a_prepared_answer_unlike_plain_makes_the_case_not_identical_and_shows_where(
+        tiny_runtime, cases_file, monkeypatch):
+    """A stand-in fault on the prepared speculative path only (its second token changed): the cold
+    runs agree, the case is reported not identical, with the prepared answer and where it departs."""
+    import dataclasses
+
+    from daemon.bench_runner import BenchRunner
+
+    real = BenchRunner._engine_run
+
+    def faulty(self, case, index, speculate, max_tokens=None, prepared=False):
+        run = real(self, case, index, speculate, max_tokens, prepared)
+        if prepared and speculate and max_tokens is None:
+            ids = list(run.result.token_ids)
+            ids[1] += 1
+            run = dataclasses.replace(run, result=dataclasses.replace(run.result, token_ids=ids))
+        return run
+
+    monkeypatch.setattr(BenchRunner, "_engine_run", faulty)
+    report = bench(load_cases(cases_file)[:1], runtime=tiny_runtime, repeat=1, hf=False, prepared=True)
+    row = report["cases"][0]
+    assert row["prepared_identical"] is False and row["identical"] is False
+    assert row["prepared_first_difference"] == 1
+    assert row["prepared_token_ids"][1] == row["plain_token_ids"][1] + 1
+    assert row["token_ids"] == row["plain_token_ids"]  # the cold runs agree
+    assert report["summary"]["not_identical"] == ["tiny-repeat"]
 
 
 def test_bench_without_prepared_has_no_prepared_figures(tiny_runtime, cases_file):

@@ -43,13 +43,16 @@ def test_summary_speedups_identical_and_targets():
 
 
 def test_ceiling_is_the_baseline_over_the_time_to_the_first_token():
-    # a: prefill-heavy (first token at 90 of 100 ms): even free decoding gives plain 300 / 90;
-    # b: decoding-heavy, its ceiling far above the goal
-    rows = [row("a", "ordinary", 100, 150, 120, first=90.0), row("b", "repeat", 100, 800, 400, first=20.0)]
+    # a: prefill-heavy (first token at 90 of 100 ms): even free decoding gives plain 150 / 90;
+    # b: decoding-heavy, its ceiling far above the goal; its speculative first pass (30 ms, a
+    # draft riding on it) is slower than plain's (20 ms): the faster one bounds it
+    rows = [row("a", "ordinary", 100, 150, 120, first=90.0),
+            {**row("b", "repeat", 100, 800, 400, first=20.0), "first_token_ms": 30.0}]
     s = summarize(rows)
     assert s["by_kind"]["ordinary"]["ceiling_vs_plain"] == round(150 / 90, 3)
     assert s["by_kind"]["ordinary"]["ceiling_vs_hf"] == round(120 / 90, 3)
     assert s["ceiling_vs_plain"] == round(950 / 110, 3)
+    assert s["ceiling_prepared"] is None  # no prepared runs
     t = s["targets"]
     assert t["ordinary_vs_plain"] == {"value": 1.5, "goal": 2.0, "met": False, "ceiling": round(150 / 90, 3)}
     assert t["repeat_vs_plain"]["ceiling"] == 40.0 and t["repeat_vs_plain"]["met"] is True
@@ -58,26 +61,28 @@ def test_ceiling_is_the_baseline_over_the_time_to_the_first_token():
     render_text(build_report(rows, {}), out, use_rich=False)
     lines = out.getvalue().splitlines()
     ordinary = next(line for line in lines if line.startswith("target ordinary_vs_plain"))
-    assert "ceiling 1.67, below the goal: no draft can meet it here" in ordinary
+    assert "ceiling 1.67, below the goal: drafting alone cannot meet it here" in ordinary
     repeat = next(line for line in lines if line.startswith("target repeat_vs_plain"))
     assert "ceiling 40.00)" in repeat and "below the goal" not in repeat
 
 
 def test_prepared_figures_beside_the_cold_ones():
     def prepared(r, ms, plain):
-        return {**r, "prepared_ms": ms, "prepared_plain_ms": plain, "speedup_prepared": round(plain / ms, 3)}
+        return {**r, "prepared_ms": ms, "prepared_plain_ms": plain, "speedup_prepared": round(plain / ms, 3),
+                "prepared_first_token_ms": 5.0, "prepared_plain_first_token_ms": 4.0}
 
     rows = [prepared(row("a", "repeat", 100, 300, 300), 50, 400), prepared(row("b", "repeat", 100, 300, 300), 50, 200)]
     s = summarize(rows)
     assert s["by_kind"]["repeat"]["prepared_vs_plain"] == {"total": 6.0, "median": 6.0, "min": 4.0}
     t = s["targets"]["repeat_vs_plain"]
     assert (t["value"], t["met"], t["prepared"], t["prepared_met"]) == (3.0, False, 6.0, True)
+    assert t["ceiling"] == 30.0 and t["prepared_ceiling"] == 75.0  # 600 / (10 + 10), 600 / (4 + 4)
     assert "prepared" not in s["targets"]["ordinary_vs_hf"]  # HF has no prepared variant
     out = io.StringIO()
     report = build_report(rows, {})
     render_text(report, out, use_rich=False)
     text = out.getvalue()
-    assert "target repeat_vs_plain: 3.00" in text and "MISSED; prepared 6.00 met" in text
+    assert "target repeat_vs_plain: 3.00 (goal 6.0; cold ceiling 30.00) MISSED; prepared 6.00 (ceiling 75.00) met" in text
     assert "x prep" in text.splitlines()[1] and "8.00x" in text  # a's 400 / 50
     assert markdown_table(report).splitlines()[0].count("|") == 15  # 14 columns
 
