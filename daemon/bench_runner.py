@@ -259,8 +259,10 @@ class BenchRunner:
             from daemon.engine import EngineConfig
 
             cfg = self.engine_config if self.engine_config is not None else EngineConfig()
-            # a prepared run needs the cache its prepare filled; every run drops the document's first
-            cfg = dataclasses.replace(cfg, add_history=False, reuse_kv=self.prepared)
+            # a prepared run needs the cache its prepare filled; every run drops the document's first.
+            # The buffer is the index's already (case_document, as the daemon's editor sync does): a
+            # completer's own sync would re-tokenize it in the first timed run, always a plain one
+            cfg = dataclasses.replace(cfg, add_history=False, reuse_kv=self.prepared, sync_buffers=False)
             self.engine_config = cfg
             self._completer = Completer(self.rt, self._index_view, cfg)
         return self._completer
