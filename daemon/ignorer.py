@@ -10,9 +10,10 @@ Vocabulary (the watcher's, daemon/watcher.py, which asks this for every file eve
   scan's ``git ls-files`` lists them, so they are not ignored (``workspace.tracked_ignored``).
 - *nested repository*: a folder holding a repository whose files the outer one does not list: an
   untracked one (``git ls-files -o`` lists it as one ``name/``) or a submodule (one gitlink entry);
-  the scan indexes none of its files and every path below it is ignored (``workspace.nested_repositories``: git decides, not a ``.git`` on
-  disk; where the outer repository tracks files in a folder that became a repository, git lists
-  them still, and they are followed).
+  the scan indexes none of its files and every path below it is ignored
+  (``workspace.nested_repositories``: git decides, not a ``.git`` on disk; where the outer
+  repository tracks files in a folder that became a repository, git lists them still, and they
+  are followed).
 - *git's answer*: the rules, tracked files and nested repositories git gave, replaced whole:
   ``ignored_now`` reads it without running git (the watcher's event thread must never wait on git);
   ``ignored`` and ``tracked_changes`` run git when it is out of date (on the watcher's git thread,
@@ -212,7 +213,8 @@ class Ignorer:
             return answer.tracked_stat
         files = tracked_ignored(self.root)
         repositories = nested_repositories(self.root)
-        # what git failed to list (a timeout, no fork) is kept as it was, and asked again next time
+        # what git failed to list (a timeout, no fork) is kept as it was, and asked again by the
+        # periodic check, or by a path once git's index file changed
         answer = replace(answer, asked_stat=index_stat)
         if files is not None:
             tracked = files.union(p for f in files for p in f.parents if self.root in p.parents)

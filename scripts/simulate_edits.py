@@ -10,7 +10,9 @@ time projected with the verify-cost curve (ms per pass over n new tokens).
         --cost 35,35,45,79,109,142,208
 
 Prints, per case, passes and projected ms of the replay against plain decoding (one
-pass per token), and the totals. The loop is daemon/engine.py's, minus the model:
+pass per token), and the totals. ``--trace CASE_ID`` prints that case's passes one by one
+(how the proposer chose the draft, what was drafted, accepted and emitted): where an edit's
+passes go. The loop is daemon/engine.py's, minus the model:
 propose, ``policy.choose``, verify against the recorded output, feedback.
 """
 
@@ -23,11 +25,12 @@ import numpy as np
 
 
 def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, max_tokens: int,
-           propose_k: int = 64, width: int = 1) -> tuple[int, float]:
+           propose_k: int = 64, width: int = 1, trace=None) -> tuple[int, float]:
     """Greedy speculative decoding of ``output`` replayed: (passes, projected ms).
 
     Drafts are sized against ``max_tokens`` as in the engine (the replay does not
     know where the output will stop); tokens past the recorded output never agree.
+    ``trace(pass, drafted tokens, accepted, emitted tokens)`` is called after each pass.
     """
     context = list(prompt_ids)
     done, passes, ms = 0, 0, 0.0
@@ -56,6 +59,9 @@ def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, max
             policy.feedback(draft, best_branch, best_acc, branch_len)
         proposer.feedback(best_acc)
         step = output[done: done + best_acc + 1]
+        if trace is not None:
+            trace(passes, chosen[best_branch if best_branch >= 0 else 0][1].tolist() if chosen else [],
+                  best_acc, step)
         context += step
         done += len(step)
         passes += 1
@@ -69,6 +75,7 @@ def main() -> int:
     ap.add_argument("--cases", required=True)
     ap.add_argument("--cost", default="35,35,45,79,109,142,208",
                     help="ms per pass for 1,2,4,8,16,32,64 new tokens")
+    ap.add_argument("--trace", metavar="CASE_ID", help="print this case's passes one by one")
     args = ap.parse_args()
 
     from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
@@ -100,8 +107,13 @@ def main() -> int:
         with case_document(index, case):  # as in the bench: the file is an open buffer
             proposer = edit_proposer(ep, index, uri, pcfg)
             policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()), width=pcfg.branches)
+            trace = None
+            if case.id == args.trace:
+                def trace(i, drafted, accepted, emitted, proposer=proposer):
+                    print(f"  pass {i:3}: {proposer.mode:8} drafted {rt.tokenizer.decode(drafted)!r:.50} "
+                          f"accepted {accepted:2} emitted {rt.tokenizer.decode(emitted)!r:.40}")
             passes, proj = replay(proposer, policy, ep.prompt_ids, output, cost, case.max_tokens,
-                                  pcfg.k_max, pcfg.branches)
+                                  pcfg.k_max, pcfg.branches, trace)
         plain_ms = len(output) * cost(1)
         total["passes"] += passes
         total["plain"] += len(output)
