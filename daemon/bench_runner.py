@@ -261,7 +261,8 @@ class BenchRunner:
             cfg = self.engine_config if self.engine_config is not None else EngineConfig()
             # a prepared run needs the cache its prepare filled; every run drops the document's first.
             # The buffer is the index's already (case_document, as the daemon's editor sync does): a
-            # completer's own sync would re-tokenize it in the first timed run, always a plain one
+            # completer's own sync would re-tokenize it inside the first timed run that syncs (plain
+            # for a completion; speculative for an edit, which syncs only when speculating)
             cfg = dataclasses.replace(cfg, add_history=False, reuse_kv=self.prepared, sync_buffers=False)
             self.engine_config = cfg
             self._completer = Completer(self.rt, self._index_view, cfg)
@@ -459,6 +460,7 @@ class BenchRunner:
                 unlike = next(list(r.result.token_ids) for r in plain_runs if list(r.result.token_ids) != plain_ids)
             row["plain_token_ids"] = plain_ids
             row["plain_text"] = plain.text
+            row["differing_token_ids"] = unlike  # ``token_ids`` is the last run's, which may agree
             row["first_difference"] = _first_difference(unlike, plain_ids)
         row["speedup_plain"] = _ratio(row["plain_ms"], row["ms"])
         row["speedup_hf"] = _ratio(row["hf_prompt_lookup_ms"], row["ms"])

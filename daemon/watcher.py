@@ -18,10 +18,10 @@ Vocabulary:
   or to a file of the folder that is not ignored (indexed once, under its own path). A path held
   by several folders is the deepest one's: a nested repository added as a folder of its own
   decides for its files. In a git work tree, a path below a repository whose files the outer one
-  does not list is ignored too: an untracked one (``git ls-files -o`` lists it as one ``name/``) or
-  a submodule (one gitlink entry) (``workspace.nested_repositories``; git decides, not a ``.git`` on disk: where the outer
-  repository tracks files in a folder that became a repository, git lists them, and new files
-  there, as before, and they are followed). git is asked for them with the tracked files (when a
+  does not list is ignored too: an untracked one (``git ls-files -o`` lists it as one ``name/``)
+  or a submodule (one gitlink entry); see ``workspace.nested_repositories``. git decides, not a
+  ``.git`` on disk: where the outer repository tracks files in a folder that became a
+  repository, git lists them, and new files there, as before, and they are followed. git is asked for them with the tracked files (when a
   scan begins, and once git's index file changed); when they change, the folder is rescanned
   (their files leave the listing or join it with no event of theirs), and a delete below one still
   leaves the index. Where the scan walks, nested repositories are walked and followed alike.

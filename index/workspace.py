@@ -30,7 +30,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import stat
 import subprocess
 from collections import Counter
@@ -152,27 +151,39 @@ def git_index(root: Path) -> Path | None:
 
 
 def _git_ls_files(root: Path, *flags: str) -> tuple[list[Path], list[Path]] | None:
-    """What ``git ls-files -s`` lists under ``root``: (files, nested repositories), each once. A
-    nested repository is a folder whose files git does not list: an untracked one (``-o`` lists it
-    as one ``name/``) or a submodule (a tracked gitlink, mode 160000). None when git fails."""
-    try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-s", *flags, "-z"], capture_output=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
+    """What ``git ls-files`` lists under ``root``: (files, untracked repositories), each once (an
+    unmerged path is listed once per stage). A name ending in "/" is a repository inside the folder
+    that the outer one does not track (``-o`` lists it as one entry): git lists none of its files.
+    A submodule is listed as a file here (see ``_gitlinks``). None when git fails."""
+    out = _git_listing(root, *flags)
+    if out is None:
         return None
-    if out.returncode != 0:
-        return None
-    files, repositories = {}, {}  # dicts: an unmerged path is listed once per stage
-    for record in out.stdout.decode("utf-8", "surrogateescape").split("\0"):
-        staged = _STAGED.match(record)  # "MODE OBJECT STAGE\tPATH" for a tracked path; -o's are bare
-        name = record[staged.end():] if staged else record
-        if not name:
-            continue
-        gitlink = staged is not None and staged.group(1) == "160000"
-        (repositories if gitlink or name.endswith("/") else files)[root / name] = None  # a Path drops the "/"
+    files, repositories = {}, {}  # dicts: each once, in git's order
+    for name in out.decode("utf-8", "surrogateescape").split("\0"):
+        if name:
+            (repositories if name.endswith("/") else files)[root / name] = None  # a Path drops the "/"
     return list(files), list(repositories)
 
 
-_STAGED = re.compile(r"(\d{6}) [0-9a-f]{40,64} \d\t")
+def _gitlinks(root: Path) -> frozenset[Path] | None:
+    """The submodules under ``root``: the tracked gitlinks (mode 160000), which ``git ls-files``
+    lists as one entry each and none of their files. The staged listing holds every tracked file:
+    only the gitlinks' records are decoded (a bytes prefix test per record). None when git fails."""
+    out = _git_listing(root, "-s", "-c")
+    if out is None:
+        return None
+    # "MODE OBJECT STAGE\tPATH"; a conflicted submodule comes once per stage
+    return frozenset(root / r.split(b"\t", 1)[1].decode("utf-8", "surrogateescape")
+                     for r in out.split(b"\0") if r.startswith(b"160000 "))
+
+
+def _git_listing(root: Path, *flags: str) -> bytes | None:
+    """``git ls-files FLAGS -z``'s output in ``root``; None when git fails."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", *flags, "-z"], capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
 
 
 def git_exclude_rules(root: Path) -> list[tuple[Path, pathspec.PathSpec]]:
@@ -243,8 +254,8 @@ def nested_repositories(root: Path) -> frozenset[Path] | None:
     not a ``.git`` found on disk: where the outer repository tracks files in a folder that became a
     repository, git lists them (and new files there) as before. Call it only where the scan uses
     git (``git_index``); None when git fails (not "none")."""
-    listed = _git_ls_files(root, "-co", "--exclude-standard")
-    return None if listed is None else frozenset(listed[1])
+    listed, links = _git_ls_files(root, "-o", "--exclude-standard"), _gitlinks(root)
+    return None if listed is None or links is None else frozenset(listed[1]) | links
 
 
 def holds_repository(directory: str) -> bool:
@@ -393,11 +404,14 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
         files = _walk_files(root, counts)
     else:
         listed = _git_ls_files(root, "-co", "--exclude-standard")
-        if listed is None:  # a work tree whose git failed (timed out in a huge repository, a damaged index)
+        links = _gitlinks(root) if listed is not None else None
+        if listed is None or links is None:  # a work tree whose git failed (timed out in a huge repository, a damaged index)
             counts["git_failed"] += 1
             files = _walk_like_git(root, counts)
         else:
             files, repositories = listed
-            if repositories:  # as the walk counts the ones it skips
-                counts["nested_repo"] += len(repositories)
+            if links:  # a submodule is one entry, a folder: a nested repository, not a file
+                files = [f for f in files if f not in links]
+            if repositories or links:  # as the walk counts the ones it skips
+                counts["nested_repo"] += len(repositories) + len(links)
     return sorted(_drop_links_out(files, root, counts))

@@ -19,6 +19,7 @@ propose, ``policy.choose``, verify against the recorded output, feedback.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 import numpy as np
@@ -59,14 +60,22 @@ def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, max
             policy.feedback(draft, best_branch, best_acc, branch_len)
         proposer.feedback(best_acc)
         step = output[done: done + best_acc + 1]
-        if trace is not None:
-            trace(passes, chosen[best_branch if best_branch >= 0 else 0][1].tolist() if chosen else [],
-                  best_acc, step)
+        if trace is not None:  # the branch that was kept, or the first drafted
+            kept = next((t for b, t in chosen if b == best_branch), chosen[0][1] if chosen else None)
+            trace(passes, [] if kept is None else kept.tolist(), best_acc, step)
         context += step
         done += len(step)
         passes += 1
         ms += cost(1 + drafted)
     return passes, ms
+
+
+def print_pass(tokenizer, proposer, i: int, drafted: list[int], accepted: int, emitted: list[int]) -> None:
+    """One line of ``--trace``: how the proposer placed its pointer ("fallback": the index
+    drafted instead), what it drafted, how much was accepted, what the pass emitted."""
+    mode = "fallback" if getattr(proposer, "_used_fallback", False) else proposer.mode
+    print(f"  pass {i:3}: {mode:8} drafted {tokenizer.decode(drafted)!r:.50} "
+          f"accepted {accepted:2} emitted {tokenizer.decode(emitted)!r:.40}")
 
 
 def main() -> int:
@@ -107,11 +116,7 @@ def main() -> int:
         with case_document(index, case):  # as in the bench: the file is an open buffer
             proposer = edit_proposer(ep, index, uri, pcfg)
             policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()), width=pcfg.branches)
-            trace = None
-            if case.id == args.trace:
-                def trace(i, drafted, accepted, emitted, proposer=proposer):
-                    print(f"  pass {i:3}: {proposer.mode:8} drafted {rt.tokenizer.decode(drafted)!r:.50} "
-                          f"accepted {accepted:2} emitted {rt.tokenizer.decode(emitted)!r:.40}")
+            trace = functools.partial(print_pass, rt.tokenizer, proposer) if case.id == args.trace else None
             passes, proj = replay(proposer, policy, ep.prompt_ids, output, cost, case.max_tokens,
                                   pcfg.k_max, pcfg.branches, trace)
         plain_ms = len(output) * cost(1)

@@ -137,3 +137,23 @@ def test_cli_rejects_a_malformed_cases_file(tmp_path, capsys):
     good = Path(__file__).resolve().parents[2] / "bench" / "cases" / "smoke.jsonl"
     assert main(["bench", "--cases", str(good), "--rows", str(tmp_path / "no" / "such" / "dir.jsonl")]) == 2
     assert "cannot write --rows" in capsys.readouterr().err
+
+
+def test_the_bench_puts_each_case_buffer_in_the_index_once_per_case_document(tiny_runtime, cases_file, monkeypatch):
+    """The case's buffer is opened by ``case_document`` alone (warm-up, then the case): the engine's
+    own buffer sync would re-tokenize it inside the first timed run that syncs."""
+    from index.store import NgramIndex
+
+    opened = []
+    real = NgramIndex.open_buffer
+
+    def counting(self, uri, text, *args, **kwargs):
+        opened.append(uri)
+        return real(self, uri, text, *args, **kwargs)
+
+    monkeypatch.setattr(NgramIndex, "open_buffer", counting)
+    report = bench(load_cases(cases_file), runtime=tiny_runtime, repeat=2, hf=False)
+    assert [r["status"] for r in report["cases"]] == ["ok", "ok"]
+    uris = [case.path.as_uri() for case in load_cases(cases_file)]
+    # the first case: its warm-up's case_document and its own; the second: its own only
+    assert opened == [uris[0], uris[0], uris[1]]

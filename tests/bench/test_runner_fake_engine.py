@@ -106,6 +106,8 @@ def test_runner_reports_every_field_and_the_identical_flag(monkeypatch, tiny_run
     assert row["identical"] is (not diverge)  # a difference is reported, not hidden
     if diverge:
         assert row["first_difference"] == 5 and row["plain_token_ids"] != row["token_ids"]
+        differing = row["differing_token_ids"]
+        assert differing[:5] == row["plain_token_ids"][:5] and differing[5] != row["plain_token_ids"][5]
     # hf got exactly the engine's prompt ids: its greedy output equals plain decoding
     assert row["hf_identical"] is True and row["hf_generated"] == 6
     assert row["prompt_tokens"] == len(tiny_runtime.encode(row["prompt"]))
