@@ -285,9 +285,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         reach = _reach("cold ceiling" if "prepared" in t else "ceiling", t.get("ceiling"), t["goal"])
-        prep = "" if "prepared" not in t else \
-            (f"; prepared {t['prepared']:.2f}{_reach('ceiling', t.get('prepared_ceiling'), t['goal'], ' (')}"
-             f" {'met' if t['prepared_met'] else 'MISSED'}")
+        reach = f"; {reach}" if reach else ""
+        prep = ""
+        if "prepared" in t:
+            prep_reach = _reach("ceiling", t.get("prepared_ceiling"), t["goal"])
+            prep = (f"; prepared {t['prepared']:.2f}" + (f" ({prep_reach})" if prep_reach else "")
+                    + f" {'met' if t['prepared_met'] else 'MISSED'}")
         lines.append(f"target {name}: {_fmt(t['value'], '', 2)} (goal {t['goal']}{reach}) {met}{prep}")
     if summary["unsupported"]:
         lines.append(f"unsupported: {', '.join(summary['unsupported'])}")
@@ -296,12 +299,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _reach(label: str, ceiling: float | None, goal: float, opening: str = "; ") -> str:
-    """A target's ceiling, and whether drafting alone can meet the goal under it."""
+def _reach(label: str, ceiling: float | None, goal: float) -> str:
+    """A target's ceiling, and whether drafting alone can meet the goal under it ("" without one)."""
     if ceiling is None:
         return ""
     below = ", below the goal: drafting alone cannot meet it here" if ceiling < goal else ""
-    return f"{opening}{label} {ceiling:.2f}{below}" + (")" if opening.endswith("(") else "")
+    return f"{label} {ceiling:.2f}{below}"
 
 
 def render_text(report: dict[str, Any], out: TextIO, use_rich: bool | None = None) -> None:

@@ -323,8 +323,9 @@ class BenchRunner:
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
         self.warm_up(case)
-        times: dict[str, list[float]] = {v: [] for v in VARIANTS + (PREPARED_ORDER if self.prepared else ())}
-        first: dict[str, list[float]] = {v: [] for v in VARIANTS + (PREPARED_ORDER if self.prepared else ())}
+        variants = VARIANTS + (PREPARED_ORDER if self.prepared else ())
+        times: dict[str, list[float]] = {v: [] for v in variants}  # each run's ms
+        first: dict[str, list[float]] = {v: [] for v in variants}  # each run's time to its first token
         spec_runs: list[EngineRun] = []
         plain_runs: list[EngineRun] = []
         prepared_runs: list[EngineRun] = []

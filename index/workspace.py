@@ -151,8 +151,8 @@ def git_index(root: Path) -> Path | None:
 
 
 def _git_ls_files(root: Path, *flags: str) -> tuple[list[Path], list[Path]] | None:
-    """What ``git ls-files`` lists under ``root``: (files, untracked repositories), each once (an
-    unmerged path is listed once per stage). A name ending in "/" is a repository inside the folder
+    """What ``git ls-files`` lists under ``root``: (files, untracked repositories), each once (git
+    lists an unmerged path once per stage). A name ending in "/" is a repository inside the folder
     that the outer one does not track (``-o`` lists it as one entry): git lists none of its files.
     A submodule is listed as a file here (see ``_gitlinks``). None when git fails."""
     out = _git_listing(root, *flags)
