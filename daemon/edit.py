@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -211,12 +212,15 @@ def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int
 
 
 def edit_proposer(ep: EditPrompt, index: Any | None, uri: str,
-                  config: EditProposerConfig | None = None) -> EditProposer:
+                  config: EditProposerConfig | None = None,
+                  token_bytes: Callable[[int], bytes] | None = None) -> EditProposer:
     """The original as the draft; the fallback is the n-gram index and the output so far,
-    or prompt lookup over the context when there is no index."""
+    or prompt lookup over the context when there is no index. With ``token_bytes``
+    (the runtime's) the proposer can re-synchronise by bytes."""
     fallback = (ContextLookup(IndexProposer(index, uri), len(ep.prompt_ids)) if index is not None
                 else prompt_lookup())
-    return EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), config, fallback=fallback)
+    return EditProposer(np.asarray(ep.draft_ids, dtype=np.int32), len(ep.prompt_ids), config, fallback=fallback,
+                        token_bytes=token_bytes)
 
 
 def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | None = None,
@@ -231,7 +235,7 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     if not req.speculate:
         proposer, policy = NullProposer(), None
     else:
-        proposer = edit_proposer(ep, index, req.uri, pcfg)
+        proposer = edit_proposer(ep, index, req.uri, pcfg, runtime.token_bytes)
         policy = EditDraftPolicy(completer.policy, width=pcfg.branches)
     stopper = StopChecker(StopConfig(max_tokens=max_tokens, stop_strings=ep.stop, eos_ids=completer.eos_ids,
                                      block_end=False),  # a rewritten range may dedent

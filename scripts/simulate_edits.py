@@ -85,6 +85,8 @@ def main() -> int:
     ap.add_argument("--cost", default="35,35,45,79,109,142,208",
                     help="ms per pass for 1,2,4,8,16,32,64 new tokens")
     ap.add_argument("--trace", metavar="CASE_ID", help="print this case's passes one by one")
+    ap.add_argument("--by-tokens", action="store_true",
+                    help="re-synchronise by tokens, as without a tokenizer (the default matches bytes)")
     args = ap.parse_args()
 
     from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
@@ -114,7 +116,7 @@ def main() -> int:
         output = list(bench[case.id]["token_ids"])
         pcfg = EditProposerConfig()
         with case_document(index, case):  # as in the bench: the file is an open buffer
-            proposer = edit_proposer(ep, index, uri, pcfg)
+            proposer = edit_proposer(ep, index, uri, pcfg, None if args.by_tokens else rt.token_bytes)
             policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()), width=pcfg.branches)
             trace = functools.partial(print_pass, rt.tokenizer, proposer) if case.id == args.trace else None
             passes, proj = replay(proposer, policy, ep.prompt_ids, output, cost, case.max_tokens,

@@ -1,0 +1,118 @@
+"""Re-synchronising an edit by bytes (daemon/edit_bytes.py) on hand-made tokens (no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daemon.edit_bytes import ByteMatchConfig, byte_resync, token_starts
+from daemon.edit_proposer import EditProposer
+
+from edit_sim import simulate
+
+# A hand-made vocabulary: id -> the token's bytes. ")" and ":" exist apart and as "):".
+VOCAB = ["def", " f", "(", "x", "):", "\n   ", " return", " x", ":", " int", ")", " ->", " bool",
+         " is", " name", " str"]
+ID = {t: i + 10 for i, t in enumerate(VOCAB)}
+PROMPT = [1, 2, 3]
+
+
+def token_bytes(token_id: int) -> bytes:
+    return VOCAB[token_id - 10].encode()
+
+
+def ids(*tokens: str) -> list[int]:
+    return [ID[t] for t in tokens]
+
+
+def test_token_starts_gives_the_bytes_and_every_token_start():
+    data, starts = token_starts(np.asarray(ids("def", " f", "("), dtype=np.int32), token_bytes)
+    assert data == b"def f("
+    assert starts.tolist() == [0, 3, 5, 6]
+
+
+def test_a_match_ends_at_the_end_of_a_split_token():
+    # original "f(x):" as f ( x "):"; the output wrote ": int)" and then ":"
+    m = byte_resync(b"f(x):", b"f(x: int):", a=3, g=3, original_bounds=frozenset({0, 1, 2, 3, 5}),
+                    generated_starts=frozenset({0, 1, 2, 3, 4, 8, 9}))
+    assert (m.end, m.length, m.cost) == (5, 2, 5)  # "):" matched, ": int" inserted, nothing deleted
+
+
+def test_a_match_must_end_where_a_token_of_the_original_ends():
+    # ")" alone ends inside "):": drafting there would start mid-token
+    m = byte_resync(b"f(x):", b"f(x: int)", a=3, g=3, original_bounds=frozenset({0, 1, 2, 3, 5}),
+                    generated_starts=frozenset({0, 1, 2, 3, 4, 8}))
+    assert m is None
+
+
+def test_a_short_match_must_begin_at_a_token():
+    # "tr" ends " str" (output) and begins inside " true" (original): no evidence
+    original = b" true if"
+    orig_bounds = frozenset({0, 5, 8})
+    assert byte_resync(original, b" str", a=0, g=0, original_bounds=orig_bounds | {3},
+                       generated_starts=frozenset({0})) is None
+    # a match as long as far_min needs no token start
+    cfg = ByteMatchConfig(far_min=2)
+    m = byte_resync(original, b" str", a=0, g=0, original_bounds=orig_bounds | {3},
+                    generated_starts=frozenset({0}), cfg=cfg)
+    assert m is not None and m.end == 3
+
+
+def test_the_cheapest_placement_wins_near_beats_longer_far():
+    # the output dropped a quote: " 'name' is ... name here" <- " name"
+    original = b" 'name' is a name here"
+    orig_bounds = frozenset({0, 2, 6, 7, 10, 12, 17, 22})
+    m = byte_resync(original, b" name", a=0, g=0, original_bounds=orig_bounds, generated_starts=frozenset({0}))
+    # " name" (5 bytes) at 12 costs 12 deleted; "name" (4) at 2 costs 1 inserted + 2 deleted
+    assert (m.end, m.length, m.cost) == (6, 4, 3)
+
+
+def test_deleting_backwards_counts_double():
+    original = b"ab cd ab"
+    orig_bounds = frozenset({0, 2, 3, 5, 6, 8})
+    # " ab" matches 1 byte ahead of the divergence at 4, "ab" also 4 bytes back: ahead wins
+    m = byte_resync(original, b"xx ab", a=4, g=3, original_bounds=orig_bounds, generated_starts=frozenset({0, 2, 3}))
+    assert m.end == 8
+    # 2 bytes back (cost 2 * 2) loses to 2 bytes ahead (cost 2)
+    original = b"ab  ab"
+    m = byte_resync(original, b"ab", a=2, g=0, original_bounds=frozenset({0, 2, 4, 6}),
+                    generated_starts=frozenset({0}))
+    assert m.end == 6
+
+
+def test_no_suffix_in_the_original_gives_none():
+    assert byte_resync(b"abc", b"xyz", a=0, g=0, original_bounds=frozenset({0, 3}),
+                       generated_starts=frozenset({0})) is None
+
+
+# ------------------------------------------------------------ in the proposer
+
+HINTED = ids("def", " f", "(", "x", ":", " int", ")", " ->", " bool", ":", "\n   ", " return", " x")
+ORIGINAL = ids("def", " f", "(", "x", "):", "\n   ", " return", " x")
+
+
+def test_after_type_hints_the_output_is_found_again_by_bytes():
+    p = EditProposer(np.asarray(ORIGINAL, dtype=np.int32), len(PROMPT), token_bytes=token_bytes)
+    log: list = []
+    simulate(p, PROMPT, HINTED, log)
+    # after "... -> bool:" no token suffix occurs in the original ("):" is one token);
+    # the bytes ":" end "):", so the rest of the original is drafted
+    after_colon = [branch for out_len, branch, _ in log if out_len == HINTED.index(ID["\n   "])]
+    assert after_colon and after_colon[0][:3] == ids("\n   ", " return", " x"), log
+
+
+def test_by_tokens_alone_the_same_edit_is_lost_there():
+    p = EditProposer(np.asarray(ORIGINAL, dtype=np.int32), len(PROMPT))
+    log: list = []
+    simulate(p, PROMPT, HINTED, log)
+    at = HINTED.index(ID["\n   "])
+    assert not [branch for out_len, branch, _ in log if out_len == at and branch], log
+
+
+@pytest.mark.parametrize("with_bytes", [False, True])
+def test_bytes_never_change_what_is_emitted(with_bytes):
+    # the simulated verifier asserts the output is the target whatever is drafted
+    target = ids("def", " f", "(", "x", ":", " str", ")", ":", "\n   ", " return", " name", " is", " x")
+    p = EditProposer(np.asarray(ORIGINAL, dtype=np.int32), len(PROMPT),
+                     token_bytes=token_bytes if with_bytes else None)
+    assert simulate(p, PROMPT, target) <= len(target)
