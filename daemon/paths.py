@@ -64,6 +64,18 @@ def is_socket(path: Path) -> bool:
         return False
 
 
+def holds_non_socket(path: Path) -> bool:
+    """True when something other than a unix socket is at ``path`` (a link counts as other).
+
+    One ``lstat``: a stale socket that another daemon removes meanwhile reads as absent,
+    never as "not a socket" (``exists()`` then ``is_socket()`` would see it vanish between them).
+    """
+    try:
+        return not stat.S_ISSOCK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def default_socket_path() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
@@ -195,15 +207,15 @@ def claim_socket(sock: Path) -> SocketLock:
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH_BYTES:
         raise NotASocket(f"the path is {len(os.fsencode(sock))} bytes long; unix sockets allow "
                          f"{MAX_SOCKET_PATH_BYTES}: choose a shorter --socket")
-    if (sock.exists() or sock.is_symlink()) and not is_socket(sock):
+    if holds_non_socket(sock):
         raise NotASocket(f"{sock} exists and is not a socket; ngramd will not remove it")
     prepare_socket_dir(sock)
     lock = SocketLock(sock)
     lock.acquire()
     try:
-        if sock.exists() or sock.is_symlink():
-            if not is_socket(sock):  # appeared since the check above
-                raise NotASocket(f"{sock} exists and is not a socket; ngramd will not remove it")
+        if holds_non_socket(sock):  # appeared since the check above
+            raise NotASocket(f"{sock} exists and is not a socket; ngramd will not remove it")
+        if is_socket(sock):
             if socket_is_live(sock):
                 raise AlreadyRunning(f"an ngramd daemon already serves {sock}")
             sock.unlink()  # stale: its daemon died without cleaning up

@@ -217,3 +217,16 @@ def test_a_status_probe_never_makes_a_starting_daemon_fail(tmp_path, monkeypatch
             claim_socket(sock)
     finally:
         outcome[0].release()
+
+
+def test_a_stale_socket_removed_while_it_is_checked_is_not_called_a_non_socket(tmp_path, monkeypatch):
+    """Two daemons started at once after a crash: the one holding the lock removes the stale
+    socket while the other looks at the path. The path seen to exist and then gone (the
+    socket removed between the two looks) must read as absent, not as "not a socket": the
+    other daemon then waits on the lock and exits as "another is starting" (code 3)."""
+    from pathlib import Path
+
+    sock = tmp_path / "s.sock"
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self, *a, **k: True if self == sock else real_exists(self, *a, **k))
+    claim_socket(sock).release()
