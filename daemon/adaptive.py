@@ -109,7 +109,7 @@ class CostModel:
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(100, min(runtime.vocab_size, 30000), (1, context + max(sizes)), generator=gen)
         kv = KVCache()
-        runtime.forward(ids[:, :context].to(runtime.device), kv.cache, last_only=True)
+        runtime.forward(ids[:, :context].to(runtime.device), kv.cache, keep_last=1)
         kv.extended(ids[0, :context].tolist())
         times: dict[int, list[float]] = {n: [] for n in sizes}
         for r in range(repeats + 1):  # round 0 warms up

@@ -139,7 +139,7 @@ class Completer:
                 self._sync_buffer(*sync)
             kv = self.pool.get(key)
             if not prefill(self.runtime, kv, prompt_ids, stats, cancel, self.cfg.prefill_chunk,
-                           reuse=self.cfg.reuse_kv):
+                           reuse=self.cfg.reuse_kv, fuse=self.cfg.fuse_prefill):
                 return GenerationOutput([], "", "cancelled", cancelled=True), stats
             out = generate(self.runtime, kv, prompt_ids, proposer, policy, stopper, sampling, forced, stats,
                            cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)

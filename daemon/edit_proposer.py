@@ -19,7 +19,9 @@ Vocabulary (see index/draft.py for drafted / accepted / bonus):
 - *re-synchronise*: find the longest suffix of the generated tokens (up to
   ``max_n``) that occurs in the original; the pointer goes to just after it.
   A one-token suffix counts only near the anchor; longer ones anywhere, the
-  occurrence nearest the anchor first (ties: the later one).
+  occurrence nearest the anchor first (ties: the later one). When no suffix of
+  tokens occurs, the output's last *bytes* are looked for (daemon/edit_bytes.py):
+  ``)`` + ``:`` written apart still end where the original's ``):`` ends.
 - *guess*: right after a divergence that no suffix explains, assume the model
   *replaced* the original token (pointer = anchor + 1); a second branch, when the
   verifier takes trees, assumes it *inserted* a token (pointer = anchor). A guess

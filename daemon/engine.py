@@ -7,6 +7,12 @@ predicts the token after pending, row i+1 the token after draft node i. With no
 draft the pass is exactly a plain decoding step (one new token), so plain
 decoding is this loop with a proposer that never drafts.
 
+The first pass also runs the last piece of the prompt that is not cached yet
+(``prefill(..., fuse=True)``): on a warm cache (a prepared edit, the next
+keystroke's completion) that is a few tokens, and prefilling them in a pass of
+their own would cost a whole pass, which on CPU costs nearly as much for 16
+tokens as for one. The rows before the pending token produce no logits.
+
 Exactness: every emitted token is the one plain decoding would choose from the
 target's own logits at that position (after the same forced-prefix mask): the
 argmax, or with sampling the seeded Gumbel-max draw of daemon/acceptance.py, which
@@ -45,6 +51,7 @@ class EngineConfig:
     prefill_chunk: int = 512  # prompt tokens per prefill pass (cancellation is checked between them)
     max_caches: int = 4  # documents whose KV cache is kept
     reuse_kv: bool = True  # keep the common-prefix KV between requests on a document
+    fuse_prefill: bool = True  # the prompt's last prefill pass is the first decoding pass (saves a pass)
     calibrate: bool = True  # measure the verify-cost curve at load (cached) and correct it online; False: fixed prior
     sync_buffers: bool = True  # Completer calls index.open_buffer(uri, text) when the text changed
     add_history: bool = True  # completions go to the index as history
@@ -66,23 +73,31 @@ def _source_name(source: int) -> str:
 
 
 def prefill(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], stats: GenerationStats,
-            cancel: threading.Event | None, chunk: int, reuse: bool = True) -> bool:
-    """Make ``kv`` cover ``prompt_ids[:-1]``, reusing its common prefix. False if cancelled."""
+            cancel: threading.Event | None, chunk: int, reuse: bool = True, fuse: bool = False) -> bool:
+    """Make ``kv`` cover ``prompt_ids[:-1]``, reusing its common prefix, in passes of ``chunk``
+    tokens. ``fuse``: all but the last pass, which ``generate``'s first pass runs instead
+    (with the pending token and a draft). False if cancelled."""
     target = [int(t) for t in prompt_ids[:-1]]
     keep = kv.reuse_for(target) if reuse else (kv.reset() or 0)
     stats.reused_tokens += keep
-    for i in range(keep, len(target), chunk):
+    uncached = len(target) - keep
+    end = len(target) - ((uncached - 1) % chunk + 1) if fuse and uncached else len(target)
+    for i in range(keep, end, chunk):
         if cancel is not None and cancel.is_set():
             return False
-        piece = target[i: i + chunk]
-        try:
-            runtime.forward(torch.tensor([piece], device=runtime.device), kv.cache, last_only=True)
-        except BaseException:
-            kv.reset()  # a half-written cache is never reused
-            raise
-        kv.extended(piece)
+        piece = target[i: min(i + chunk, end)]
+        _prefill_piece(runtime, kv, piece)
         stats.prefill_tokens += len(piece)
     return True
+
+
+def _prefill_piece(runtime: Any, kv: KVCache, piece: list[int]) -> None:
+    try:
+        runtime.forward(torch.tensor([piece], device=runtime.device), kv.cache, keep_last=1)
+    except BaseException:
+        kv.reset()  # a half-written cache is never reused
+        raise
+    kv.extended(piece)
 
 
 def _walk_tree(runtime: Any, logits: torch.Tensor, tree: DraftTree, forced: ForcedPrefix | None, emitted: bytearray,
@@ -120,17 +135,19 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
              policy: DraftPolicy | None, stopper: StopChecker, sampling: SamplingParams,
              forced: ForcedPrefix | None, stats: GenerationStats, cancel: threading.Event | None = None,
              propose_k: int = 32, t_start: float | None = None) -> GenerationOutput:
-    """Decode after a prefilled ``kv`` (covering prompt_ids[:-1]) until ``stopper`` stops or cancel.
+    """Decode after a prefilled ``kv`` until ``stopper`` stops or cancel.
 
-    ``policy`` None drafts nothing (plain decoding). Updates ``stats`` in place.
+    ``kv`` covers ``prompt_ids[:-1]``, or a prefix of it (``prefill``'s ``fuse``): the
+    first pass runs the rest. ``policy`` None drafts nothing (plain decoding). Updates
+    ``stats`` in place.
     """
-    assert len(prompt_ids) >= 1 and len(kv) == len(prompt_ids) - 1
+    assert len(prompt_ids) >= 1 and len(kv) <= len(prompt_ids) - 1
     t_start = time.perf_counter() if t_start is None else t_start
     greedy = sampling.greedy
     seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)  # none: a fresh one from the OS
     width = policy.width if policy is not None else 1
     context = [int(t) for t in prompt_ids]
-    pending = context[-1]
+    pending = context[len(kv):]  # the prompt's uncached tail, then the newest token
     out: list[int] = []
     emitted = bytearray()  # bytes of generated tokens, for the forced prefix
     while True:
@@ -145,14 +162,20 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
             if draft:
                 chosen = policy.choose(draft, budget)
         tree = build_tree([tokens for _, tokens in chosen])
+        chain = tree.size == 0 or tree.is_chain
+        if len(pending) > 1 and not chain:
+            # a tree's mask and positions are laid out after one pending token
+            _prefill_piece(runtime, kv, pending[:-1])
+            stats.prefill_tokens += len(pending) - 1
+            pending = pending[-1:]
         node_branch = [chosen[int(b)][0] for b in tree.branch_of]  # draft branch index per node
-        past = len(kv)
-        inputs = [pending] + tree.tokens.tolist()
+        past, head = len(kv), len(pending) - 1  # head: prompt rows before the pending token
+        inputs = pending + tree.tokens.tolist()
         ids = torch.tensor([inputs], device=runtime.device)
         t_pass = time.perf_counter()
         try:
-            if tree.size == 0 or tree.is_chain:
-                logits = runtime.forward(ids, kv.cache)  # [1+n, vocab]
+            if chain:
+                logits = runtime.forward(ids, kv.cache, keep_last=len(inputs) - head)  # [1+n, vocab]
             else:
                 mask, pos = tree_inputs(tree, past, runtime.dtype, runtime.device)
                 logits = runtime.forward(ids, kv.cache, position_ids=pos, attention_mask=mask)
@@ -160,14 +183,16 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
             kv.extended(inputs)
             position = len(context) - len(prompt_ids)  # tokens generated so far
             path, new_tokens = _walk_tree(runtime, logits, tree, forced, emitted, greedy, sampling, seed, position)
-            kv.select(past + 1, [past + 1 + i for i in path])
+            kv.select(past + head + 1, [past + head + 1 + i for i in path])
         except BaseException:
             # until select the cache holds every draft row (a tree's siblings at shifted
             # positions) under tokens that look reusable: a half-done pass is never reused
             kv.reset()
             raise
-        if policy is not None and runtime.device.type == "cpu":
-            # online calibration of the verify cost (on cuda the pass is asynchronous here)
+        stats.prefill_tokens += head
+        if policy is not None and runtime.device.type == "cpu" and head == 0:
+            # online calibration of the verify cost (on cuda the pass is asynchronous here);
+            # a pass with prompt rows computes fewer logits than a verify pass of its size
             policy.cost.observe(len(inputs), pass_ms)
         stats.forward_passes += 1
         stats.drafted += tree.size
@@ -193,7 +218,7 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
         if stats.first_token_ms == 0.0:
             stats.first_token_ms = (time.perf_counter() - t_start) * 1000
         context.extend(new_tokens)
-        pending = new_tokens[-1]
+        pending = new_tokens[-1:]
         if stopper.reason:
             if stopper.reason == "eos" and out:
                 out.pop()

@@ -114,12 +114,13 @@ class ModelRuntime:
     # --- model -----------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, cache: Any, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, keep_last: int | None = None) -> torch.Tensor:
         """Run ``input_ids`` ([1, n]) after the tokens already in ``cache``; returns logits [n, vocab] (fp32).
 
         ``attention_mask`` is either None (causal) or a 4D float mask [1, 1, n, past+n]
         (0 allowed, -inf masked) used for tree drafts, with explicit ``position_ids`` [1, n].
-        ``last_only``: logits of the last row only ([1, vocab]; prefill needs no others).
+        ``keep_last``: logits of the last ``keep_last`` rows only ([keep_last, vocab]); a
+        prefill needs one, a pass that starts with prompt tokens none of theirs.
         """
         assert input_ids.dim() == 2 and input_ids.shape[0] == 1, input_ids.shape
         if self.fast_paths and not self._fast_installed:
@@ -129,8 +130,8 @@ class ModelRuntime:
             fast_attention.install(self.model)
             self._fast_installed = True
         kwargs: dict[str, Any] = {self.cache_kwarg: cache, "use_cache": True}
-        if last_only:
-            kwargs["logits_to_keep"] = 1
+        if keep_last is not None:
+            kwargs["logits_to_keep"] = keep_last
         if position_ids is not None:
             kwargs["position_ids"] = position_ids
         if attention_mask is not None:

@@ -40,7 +40,7 @@ def verify_curve(rt, context_tokens: list[int], repeats: int,
                  sizes: tuple[int, ...] = SIZES) -> list[tuple[int, float, float]]:
     kv = KVCache()
     ctx = context_tokens[:1000]
-    rt.forward(torch.tensor([ctx], device=rt.device), kv.cache, last_only=True)
+    rt.forward(torch.tensor([ctx], device=rt.device), kv.cache, keep_last=1)
     kv.extended(ctx)
     extra = context_tokens[1000:1000 + max(sizes)]
     rows = []

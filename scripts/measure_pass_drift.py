@@ -32,7 +32,7 @@ def drift_at(rt, ids: list[int], k: int) -> tuple[float, float]:
     ctx, new = ids[:-k], torch.tensor([ids[-k:]])
     batched, single = KVCache(), KVCache()
     for kv in (batched, single):
-        rt.forward(torch.tensor([ctx]), kv.cache, last_only=True)
+        rt.forward(torch.tensor([ctx]), kv.cache, keep_last=1)
     one_pass = rt.forward(new, batched.cache)  # [k, vocab]
     step = torch.cat([rt.forward(new[:, i:i + 1], single.cache) for i in range(k)])  # [k, vocab]
     top2 = step.topk(2, dim=-1).values  # [k, 2]

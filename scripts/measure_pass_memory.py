@@ -48,7 +48,7 @@ def main() -> int:
     text = (Path(__file__).resolve().parents[1] / "daemon" / "engine.py").read_text() * 3
     ids = torch.tensor([rt.encode(text)[:1200]])  # [1, 1200]
     cache = InPlaceCache()
-    rt.forward(ids[:, :600], cache, last_only=True)
+    rt.forward(ids[:, :600], cache, keep_last=1)
     sizes = list(range(1, 65)) + list(range(65, 513, 7))
     start = rss_mib()
     print(f"{args.variant}: {rss_mib()} MiB resident after the context; passes of {len(sizes)} sizes per sweep")

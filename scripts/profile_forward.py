@@ -103,7 +103,7 @@ def main() -> int:
     caches = {}
     for v in variants:
         caches[v] = make_cache(VARIANTS[v][0])
-        rt.forward(ids[:, :ctx], caches[v], last_only=True)
+        rt.forward(ids[:, :ctx], caches[v], keep_last=1)
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
