@@ -360,8 +360,10 @@ def links_outside(path: str | os.PathLike, real_folder: str) -> bool:
 
 
 def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
-    """``files`` less the ones that resolve out of ``root`` (``outside_root``) and the symlinks
-    to a file that is itself listed (``duplicate``: its text is indexed once, under its own path).
+    """``files`` less the ones not on disk (``not_on_disk``: git lists tracked files a sparse
+    checkout leaves out, or deleted and not yet staged), the ones that resolve out of ``root``
+    (``outside_root``) and the symlinks to a file that is itself listed (``duplicate``: its
+    text is indexed once, under its own path).
 
     A file resolves elsewhere when it is a link or a folder on its way is one. The walk follows
     no directory link out of the folder, but ``git ls-files`` lists a tracked file even when the
@@ -370,10 +372,15 @@ def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path
     real_dirs: dict[Path, str] = {}
     resolved: list[tuple[Path, str, bool]] = []  # (file, its real path, whether a link leads there)
     for f in files:
+        try:
+            is_link = stat.S_ISLNK(os.lstat(f).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            counts["not_on_disk"] += 1
+            continue
         real_dir = real_dirs.get(f.parent)
         if real_dir is None:
             real_dir = real_dirs[f.parent] = os.path.realpath(f.parent)
-        real = os.path.realpath(f) if os.path.islink(f) else os.path.join(real_dir, f.name)
+        real = os.path.realpath(f) if is_link else os.path.join(real_dir, f.name)
         if not _is_within(real, real_root):
             counts["outside_root"] += 1
             continue

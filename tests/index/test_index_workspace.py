@@ -562,3 +562,26 @@ def test_a_tracked_file_the_gitignore_matches_is_listed_and_told_to_the_watcher(
 def test_the_walk_has_no_git_index(tmp_path):
     (tmp_path / "a.py").write_text("a = 1\n")
     assert git_index(tmp_path) is None
+
+
+def test_tracked_files_not_on_disk_are_not_listed(tmp_path):
+    """git lists every tracked file, also the ones a sparse checkout leaves out (skip-worktree)
+    and the ones deleted but not yet staged: the scan counts them apart and reads none."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "kept.py").write_text("kept = 1\n")
+    (tmp_path / "deleted.py").write_text("deleted = 2\n")
+    (tmp_path / "sparse").mkdir()
+    (tmp_path / "sparse" / "out.py").write_text("out = 3\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    git("update-index", "--skip-worktree", "sparse/out.py")
+    shutil.rmtree(tmp_path / "sparse")
+    (tmp_path / "deleted.py").unlink()
+    counts = Counter()
+    assert _names(tmp_path, discover(tmp_path, counts)) == ["kept.py"]
+    assert counts == {"not_on_disk": 2}
+    out = NgramIndex(char_tokenize).index_workspace(str(tmp_path))
+    assert out["indexed"] == 1 and out["not_on_disk"] == 2 and "vanished" not in out
