@@ -13,7 +13,8 @@ document's KV caches are dropped and a prepare (untimed). Edit cases prepare up 
 instruction; completion cases prepare at the cursor and ask after the next ``--typed``
 characters of the code there are typed (scripts/bench_completion_prepared.py). Each ``ms`` is wall
 clock around the request; medians over the repeats; every run's tokens must equal the
-first plain run's (``identical``).
+first plain run's (``identical``). ``passes``: the speculative request's forward passes,
+prefill ones included (the last run's), fused / apart.
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def main() -> int:
     wanted = {i for i in args.ids.split(",") if i}
     cases = [c for c in load_cases(args.cases) if not wanted or c.id in wanted]
     rt = load_runtime(None, device="cpu")
+    forward, calls = rt.forward, [0]
+
+    def counted_forward(*a, **k):
+        calls[0] += 1
+        return forward(*a, **k)
+
+    rt.forward = counted_forward
     runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
     rows = []
     for n, case in enumerate(cases):
@@ -67,6 +75,7 @@ def main() -> int:
                 completer.prepare_edit(uri, case.text, case.offset, end)
                 request = EditRequest(uri=uri, text=case.text, start=case.offset, end=end,
                                       instruction=case.instruction, speculate=spec)
+                passes = calls[0]
                 t0 = time.perf_counter()
                 result = completer.edit(request)
             else:
@@ -74,29 +83,31 @@ def main() -> int:
                 asked, _ = typed_case(case, args.typed)
                 request = CompletionRequest(uri=uri, text=asked.text, offset=asked.offset,
                                             max_tokens=asked.max_tokens, multiline=True, speculate=spec)
+                passes = calls[0]
                 t0 = time.perf_counter()
                 result = completer.complete(request, threading.Event())
-            return (time.perf_counter() - t0) * 1000, result
+            return (time.perf_counter() - t0) * 1000, result, calls[0] - passes
 
         ms: dict[str, list[float]] = {name(*v): [] for v in VARIANTS}
-        outs = []
+        outs, passes = [], {}
         with case_document(index, case):
             for r in range(args.repeat + (n == 0)):  # the first case warms up once, untimed
                 for fuse, spec in VARIANTS:
-                    t, result = run(fuse, spec)
+                    t, result, passes[name(fuse, spec)] = run(fuse, spec)
                     if n == 0 and r == 0:
                         continue
                     ms[name(fuse, spec)].append(t)
                     outs.append(result.token_ids)
         med = {k: statistics.median(v) for k, v in ms.items()}
-        rows.append({"id": case.id, "tokens": len(outs[0]), **med, "identical": all(o == outs[0] for o in outs)})
+        rows.append({"id": case.id, "tokens": len(outs[0]), **med, "identical": all(o == outs[0] for o in outs),
+                     "passes": f"{passes['fused_spec']} / {passes['apart_spec']}"})
         print(f"{case.id}: done", flush=True)
 
     print()
-    print("| id | tok | fused spec | apart spec | fused plain | apart plain | x fused | x apart | same |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| id | tok | passes | fused spec | apart spec | fused plain | apart plain | x fused | x apart | same |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['id']} | {r['tokens']} | {r['fused_spec']:,.0f} | {r['apart_spec']:,.0f} "
+        print(f"| {r['id']} | {r['tokens']} | {r['passes']} | {r['fused_spec']:,.0f} | {r['apart_spec']:,.0f} "
               f"| {r['fused_plain']:,.0f} | {r['apart_plain']:,.0f} | {r['fused_plain'] / r['fused_spec']:.2f}x "
               f"| {r['apart_plain'] / r['apart_spec']:.2f}x | {'yes' if r['identical'] else 'NO'} |")
 
