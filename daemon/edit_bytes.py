@@ -22,6 +22,9 @@ Vocabulary:
   other than ``:``, or it would have written ``):``). A short match (under
   ``far_min`` bytes) must also begin where a token begins, in the output or in
   the original: ``tr`` inside `` str`` says nothing about ``true``.
+- Only a match of ``far_min`` bytes or more that spans two or more of the
+  output's tokens is looked for anywhere in the original; others only ``near``
+  the divergence (one long token, an indent, says little about where it is).
 
 Worked example. original ``def f(name):\n    return name``; the model adds hints:
 ``def f(name: str) -> bool:``. The output leaves the original at ``):`` (a and g
@@ -33,7 +36,8 @@ inserted): the draft goes on with ``\n    return name``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +46,7 @@ import numpy as np
 @dataclass(frozen=True)
 class ByteMatchConfig:
     max_bytes: int = 64  # longest generated suffix tried
-    far_min: int = 8  # a match this long is looked for anywhere in the original
+    far_min: int = 8  # a match this long, over 2+ output tokens, is looked for anywhere in the original
     near: int = 64  # shorter ones (2+ bytes) only within this many bytes of the divergence
     at_divergence: int = 2  # a one-byte match only this close after the divergence
 
@@ -55,13 +59,13 @@ class ByteMatch:
 
 
 def byte_resync(original: bytes, generated: bytes, a: int, g: int,
-                original_bounds: frozenset[int], generated_starts: frozenset[int],
+                original_bounds: frozenset[int], generated_starts: Sequence[int],
                 cfg: ByteMatchConfig = ByteMatchConfig()) -> ByteMatch | None:
     """Where in ``original`` the output continues, by its last bytes; None when nowhere plausible.
 
     ``a``/``g``: the divergence (bytes of the original / of ``generated``);
     ``original_bounds``: the bytes where the original's tokens begin or end;
-    ``generated_starts``: where the output's tokens begin. Tries the suffixes of
+    ``generated_starts``: where the output's tokens begin (ascending). Tries the suffixes of
     ``generated`` from ``cfg.max_bytes`` down; among all their occurrences the
     cheapest placement wins (ties: the longer match, then the later).
 
@@ -76,8 +80,10 @@ def byte_resync(original: bytes, generated: bytes, a: int, g: int,
         if best is not None and inserted > best[0]:
             break  # a shorter match inserts more than the best placement costs in all
         short = length < cfg.far_min
-        from_token = len(generated) - length in generated_starts
-        lo, hi = _window(len(original), a, length, cfg)
+        first = bisect_left(generated_starts, len(generated) - length)  # first output token in the match
+        from_token = first < len(generated_starts) and generated_starts[first] == len(generated) - length
+        far = not short and len(generated_starts) - first >= 2
+        lo, hi = _window(len(original), a, length, far, cfg)
         pattern = generated[len(generated) - length:]
         start = original.find(pattern, lo, hi)
         while start != -1:
@@ -94,9 +100,10 @@ def byte_resync(original: bytes, generated: bytes, a: int, g: int,
     return ByteMatch(end=-neg_start - neg_length, length=-neg_length, cost=cost)
 
 
-def _window(n: int, a: int, length: int, cfg: ByteMatchConfig) -> tuple[int, int]:
-    """The part of the original (start, end) searched for a match of ``length`` bytes."""
-    if length >= cfg.far_min:
+def _window(n: int, a: int, length: int, far: bool, cfg: ByteMatchConfig) -> tuple[int, int]:
+    """The part of the original (start, end) searched for a match of ``length`` bytes
+    (``far``: one looked for anywhere)."""
+    if far:
         return 0, n
     if length >= 2:
         return max(0, a - cfg.near), min(n, a + cfg.near + length)

@@ -203,7 +203,8 @@ class EditProposer:
         self._used_fallback = False
         self._last_was_guess = False
         self.mode = "aligned"  # aligned | resync | guess | lost: how the last draft was chosen
-        self._match_len = 0  # generated tokens that back the pointer after a re-sync (0: a guess)
+        self._match_len = 0  # generated tokens that back the pointer after a re-sync (0: a guess,
+        # or a byte match within the newest token)
 
     # -- the seam
 
@@ -305,7 +306,7 @@ class EditProposer:
     def _resync_bytes(self) -> tuple[int, int] | None:
         """``resync`` by bytes: (pointer, generated tokens the match covers) or None."""
         m = byte_resync(self._bytes, bytes(self._gen), int(self._starts[self.anchor]), self._gen_anchor,
-                        self._bounds, frozenset(self._gen_starts))
+                        self._bounds, self._gen_starts)
         if m is None:
             return None
         covered = len(self._gen_starts) - bisect_left(self._gen_starts, len(self._gen) - m.length)

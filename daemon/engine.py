@@ -9,9 +9,10 @@ decoding is this loop with a proposer that never drafts.
 
 The first pass also runs the last piece of the prompt that is not cached yet
 (``prefill(..., fuse=True)``): on a warm cache (a prepared edit, the next
-keystroke's completion) that is a few tokens, and prefilling them in a pass of
-their own would cost a whole pass, which on CPU costs nearly as much for 16
-tokens as for one. The rows before the pending token produce no logits.
+keystroke's completion) that is a few tokens, and a pass of their own would cost
+far more than their rows in the first verify pass (on CPU a 16-token pass costs
+1.6-2.0x a one-token pass, docs/benchmarks.md). The rows before the pending
+token produce no logits.
 
 Exactness: every emitted token is the one plain decoding would choose from the
 target's own logits at that position (after the same forced-prefix mask): the
@@ -147,6 +148,7 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
     seed = sampling.seed if sampling.seed is not None else secrets.randbits(63)  # none: a fresh one from the OS
     width = policy.width if policy is not None else 1
     context = [int(t) for t in prompt_ids]
+    assert kv.tokens == context[:len(kv)], "the KV cache must hold a prefix of the prompt"
     pending = context[len(kv):]  # the prompt's uncached tail, then the newest token
     out: list[int] = []
     emitted = bytearray()  # bytes of generated tokens, for the forced prefix

@@ -119,8 +119,8 @@ class ModelRuntime:
 
         ``attention_mask`` is either None (causal) or a 4D float mask [1, 1, n, past+n]
         (0 allowed, -inf masked) used for tree drafts, with explicit ``position_ids`` [1, n].
-        ``keep_last``: logits of the last ``keep_last`` rows only ([keep_last, vocab]); a
-        prefill needs one, a pass that starts with prompt tokens none of theirs.
+        ``keep_last``: logits of the last ``keep_last`` rows only ([keep_last, vocab]): a
+        prefill needs one; the rows of prompt tokens in a decoding pass need none.
         """
         assert input_ids.dim() == 2 and input_ids.shape[0] == 1, input_ids.shape
         if self.fast_paths and not self._fast_installed:

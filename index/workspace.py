@@ -18,7 +18,9 @@ whose target lies outside the folder is not indexed (``outside_root``), so that 
 link drafts from files out of the workspace (the watcher asks ``links_outside`` too);
 nor is a file git lists under a folder that is now a link out. A link to a file that
 is itself listed is a ``duplicate``: the text is indexed once, under the target's path;
-so is a folder link, which git lists as a file (its files have their own paths).
+so is a folder link, which git lists as a file (its files have their own paths). A file
+git lists that is not on disk (a sparse checkout, a deletion not yet staged) is counted as
+``not_on_disk`` and not read.
 
 Reading (``read_text``) drops a leading UTF-8 byte order mark and refuses, with a ``SkipFile`` that says why: files over
 the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
@@ -359,9 +361,10 @@ def links_outside(path: str | os.PathLike, real_folder: str) -> bool:
     return not _is_within(os.path.realpath(path), real_folder)
 
 
-def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
+def _drop_absent_and_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
     """``files`` less the ones not on disk (``not_on_disk``: git lists tracked files a sparse
-    checkout leaves out, or deleted and not yet staged), the ones that resolve out of ``root``
+    checkout leaves out, or deleted and not yet staged; or one vanished since it was listed),
+    the ones that resolve out of ``root``
     (``outside_root``) and the symlinks to a file that is itself listed (``duplicate``: its
     text is indexed once, under its own path).
 
@@ -374,9 +377,11 @@ def _drop_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path
     for f in files:
         try:
             is_link = stat.S_ISLNK(os.lstat(f).st_mode)
-        except (FileNotFoundError, NotADirectoryError):
-            counts["not_on_disk"] += 1
-            continue
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                counts["not_on_disk"] += 1
+                continue
+            is_link = False  # a loop or no permission on the way: reading it says which, per file
         real_dir = real_dirs.get(f.parent)
         if real_dir is None:
             real_dir = real_dirs[f.parent] = os.path.realpath(f.parent)
@@ -421,4 +426,4 @@ def discover(root: str | os.PathLike, counts: Counter | None = None) -> list[Pat
                 files = [f for f in files if f not in links]
             if repositories or links:  # as the walk counts the ones it skips
                 counts["nested_repo"] += len(repositories) + len(links)
-    return sorted(_drop_links_out(files, root, counts))
+    return sorted(_drop_absent_and_links_out(files, root, counts))

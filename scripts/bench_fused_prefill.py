@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_fused_prefill.py [--cases bench/cases/edits.jsonl] [--repeat 3] [--ids A,B]
 
-What a user waits for after a prepare (``prepareRewrite`` / ``prepareCompletion``): the
+What a user waits for after a prepare (``prepareEdit`` / ``prepareComplete``, docs/rpc.md): the
 request prefills only its uncached tail (the instruction, the characters typed) and
 decodes. Unfused, that tail is a forward pass of its own before the first draft is
 verified; fused, it rides in the first verify pass.

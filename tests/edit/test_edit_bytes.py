@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
 from daemon.edit_bytes import ByteMatchConfig, byte_resync, token_starts
 from daemon.edit_proposer import EditProposer
 
@@ -34,14 +32,14 @@ def test_token_starts_gives_the_bytes_and_every_token_start():
 def test_a_match_ends_at_the_end_of_a_split_token():
     # original "f(x):" as f ( x "):"; the output wrote ": int)" and then ":"
     m = byte_resync(b"f(x):", b"f(x: int):", a=3, g=3, original_bounds=frozenset({0, 1, 2, 3, 5}),
-                    generated_starts=frozenset({0, 1, 2, 3, 4, 8, 9}))
+                    generated_starts=[0, 1, 2, 3, 4, 8, 9])
     assert (m.end, m.length, m.cost) == (5, 2, 5)  # "):" matched, ": int" inserted, nothing deleted
 
 
 def test_a_match_must_end_where_a_token_of_the_original_ends():
     # ")" alone ends inside "):": drafting there would start mid-token
     m = byte_resync(b"f(x):", b"f(x: int)", a=3, g=3, original_bounds=frozenset({0, 1, 2, 3, 5}),
-                    generated_starts=frozenset({0, 1, 2, 3, 4, 8}))
+                    generated_starts=[0, 1, 2, 3, 4, 8])
     assert m is None
 
 
@@ -50,11 +48,11 @@ def test_a_short_match_must_begin_at_a_token():
     original = b" true if"
     orig_bounds = frozenset({0, 5, 8})
     assert byte_resync(original, b" str", a=0, g=0, original_bounds=orig_bounds | {3},
-                       generated_starts=frozenset({0})) is None
+                       generated_starts=[0]) is None
     # a match as long as far_min needs no token start
     cfg = ByteMatchConfig(far_min=2)
     m = byte_resync(original, b" str", a=0, g=0, original_bounds=orig_bounds | {3},
-                    generated_starts=frozenset({0}), cfg=cfg)
+                    generated_starts=[0], cfg=cfg)
     assert m is not None and m.end == 3
 
 
@@ -62,7 +60,7 @@ def test_the_cheapest_placement_wins_near_beats_longer_far():
     # the output dropped a quote: " 'name' is ... name here" <- " name"
     original = b" 'name' is a name here"
     orig_bounds = frozenset({0, 2, 6, 7, 10, 12, 17, 22})
-    m = byte_resync(original, b" name", a=0, g=0, original_bounds=orig_bounds, generated_starts=frozenset({0}))
+    m = byte_resync(original, b" name", a=0, g=0, original_bounds=orig_bounds, generated_starts=[0])
     # " name" (5 bytes) at 12 costs 12 deleted; "name" (4) at 2 costs 1 inserted + 2 deleted
     assert (m.end, m.length, m.cost) == (6, 4, 3)
 
@@ -71,18 +69,18 @@ def test_deleting_backwards_counts_double():
     original = b"ab cd ab"
     orig_bounds = frozenset({0, 2, 3, 5, 6, 8})
     # " ab" matches 1 byte ahead of the divergence at 4, "ab" also 4 bytes back: ahead wins
-    m = byte_resync(original, b"xx ab", a=4, g=3, original_bounds=orig_bounds, generated_starts=frozenset({0, 2, 3}))
+    m = byte_resync(original, b"xx ab", a=4, g=3, original_bounds=orig_bounds, generated_starts=[0, 2, 3])
     assert m.end == 8
     # 2 bytes back (cost 2 * 2) loses to 2 bytes ahead (cost 2)
     original = b"ab  ab"
     m = byte_resync(original, b"ab", a=2, g=0, original_bounds=frozenset({0, 2, 4, 6}),
-                    generated_starts=frozenset({0}))
+                    generated_starts=[0])
     assert m.end == 6
 
 
 def test_no_suffix_in_the_original_gives_none():
     assert byte_resync(b"abc", b"xyz", a=0, g=0, original_bounds=frozenset({0, 3}),
-                       generated_starts=frozenset({0})) is None
+                       generated_starts=[0]) is None
 
 
 # ------------------------------------------------------------ in the proposer
@@ -109,10 +107,37 @@ def test_by_tokens_alone_the_same_edit_is_lost_there():
     assert not [branch for out_len, branch, _ in log if out_len == at and branch], log
 
 
-@pytest.mark.parametrize("with_bytes", [False, True])
-def test_bytes_never_change_what_is_emitted(with_bytes):
-    # the simulated verifier asserts the output is the target whatever is drafted
+def test_bytes_save_passes_where_tokens_are_lost():
+    # ": str" then ")" ":" where the original has "):": by bytes "):" ends that token and the
+    # next line is drafted; by tokens nothing there occurs in the original. (The simulated
+    # verifier asserts the output is the target whatever is drafted.)
     target = ids("def", " f", "(", "x", ":", " str", ")", ":", "\n   ", " return", " name", " is", " x")
-    p = EditProposer(np.asarray(ORIGINAL, dtype=np.int32), len(PROMPT),
-                     token_bytes=token_bytes if with_bytes else None)
-    assert simulate(p, PROMPT, target) <= len(target)
+    passes, logs = {}, {}
+    for with_bytes in (False, True):
+        p = EditProposer(np.asarray(ORIGINAL, dtype=np.int32), len(PROMPT),
+                         token_bytes=token_bytes if with_bytes else None)
+        logs[with_bytes] = []
+        passes[with_bytes] = simulate(p, PROMPT, target, logs[with_bytes])
+    at = target.index(ID["\n   "])
+    assert [b for n, b, _ in logs[True] if n == at][0][:2] == ids("\n   ", " return")
+    assert passes[True] < passes[False]
+
+
+def test_a_long_match_of_one_output_token_is_looked_for_only_near():
+    # an 8-space indent matches 320 bytes on, where the original's only indent is; one token
+    # says little about where the output is, so it is looked for only near the divergence
+    original = b"x=1\n" + b"y=1\n" * 80 + b"        pass\n"
+    every_byte = frozenset(range(len(original) + 1))
+    assert byte_resync(original, b"x        ", a=1, g=1, original_bounds=every_byte,
+                       generated_starts=[0, 1]) is None
+    # the same bytes as two of the output's tokens are looked for anywhere
+    m = byte_resync(original, b"x        ", a=1, g=1, original_bounds=every_byte, generated_starts=[0, 1, 5])
+    assert m.end == original.index(b"pass")
+
+
+def test_an_empty_original_drafts_nothing_by_bytes_either():
+    p = EditProposer(np.zeros(0, dtype=np.int32), len(PROMPT), token_bytes=token_bytes)
+    assert not p.propose(np.asarray(PROMPT, dtype=np.int32))
+    p.feedback(0)
+    assert not p.propose(np.asarray(PROMPT + ids("def", " f"), dtype=np.int32))
+    assert p.mode == "lost"

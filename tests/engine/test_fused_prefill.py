@@ -7,6 +7,7 @@ first) and no draft; and a fused request runs one forward pass fewer.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ class CountingRuntime:
         return getattr(self.runtime, name)
 
 
-def _run(tiny, prompt, proposer, fuse, kv=None):
+def _run(tiny, prompt, proposer, fuse, kv=None, sampling=SamplingParams(), cancel=None):
     counting = CountingRuntime(tiny)
     kv = kv if kv is not None else KVCache()
     stats = GenerationStats()
@@ -61,7 +62,7 @@ def _run(tiny, prompt, proposer, fuse, kv=None):
     policy = None if isinstance(proposer, NullProposer) else DraftPolicy(
         CostModel(), AdaptiveConfig(fixed_k=64, max_width=3))
     stopper = StopChecker(StopConfig(max_tokens=MAX), tiny.token_bytes)
-    out = generate(counting, kv, prompt, proposer, policy, stopper, SamplingParams(), None, stats)
+    out = generate(counting, kv, prompt, proposer, policy, stopper, sampling, None, stats, cancel)
     return out, stats, kv, counting.passes
 
 
@@ -126,3 +127,22 @@ def test_fused_first_pass_on_a_warm_cache(tiny, prompt, reference, scripted):
     assert out.tokens == reference
     assert stats.reused_tokens == 279 and stats.prefill_tokens == len(prompt) - 1 - 279
     assert passes == stats.forward_passes  # no prefill pass of its own
+
+
+def test_seeded_sampling_is_the_same_fused_or_apart(tiny, prompt, reference, scripted):
+    sampling = SamplingParams(temperature=0.8, seed=7)
+    plain, _, _, _ = _run(tiny, prompt, NullProposer(), fuse=False, sampling=sampling)
+    proposer = scripted(lambda ctx: [_truth(prompt, reference, ctx.tolist())[:6]])
+    fused, _, _, _ = _run(tiny, prompt, proposer, fuse=True, sampling=sampling)
+    assert fused.tokens == plain.tokens
+
+
+def test_a_fused_request_cancelled_before_its_first_pass_keeps_the_prefilled_prefix(tiny, prompt, reference):
+    cancel = threading.Event()
+    cancel.set()
+    out, _, kv, passes = _run(tiny, prompt, NullProposer(), fuse=True, cancel=cancel)
+    assert out.cancelled and out.tokens == []
+    assert kv.tokens == prompt[:256] and passes == 2  # the two full chunks, nothing of the tail
+    # the next request reuses them and runs the rest in its first pass
+    again, stats, _, _ = _run(tiny, prompt, NullProposer(), fuse=True, kv=kv)
+    assert again.tokens == reference and stats.reused_tokens == 256

@@ -565,8 +565,9 @@ def test_the_walk_has_no_git_index(tmp_path):
 
 
 def test_tracked_files_not_on_disk_are_not_listed(tmp_path):
-    """git lists every tracked file, also the ones a sparse checkout leaves out (skip-worktree)
-    and the ones deleted but not yet staged: the scan counts them apart and reads none."""
+    """git lists every tracked file, also the ones a sparse checkout leaves out (skip-worktree),
+    the ones deleted but not yet staged and the ones under a folder that is now a file: the
+    scan counts them apart and reads none. One under a looping link is read (and refused)."""
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
 
@@ -574,14 +575,24 @@ def test_tracked_files_not_on_disk_are_not_listed(tmp_path):
     (tmp_path / "deleted.py").write_text("deleted = 2\n")
     (tmp_path / "sparse").mkdir()
     (tmp_path / "sparse" / "out.py").write_text("out = 3\n")
+    (tmp_path / "was_dir").mkdir()
+    (tmp_path / "was_dir" / "x.py").write_text("x = 4\n")
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "y.py").write_text("y = 5\n")
     git("init", "-q")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
     git("update-index", "--skip-worktree", "sparse/out.py")
     shutil.rmtree(tmp_path / "sparse")
     (tmp_path / "deleted.py").unlink()
+    shutil.rmtree(tmp_path / "was_dir")
+    (tmp_path / "was_dir").write_text("now a file\n")  # was_dir/x.py: not a directory on the way
+    shutil.rmtree(tmp_path / "loop")
+    os.symlink("loop", tmp_path / "loop")  # loop/y.py: a link loop on the way, not "absent"
     counts = Counter()
-    assert _names(tmp_path, discover(tmp_path, counts)) == ["kept.py"]
-    assert counts == {"not_on_disk": 2}
+    # (git lists the new file was_dir and the link loop as untracked files)
+    assert _names(tmp_path, discover(tmp_path, counts)) == ["kept.py", "loop", "loop/y.py", "was_dir"]
+    assert counts == {"not_on_disk": 3}
     out = NgramIndex(char_tokenize).index_workspace(str(tmp_path))
-    assert out["indexed"] == 1 and out["not_on_disk"] == 2 and "vanished" not in out
+    assert out["indexed"] == 2 and out["not_on_disk"] == 3 and "vanished" not in out
+    assert out["symlink_loop"] == 2  # the reads say why loop and loop/y.py are not indexed
