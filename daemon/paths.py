@@ -72,7 +72,7 @@ def holds_non_socket(path: Path) -> bool:
     """
     try:
         return not stat.S_ISSOCK(os.lstat(path).st_mode)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (what ``exists()`` said too)
         return False
 
 

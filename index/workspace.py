@@ -364,9 +364,8 @@ def links_outside(path: str | os.PathLike, real_folder: str) -> bool:
 def _drop_absent_and_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
     """``files`` less the ones not on disk (``not_on_disk``: git lists tracked files a sparse
     checkout leaves out, or deleted and not yet staged; or one vanished since it was listed),
-    the ones that resolve out of ``root``
-    (``outside_root``) and the symlinks to a file that is itself listed (``duplicate``: its
-    text is indexed once, under its own path).
+    the ones that resolve out of ``root`` (``outside_root``) and the symlinks to a file that
+    is itself listed (``duplicate``: its text is indexed once, under its own path).
 
     A file resolves elsewhere when it is a link or a folder on its way is one. The walk follows
     no directory link out of the folder, but ``git ls-files`` lists a tracked file even when the
