@@ -19,11 +19,12 @@ prefill ones included (the last run's), fused / apart.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
 from pathlib import Path
+
+from prepared_runs import parse_args, total
 
 CASES = Path(__file__).resolve().parents[1] / "bench" / "cases" / "edits.jsonl"
 VARIANTS = [(fuse, spec) for fuse in (True, False) for spec in (True, False)]
@@ -34,12 +35,8 @@ def name(fuse: bool, spec: bool) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default=str(CASES))
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--ids", default="", help="comma-separated case ids (default: every case)")
-    ap.add_argument("--typed", type=int, default=3, help="completions: characters typed after the prepare")
-    args = ap.parse_args()
+    args = parse_args(CASES, "edit or completion", lambda ap: ap.add_argument(
+        "--typed", type=int, default=3, help="completions: characters typed after the prepare"))
 
     from bench_completion_prepared import typed_case
 
@@ -111,14 +108,11 @@ def main() -> int:
               f"| {r['fused_plain']:,.0f} | {r['apart_plain']:,.0f} | {r['fused_plain'] / r['fused_spec']:.2f}x "
               f"| {r['apart_plain'] / r['apart_spec']:.2f}x | {'yes' if r['identical'] else 'NO'} |")
 
-    def total(num: str, den: str) -> float:
-        return sum(r[num] for r in rows) / sum(r[den] for r in rows)
-
     print()
     print(f"identical: {sum(r['identical'] for r in rows)}/{len(rows)}")
-    print(f"speculative over plain, in total: fused {total('fused_plain', 'fused_spec'):.2f}x, "
-          f"apart {total('apart_plain', 'apart_spec'):.2f}x; fusing makes speculative "
-          f"{total('apart_spec', 'fused_spec'):.3f}x and plain {total('apart_plain', 'fused_plain'):.3f}x as fast")
+    print(f"speculative over plain, in total: fused {total(rows, 'fused_plain', 'fused_spec'):.2f}x, "
+          f"apart {total(rows, 'apart_plain', 'apart_spec'):.2f}x; fusing makes speculative "
+          f"{total(rows, 'apart_spec', 'fused_spec'):.3f}x and plain {total(rows, 'apart_plain', 'fused_plain'):.3f}x as fast")
     return 0 if all(r["identical"] for r in rows) else 1
 
 
