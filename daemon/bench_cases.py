@@ -306,7 +306,8 @@ class _Candidate:
 
 
 
-def _line_starts(text: str) -> list[int]:
+def line_starts(text: str) -> list[int]:
+    """The offset of every line's first character (any line break ends a line, as for ``ast``)."""
     starts = [0]
     for m in LINE_BREAK.finditer(text):
         starts.append(m.end())
@@ -320,7 +321,7 @@ def _candidates_in(text: str, rel: str) -> list[_Candidate]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return []
-    starts = _line_starts(text)
+    starts = line_starts(text)
     out: list[_Candidate] = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.end_lineno is None:
@@ -368,7 +369,9 @@ def _statements(stmt: ast.stmt) -> Iterable[ast.stmt]:
                     yield from _statements(grand)
 
 
-def _python_files(root: Path, limit: int, rng: random.Random) -> list[Path]:
+def python_files(root: Path, limit: int, rng: random.Random) -> list[Path]:
+    """The workspace's ``.py`` files (no hidden folders, caches or site-packages), sorted;
+    ``limit`` of them drawn with ``rng`` when there are more."""
     files = sorted(p for p in root.rglob("*.py")
                    if p.is_file() and not any(part.startswith(".") or part in ("__pycache__", "site-packages")
                                               for part in p.relative_to(root).parts))
@@ -393,7 +396,7 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
         raise BenchCaseError(f"workspace {workspace}: not a directory")
     root = root.resolve()
     rng = random.Random(seed)
-    files = _python_files(root, max_files, rng)
+    files = python_files(root, max_files, rng)
     if not files:
         raise BenchCaseError(f"workspace {root}: no Python files")
     texts: dict[str, str] = {}

@@ -2,7 +2,7 @@
 
     ngramd bench --cases bench/cases/stdlib.jsonl [--repeat 3] [--json] [--plot out.png] [--no-hf]
                  [--prepared] [--rows rows.jsonl]
-    ngramd bench --make-cases WORKSPACE [--n 20] [--seed S] [--out cases.jsonl]
+    ngramd bench --make-cases WORKSPACE [--mode complete|edit] [--n 20] [--seed S] [--out cases.jsonl]
 
 The case format is in ``daemon/bench_cases.py``, how each case is run in
 ``daemon/bench_runner.py``, the report's figures in ``daemon/bench_report.py``.
@@ -100,7 +100,12 @@ def run(args: Any) -> int:
 
 def _make(args: Any) -> int:
     try:
-        cases = make_cases(args.make_cases, n=args.n, seed=args.seed)
+        if args.mode == "edit":
+            from daemon.bench_edit_cases import make_edit_cases
+
+            cases = make_edit_cases(args.make_cases, n=args.n, seed=args.seed)
+        else:
+            cases = make_cases(args.make_cases, n=args.n, seed=args.seed)
     except BenchCaseError as exc:
         print(f"ngramd bench: {exc}", file=sys.stderr)
         return 2

@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="--make-cases: write the cases here")
     p.add_argument("--n", type=int, default=20, help="--make-cases: how many cases")
     p.add_argument("--seed", type=int, default=0, help="--make-cases: random seed")
+    p.add_argument("--mode", choices=("complete", "edit"), default="complete",
+                   help="--make-cases: completion cases (cursors in function bodies) or edit cases "
+                        "(a small instruction on a whole function)")
     p.add_argument("--repeat", type=int, default=1,
                    help="time each decoder this many times per case, interleaved; the median counts")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")

@@ -111,11 +111,12 @@ def test_edit_case_keeps_instruction_and_range(tmp_path, workspace):
     assert (case.offset, case.end, case.instruction) == (4, 9, "rename")
 
 
-@pytest.mark.parametrize("name", ["stdlib.jsonl", "stdlib_wide.jsonl", "smoke.jsonl", "edits.jsonl"])
+@pytest.mark.parametrize("name", ["stdlib.jsonl", "stdlib_wide.jsonl", "smoke.jsonl", "edits.jsonl",
+                                  "edits_wide.jsonl"])
 def test_committed_cases_load_on_this_python(name):
     cases = load_cases(REPO / "bench" / "cases" / name)
     assert cases and all(c.workspace_ref.startswith("stdlib:") for c in cases)
-    if name == "edits.jsonl":
+    if name.startswith("edits"):
         # each range starts at a def (its anchor) and ends at the end of a line
         assert all(c.mode == "edit" and c.instruction for c in cases)
         assert all(c.text.startswith("def ", c.offset) for c in cases)
@@ -127,6 +128,8 @@ def test_committed_cases_load_on_this_python(name):
     if name == "stdlib_wide.jsonl":  # 20 cases from each of 5 packages, none of stdlib.jsonl's
         assert len(cases) == 100 and len({c.workspace_ref for c in cases}) == 5
         assert {c.kind for c in cases} == {"ordinary", "repeat", "norepeat"}
+    if name == "edits_wide.jsonl":  # --make-cases --mode edit --n 8 on 6 packages (one has 7 functions)
+        assert len(cases) == 47 and len({c.workspace_ref for c in cases}) == 6
 
 
 def test_offsets_count_the_carriage_returns_of_a_crlf_file(tmp_path):
