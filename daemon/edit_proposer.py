@@ -31,6 +31,13 @@ Vocabulary (see index/draft.py for drafted / accepted / bonus):
   goes first when its match is longer than the re-sync's and at least
   ``fallback_min_match`` tokens (a model that loops repeats its own output,
   which daemon/context_lookup.py drafts).
+- *learnt rename*: where the output replaced a word of the original by another and
+  then followed the original again, that pair is noted; once a word was replaced
+  ``rename_sightings`` times, the rest of ``original`` (after the pointer) is
+  rewritten with it, so later occurrences are drafted renamed; where the output
+  then keeps the old word, the rename is undone (daemon/edit_substitutions.py).
+  So ``original`` is what the output is expected to repeat, the range as given
+  until a rename is learnt.
 
 Worked example (token ids). original ``[10, 11, 12, 13, 14, 15]``; the model
 renames token 12 to 99 and deletes 14: output ``[10, 11, 99, 13, 15]``.
@@ -62,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daemon.edit_bytes import byte_resync, token_starts
+from daemon.edit_substitutions import Words, apply_substitution, joins, learnable
 from daemon.proposer import Proposer
 from index.draft import NO_DRAFT, Branch, Draft, Source
 
@@ -155,6 +163,12 @@ class EditProposerConfig:
     # (and longer than the re-sync's): a 2-token match somewhere in the workspace says
     # less than a guess that the model replaced one token of the original
     fallback_min_match: int = 3
+    # a word the output changed (a rename) is drafted changed from then on (daemon/edit_substitutions.py;
+    # needs token_bytes), once it was changed ``rename_sightings`` times: after one, a change made once
+    # (not a rename) cost the replayed edits 31% more passes; after two, nothing (docs/benchmarks.md)
+    learn_substitutions: bool = True
+    rename_sightings: int = 2
+    max_substitutions: int = 16
 
 
 class EditProposer:
@@ -205,6 +219,13 @@ class EditProposer:
         self.mode = "aligned"  # aligned | resync | guess | lost: how the last draft was chosen
         self._match_len = 0  # generated tokens that back the pointer after a re-sync (0: a guess,
         # or a byte match within the newest token)
+        # substitutions (see daemon/edit_substitutions.py): where the output left the original,
+        # (original token, generated token), and where it came back, not yet confirmed by a
+        # token that follows (a guess, a one-token re-sync); ``learnt`` counts those applied
+        self._left_at: tuple[int, int] | None = None
+        self._back_at: tuple[int, int] | None = None
+        self._words = Words()
+        self.learnt = 0
 
     # -- the seam
 
@@ -251,6 +272,8 @@ class EditProposer:
         first_new = self._append_bytes(new)  # index of new[0] among the generated tokens
         if self.pointer is not None:
             n = follow(self.original, self.pointer, new)
+            if n > 0 and self._back_at is not None:  # the output came back where we guessed
+                self._learn(generated, self.pointer + n)
             if n == len(new):
                 self.pointer += n
                 self._move_anchor(self.pointer, self._seen)
@@ -262,19 +285,31 @@ class EditProposer:
             # anchor stays where the output last really followed the original.
             if not self._guessing or n > 0:
                 self._move_anchor(diverged_at, first_new + n)
+                if self._left_at is None:
+                    self._left_at = (diverged_at, first_new + n)
             diverged_last = n == len(new) - 1  # only the newest token differs
             was_guess = self._guessing and n == 0
         else:
             diverged_last, was_guess = False, False
+        if diverged_last and not was_guess and self._renames_again(generated):
+            return
         found = resync(self.original, generated, self.anchor, self.cfg.max_n, self.cfg.near)
+        by_bytes = False
         if found is None and self.token_bytes is not None:
-            found = self._resync_bytes()
+            found, by_bytes = self._resync_bytes(), True
         self._guessing = False
+        self._back_at = None
         if found is not None:
             self.pointer, match_len = found
             self.mode = "resync"
             self._match_len = match_len
             self._guessing = match_len <= 1
+            if by_bytes:  # a match by bytes need not start at a token: no substitution to learn
+                self._left_at = None
+            else:
+                self._back_at = (self.pointer - match_len, len(generated) - match_len)
+                if match_len > 1:  # two tokens that agree: back for sure
+                    self._learn(generated, self.pointer)
             if match_len > 1:
                 self._move_anchor(self.pointer, self._seen)
             return
@@ -283,9 +318,75 @@ class EditProposer:
             self.mode = "guess"
             self._match_len = 0
             self._guessing = True
+            self._back_at = (self.pointer, len(generated))
             return
         self.pointer = None
         self.mode = "lost"
+
+    def _renames_again(self, generated: np.ndarray) -> bool:
+        """The newest token replaced the draft's at the anchor with another spelling of a learnt
+        rename (learnt too), or kept the old word the draft had renamed (the rename is undone, every
+        spelling of it, for the rest); either way the pointer goes on after it. False otherwise."""
+        if self.token_bytes is None or not self.cfg.learn_substitutions or self.anchor >= len(self.original):
+            return False
+        drafted, written = int(self.original[self.anchor]), int(generated[-1])
+        verdict = self._words.verdict(self.token_bytes(drafted), self.token_bytes(written))
+        if verdict is None:
+            return False
+        self.pointer = self.anchor + 1
+        if verdict == "again":
+            self._left_at, self._back_at = (self.anchor, len(generated) - 1), (self.pointer, len(generated))
+            self._learn(generated, self.pointer)
+        else:
+            self._left_at = self._back_at = None
+            for old, new in self._words.forget(self.token_bytes(written)):
+                self._set_original(apply_substitution(self.original, self.pointer, new, old, self.token_bytes))
+        self.mode = "resync"
+        self._match_len = 0
+        self._guessing = False
+        self._move_anchor(self.pointer, self._seen)
+        return True
+
+    def _learn(self, generated: np.ndarray, apply_from: int) -> None:
+        """The output left the original at ``_left_at`` and came back at ``_back_at``: a word
+        change between the two, widened to whole words with the tokens both share, is applied
+        to the original from ``apply_from`` on."""
+        left, back = self._left_at, self._back_at
+        self._left_at = self._back_at = None
+        if (left is None or back is None or self.token_bytes is None or not self.cfg.learn_substitutions
+                or self.learnt >= self.cfg.max_substitutions):
+            return
+        (lo, lg), (bo, bg) = left, back
+        if not (lo < bo and lg < bg):
+            return
+        orig, tb = self.original, self.token_bytes
+        while lo > 0 and lg > 0 and orig[lo - 1] == generated[lg - 1] and joins(tb(int(orig[lo - 1])),
+                                                                                  tb(int(orig[lo]))):
+            lo, lg = lo - 1, lg - 1
+        while (bo < len(orig) and bg < len(generated) and orig[bo] == generated[bg]
+               and joins(tb(int(orig[bo - 1])), tb(int(orig[bo])))):
+            bo, bg = bo + 1, bg + 1
+        inside_word = ((lo > 0 and joins(tb(int(orig[lo - 1])), tb(int(orig[lo]))))
+                       or (bo < len(orig) and joins(tb(int(orig[bo - 1])), tb(int(orig[bo])))))
+        old, new = orig[lo:bo].copy(), generated[lg:bg].copy()
+        old_bytes, new_bytes = b"".join(map(tb, old.tolist())), b"".join(map(tb, new.tolist()))
+        if inside_word or not learnable(old_bytes, new_bytes, len(old), len(new)):
+            return
+        sightings = self._words.add(old_bytes, new_bytes, old, new)  # also when this spelling does not come again
+        if sightings < self.cfg.rename_sightings:
+            return
+        changed = orig
+        for old_span, new_span in self._words.apply(old_bytes):
+            changed = apply_substitution(changed, max(apply_from, bo), old_span, new_span, tb)
+        if len(changed) != len(orig) or not np.array_equal(changed, orig):
+            self._set_original(changed)
+            self.learnt += 1
+
+    def _set_original(self, tokens: np.ndarray) -> None:
+        """The draft's source rewritten after the pointer (a rename learnt or undone)."""
+        self.original = tokens
+        self._bytes, self._starts = token_starts(tokens, self.token_bytes)
+        self._bounds = frozenset(self._starts.tolist())
 
     def _append_bytes(self, new: np.ndarray) -> int:
         """Index of the first of ``new`` among the generated tokens; their bytes are appended."""
