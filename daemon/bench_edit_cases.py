@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.bench_cases import STDLIB_PREFIX, BenchCaseError, line_starts, python_files, workspace_ref_for
+from daemon.lines import LINE_BREAK
 from index.workspace import SkipFile, read_text
 
 KINDS = ("hints", "rename-parameter", "rename-variable")
@@ -53,39 +54,66 @@ def _new_name(function_text: str) -> str | None:
     return next((name for name in NEW_NAMES if name not in words), None)
 
 
-def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+def _all_args(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    """Every parameter, ``*args`` and ``**kwargs`` included, in the signature's order."""
     args = node.args
-    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-    return [n for n in names if n not in ("self", "cls")]
+    return (args.posonlyargs + args.args + ([args.vararg] if args.vararg else []) + args.kwonlyargs
+            + ([args.kwarg] if args.kwarg else []))
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """Named parameters to rename: not ``self``/``cls``, ``*args`` or ``**kwargs``."""
+    args = node.args
+    return [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls")]
+
+
+# scopes of their own: a name bound inside is not the function's local
+_OWN_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+               ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _assigned_locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
-    """Names the function's own body assigns (not nested functions' or classes'), in source order."""
-    params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
-    params |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None}
+    """Names the function's own scope assigns (not nested scopes', not declared global or
+    nonlocal, not parameters), in source order."""
+    params = {a.arg for a in _all_args(node)}
     found: list[tuple[int, int, str]] = []
+    declared: set[str] = set()
 
     def visit(n: ast.AST) -> None:
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            declared.update(n.names)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            found.append((n.lineno, n.col_offset, n.id))
         for child in ast.iter_child_nodes(n):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                continue
-            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
-                found.append((child.lineno, child.col_offset, child.id))
-            visit(child)
+            if not isinstance(child, _OWN_SCOPES):
+                visit(child)
 
     for stmt in node.body:
-        visit(stmt)
+        if not isinstance(stmt, _OWN_SCOPES):
+            visit(stmt)
     seen: list[str] = []
     for _, _, name in sorted(found):
-        if name not in params and name != "_" and name not in seen:
+        if name not in params and name not in declared and name != "_" and name not in seen:
             seen.append(name)
     return seen
 
 
 def _is_annotated(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    args = node.args
-    every = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
-    return node.returns is not None or any(a.annotation is not None for a in every)
+    return node.returns is not None or any(a.annotation is not None for a in _all_args(node))
+
+
+def _anchor(text: str, offset: int, end: int) -> str:
+    """The function's first line, and as many more as make it unique in the file (at most the
+    whole function): when the stdlib moves it, the case finds this function, not another
+    ``def close(self):``."""
+    lines = LINE_BREAK.split(text[offset:end])
+    breaks = LINE_BREAK.findall(text[offset:end])
+    anchor = lines[0]
+    for line, brk in zip(lines[1:], breaks):
+        if text.count(anchor) <= 1:
+            break
+        anchor += brk + line
+    return anchor
 
 
 def _candidates_in(text: str, rel: str) -> list[_EditCandidate]:
@@ -104,8 +132,7 @@ def _candidates_in(text: str, rel: str) -> list[_EditCandidate]:
         offset = starts[node.lineno - 1] + node.col_offset
         end = starts[node.end_lineno] if node.end_lineno < len(starts) else len(text)
         body = text[offset:end]
-        line_end = body.find("\n")
-        anchor = body[:line_end if line_end >= 0 else len(body)].split("\r")[0][:60]
+        anchor = _anchor(text, offset, end)
         new = _new_name(body)
         offers: list[tuple[str, str]] = []
         if not _is_annotated(node):
@@ -122,8 +149,7 @@ def _candidates_in(text: str, rel: str) -> list[_EditCandidate]:
 
 def _pick(functions: list[list[_EditCandidate]], n: int, rng: random.Random) -> list[_EditCandidate]:
     """Up to ``n`` cases, one per function (each a list of its offers), in the given order, few
-    per file: a file gives a second case only when no file with fewer is left (then a fourth, then
-    any). Each function takes the kind it offers that has the fewest cases so far (ties: ``rng``)."""
+    per file: one per file first, then up to two, four, any. Each function takes the kind it offers that has the fewest cases so far (ties: ``rng``)."""
     picked: list[_EditCandidate] = []
     used: set[int] = set()
     per_file: dict[str, int] = {}

@@ -225,6 +225,7 @@ class EditProposer:
         self._left_at: tuple[int, int] | None = None
         self._back_at: tuple[int, int] | None = None
         self._words = Words()
+        self._written = np.zeros(len(original), dtype=bool)  # [n]: tokens of ``original`` a rename wrote
         self.learnt = 0
 
     # -- the seam
@@ -325,12 +326,13 @@ class EditProposer:
 
     def _renames_again(self, generated: np.ndarray) -> bool:
         """The newest token replaced the draft's at the anchor with another spelling of a learnt
-        rename (learnt too), or kept the old word the draft had renamed (the rename is undone, every
-        spelling of it, for the rest); either way the pointer goes on after it. False otherwise."""
+        rename (learnt too), or kept the old word the draft had renamed (that place is skipped;
+        kept ``rename_sightings`` times, the rename is undone); either way the pointer goes on
+        after it. False otherwise."""
         if self.token_bytes is None or not self.cfg.learn_substitutions or self.anchor >= len(self.original):
             return False
-        drafted, written = int(self.original[self.anchor]), int(generated[-1])
-        verdict = self._words.verdict(self.token_bytes(drafted), self.token_bytes(written))
+        drafted, written = self.token_bytes(int(self.original[self.anchor])), self.token_bytes(int(generated[-1]))
+        verdict = self._words.verdict(drafted, written)
         if verdict is None:
             return False
         self.pointer = self.anchor + 1
@@ -339,13 +341,21 @@ class EditProposer:
             self._learn(generated, self.pointer)
         else:
             self._left_at = self._back_at = None
-            for old, new in self._words.forget(self.token_bytes(written)):
-                self._set_original(apply_substitution(self.original, self.pointer, new, old, self.token_bytes))
+            if self._words.keep(written) >= self.cfg.rename_sightings:
+                self._undo(written, self.pointer)
         self.mode = "resync"
-        self._match_len = 0
+        self._match_len = 1  # as sure as a one-token re-sync: a longer fallback match still goes first
         self._guessing = False
         self._move_anchor(self.pointer, self._seen)
         return True
+
+    def _undo(self, old: bytes, start: int) -> None:
+        """The rename of ``old`` was not one: what it wrote from ``start`` on is the old word again."""
+        tokens, written = self.original, self._written
+        for old_span, new_span in self._words.forget(old):
+            tokens, written = apply_substitution(tokens, start, new_span, old_span, self.token_bytes, written,
+                                                 only_written=True)
+        self._set_original(tokens, written)
 
     def _learn(self, generated: np.ndarray, apply_from: int) -> None:
         """The output left the original at ``_left_at`` and came back at ``_back_at``: a word
@@ -372,19 +382,23 @@ class EditProposer:
         old_bytes, new_bytes = b"".join(map(tb, old.tolist())), b"".join(map(tb, new.tolist()))
         if inside_word or not learnable(old_bytes, new_bytes, len(old), len(new)):
             return
-        sightings = self._words.add(old_bytes, new_bytes, old, new)  # also when this spelling does not come again
-        if sightings < self.cfg.rename_sightings:
+        start = max(apply_from, bo)
+        if self._words.renamed_to(old_bytes) not in (None, new_bytes.strip()):
+            self._undo(old_bytes, start)  # the word renamed otherwise now: the earlier rename was not one
+        # noted also when this spelling does not come again: another spelling may
+        if self._words.add(old_bytes, new_bytes, old, new) < self.cfg.rename_sightings:
             return
-        changed = orig
+        orig = self.original
+        tokens, written = orig, self._written
         for old_span, new_span in self._words.apply(old_bytes):
-            changed = apply_substitution(changed, max(apply_from, bo), old_span, new_span, tb)
-        if len(changed) != len(orig) or not np.array_equal(changed, orig):
-            self._set_original(changed)
+            tokens, written = apply_substitution(tokens, start, old_span, new_span, tb, written)
+        if len(tokens) != len(orig) or not np.array_equal(tokens, orig):
+            self._set_original(tokens, written)
             self.learnt += 1
 
-    def _set_original(self, tokens: np.ndarray) -> None:
-        """The draft's source rewritten after the pointer (a rename learnt or undone)."""
-        self.original = tokens
+    def _set_original(self, tokens: np.ndarray, written: np.ndarray) -> None:
+        """The draft's source rewritten after the pointer (a rename applied or undone)."""
+        self.original, self._written = tokens, written
         self._bytes, self._starts = token_starts(tokens, self.token_bytes)
         self._bounds = frozenset(self._starts.tolist())
 

@@ -1,27 +1,30 @@
-"""Substitutions an edit's output has made once, applied to the rest of its draft.
+"""Renames an edit's output has made, applied to the rest of its draft.
 
 A rename writes the new name wherever the original has the old one. The edit
 proposer (daemon/edit_proposer.py) drafts from the original, so without help every
 occurrence ends a draft: the old name is drafted, rejected, and the draft after the
-re-synchronisation starts short. Once the output has replaced one span of the
-original by another and then followed the original again, the proposer has
-*learnt* that pair, and the rest of the original it drafts from has the pair
-applied: later occurrences are drafted as the output will likely write them. A
-wrong guess costs what a rename costs without it: a draft rejected at that token.
+re-synchronisation starts short. So the proposer notes each word the output
+replaced (where it left the original and came back); once a word was replaced
+``rename_sightings`` times (two by default), the rest of the original it drafts from
+has the rename applied: later occurrences are drafted as the output will likely
+write them.
 
-Only word changes are learnt (both sides hold a letter or digit, at most
-``MAX_TOKENS`` tokens each): ``url`` -> ``uri``, ``s`` -> ``text``. Type hints
-(``):`` -> ``: str) -> bool:``) are one-off changes, not substitutions. A learnt
-span is widened to whole words first (``guess`` -> ``detect`` before ``_scheme``
-is learnt as ``guess_scheme`` -> ``detect_scheme``, so "a guess" keeps its word),
-and applied only where the old span is a whole word (not inside a longer name, nor
-an attribute after a dot).
+Only word changes are learnt: both sides hold a letter or digit, at most
+``MAX_TOKENS`` tokens each, with the same spaces around them (``url`` -> ``uri``,
+`` s`` -> `` text``). Type hints (``):`` -> ``: str) -> bool:``) are one-off changes,
+not renames. A learnt span is widened to whole words first (``guess`` -> ``detect``
+before ``_scheme`` is learnt as ``guess_scheme`` -> ``detect_scheme``, so "a guess"
+keeps its word), and applied only where the old span is a whole word that names a
+variable: not inside a longer name, not an attribute after a dot, not after ``\\``
+or ``%`` (``r'\\s'``, ``'%s'``), not a keyword argument's name (``f(s=s)`` renames
+the value only).
 
 A word has more than one spelling in tokens (`` esc`` after a space, ``esc`` after
-a parenthesis): where the output writes the new word for another spelling of a
-learnt old word, that is learnt too, at once (``Words``). Where the output keeps the
-old word that the draft had renamed, the rename is undone for the rest of the draft:
-a change made once costs one rejected draft, not one per later occurrence.
+a parenthesis); any spelling counts as a sighting, and one seen after the rename was
+applied is applied at once (``Words``). Where the output keeps the old word that the
+draft had renamed (a string, a keyword it did not rename), that place is skipped;
+kept ``rename_sightings`` times, the rename was not one: it is undone for the rest
+of the draft, on the tokens it wrote only.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-MAX_TOKENS = 4  # tokens on either side of a learnt substitution, at most
+MAX_TOKENS = 4  # tokens on either side of a learnt rename, at most
+_NOT_A_VARIABLE_AFTER = (b".", b"\\", b"%")  # an attribute, an escape, a format: the word is not the name
 
 
 def _is_word_byte(b: int) -> bool:
@@ -42,88 +46,135 @@ def joins(left: bytes, right: bytes) -> bool:
     return bool(left) and bool(right) and _is_word_byte(left[-1]) and _is_word_byte(right[0])
 
 
+def _spaces(text: bytes) -> tuple[bytes, bytes]:
+    """The whitespace ``text`` begins and ends with."""
+    core = text.strip()
+    if not core:
+        return text, b""
+    begin = text.index(core)
+    return text[:begin], text[begin + len(core):]
+
+
 def learnable(old: bytes, new: bytes, old_tokens: int, new_tokens: int) -> bool:
     """Whether replacing ``old`` by ``new`` (their bytes and token counts) is a word change worth
-    applying to the rest of the original."""
-    return (1 <= old_tokens <= MAX_TOKENS and 1 <= new_tokens <= MAX_TOKENS and old != new
-            and any(_is_word_byte(b) for b in old.strip()) and any(_is_word_byte(b) for b in new.strip()))
+    applying to the rest of the original: short, a word on both sides, the same spaces around
+    (`` url`` -> ``uri`` would glue ``return url`` into ``returnuri``)."""
+    return (1 <= old_tokens <= MAX_TOKENS and 1 <= new_tokens <= MAX_TOKENS
+            and old.strip() != new.strip() and _spaces(old) == _spaces(new)
+            and any(_is_word_byte(b) for b in old) and any(_is_word_byte(b) for b in new))
+
+
+def _starts_of(tokens: np.ndarray, pattern: np.ndarray, start: int) -> list[int]:
+    """Where ``pattern`` ([a]) occurs in ``tokens`` ([n]) at or after ``start``, ascending."""
+    a = len(pattern)
+    if start + a > len(tokens):
+        return []
+    hits = np.flatnonzero(tokens[start:len(tokens) - a + 1] == pattern[0]) + start
+    for j in range(1, a):
+        hits = hits[tokens[hits + j] == pattern[j]]
+    return hits.tolist()
 
 
 def apply_substitution(tokens: np.ndarray, start: int, old: np.ndarray, new: np.ndarray,
-                       token_bytes: Callable[[int], bytes]) -> np.ndarray:
-    """``tokens`` ([n] int32) with every whole-word occurrence of ``old`` ([a]) at or after
-    ``start`` replaced by ``new`` ([b]); the tokens before ``start`` are kept as they are.
+                       token_bytes: Callable[[int], bytes], written: np.ndarray,
+                       only_written: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``tokens`` ([n] int32) with the occurrences of ``old`` ([a]) at or after ``start`` that
+    name a variable (see the module doc) replaced by ``new`` ([b]); the tokens before ``start``
+    are kept. ``written`` ([n] bool) marks the tokens earlier renames wrote; returned with the
+    tokens, updated. ``only_written``: replace only occurrences every token of which is marked
+    (undoing a rename touches what it wrote, not the same word where the range had it).
 
-    Whole word: the byte before the occurrence is not a word byte or a dot when the occurrence
-    begins with a word byte, and the byte after it is not a word byte when it ends with one.
     Example (one token a word): [x, url, y] with url -> uri gives [x, uri, y];
-    ``request.url`` and ``url_scheme`` keep their ``url``.
+    ``request.url``, ``url_scheme`` and the keyword of ``f(url=url)`` keep their ``url``.
     """
-    assert tokens.ndim == 1 and old.ndim == 1 and new.ndim == 1 and len(old) >= 1
+    assert tokens.ndim == 1 and old.ndim == 1 and new.ndim == 1 and len(old) >= 1 and written.shape == tokens.shape
     old_bytes = b"".join(token_bytes(int(t)) for t in old)
     # " url" begins with a space, so it starts a word wherever it is; "url" must not follow one
-    first_is_word = bool(old_bytes) and _is_word_byte(old_bytes[0])
-    last_is_word = bool(old_bytes) and _is_word_byte(old_bytes[-1])
-    out: list[np.ndarray] = [tokens[:start]]
-    i = start
+    first_is_word, last_is_word = _is_word_byte(old_bytes[0]), _is_word_byte(old_bytes[-1])
     n, a = len(tokens), len(old)
-    while i < n:
-        if i + a <= n and np.array_equal(tokens[i:i + a], old):
-            before = token_bytes(int(tokens[i - 1]))[-1:] if i > 0 else b""
-            after = token_bytes(int(tokens[i + a]))[:1] if i + a < n else b""
-            whole = (not (first_is_word and before and (_is_word_byte(before[0]) or before == b"."))
-                     and not (last_is_word and after and _is_word_byte(after[0])))
-            if whole:
-                out.append(new)
-                i += a
-                continue
-        out.append(tokens[i:i + 1])
-        i += 1
-    return np.concatenate(out).astype(np.int32)
+
+    def text(lo: int, hi: int) -> bytes:
+        return b"".join(token_bytes(int(t)) for t in tokens[max(lo, 0):min(hi, n)])
+
+    pieces, marks, done = [tokens[:start]], [written[:start]], start
+    for i in _starts_of(tokens, old, start):
+        if i < done or (only_written and not written[i:i + a].all()):
+            continue
+        before, after = text(i - 2, i), text(i + a, i + a + 2)
+        if first_is_word and before and (_is_word_byte(before[-1]) or before.endswith(_NOT_A_VARIABLE_AFTER)):
+            continue
+        if last_is_word and after and _is_word_byte(after[0]):
+            continue
+        if before.rstrip().endswith((b"(", b",")) and after.lstrip().startswith(b"=") \
+                and not after.lstrip().startswith(b"=="):
+            continue  # a keyword argument's name: the callee's parameter, not this variable
+        pieces += [tokens[done:i], new]
+        marks += [written[done:i], np.ones(len(new), dtype=bool)]
+        done = i + a
+    pieces.append(tokens[done:])
+    marks.append(written[done:])
+    return np.concatenate(pieces).astype(np.int32), np.concatenate(marks)
 
 
 class Words:
-    """Learnt renames as words: old word -> new word (their bytes without surrounding spaces), and
-    the token spans applied for each (a word can have several spellings in tokens)."""
+    """Learnt renames as words: old word -> new word (their bytes without surrounding spaces), the
+    token spans seen for each (a word can have several spellings in tokens), and how often the
+    output kept the old word where the draft had renamed it."""
 
     def __init__(self) -> None:
         self._new_for: dict[bytes, bytes] = {}
         self._spans: dict[bytes, list[tuple[np.ndarray, np.ndarray]]] = {}
         self._applied: set[bytes] = set()  # words whose spans were applied to the draft's source
+        self._kept: dict[bytes, int] = {}
+
+    def renamed_to(self, old: bytes) -> bytes | None:
+        return self._new_for.get(old.strip())
 
     def add(self, old: bytes, new: bytes, old_tokens: np.ndarray, new_tokens: np.ndarray) -> int:
-        """``old_tokens`` -> ``new_tokens`` were applied; they spell ``old`` -> ``new``."""
-        if self._new_for.get(old.strip()) != new.strip():
-            self._spans.pop(old.strip(), None)
-        self._new_for[old.strip()] = new.strip()
-        self._spans.setdefault(old.strip(), []).append((old_tokens, new_tokens))
-        return len(self._spans[old.strip()])
+        """The output replaced ``old_tokens`` by ``new_tokens``, spelling ``old`` -> ``new``; returns
+        the sightings of that rename. (A different new word for ``old``: undo the other first.)"""
+        key = old.strip()
+        assert self._new_for.get(key) in (None, new.strip()), "forget the other rename of this word first"
+        self._new_for[key] = new.strip()
+        self._spans.setdefault(key, []).append((old_tokens, new_tokens))
+        return len(self._spans[key])
 
     def verdict(self, drafted: bytes, written: bytes) -> str | None:
         """Where the draft had ``drafted`` and the output wrote ``written``: ``"again"`` when that
-        spells a learnt rename (another token of the same words), ``"undone"`` when the output
-        kept an old word the draft had renamed (the rename was not one), else None."""
+        spells a learnt rename (another token of the same words), ``"kept"`` when the output
+        kept an old word the draft had renamed, else None."""
         drafted, written = drafted.strip(), written.strip()
         if not drafted or not written:
             return None
         if self._new_for.get(drafted) == written:
             return "again"
         if self._new_for.get(written) == drafted:
-            return "undone"
+            return "kept"
         return None
+
+    def keep(self, old: bytes) -> int:
+        """The output kept ``old`` once more where the draft had renamed it; returns how often."""
+        self._kept[old.strip()] = self._kept.get(old.strip(), 0) + 1
+        return self._kept[old.strip()]
 
     def apply(self, old: bytes) -> list[tuple[np.ndarray, np.ndarray]]:
         """The spans of ``old``'s rename to apply now: all of them the first time (the spellings
         seen before it was applied), then the newest only."""
-        spans = self._spans.get(old.strip(), [])
-        if old.strip() in self._applied:
+        key = old.strip()
+        spans = self._spans.get(key, [])
+        if key in self._applied:
             return spans[-1:]
-        self._applied.add(old.strip())
+        self._applied.add(key)
         return spans
 
     def forget(self, old: bytes) -> list[tuple[np.ndarray, np.ndarray]]:
         """Drop the rename of ``old``; returns its (old, new) token spans when they were applied
         (to be undone), else none."""
-        self._new_for.pop(old.strip(), None)
-        spans = self._spans.pop(old.strip(), [])
-        return spans if old.strip() in self._applied else []
+        key = old.strip()
+        self._new_for.pop(key, None)
+        self._kept.pop(key, None)
+        spans = self._spans.pop(key, [])
+        if key in self._applied:
+            self._applied.discard(key)
+            return spans
+        return []

@@ -3,9 +3,10 @@
 The embedded 135M model seldom does the renames the bench asks for, so the recorded outputs
 say little about drafting renamed code. This script takes every case whose instruction is
 "Rename the parameter|variable|function OLD to NEW." and builds the answer a model that obeys
-would give: the range with OLD replaced as a whole word (all occurrences, or the first
-``--count`` only: a change made once or twice, which a learnt rename gets wrong), tokenized as
-the draft is. That answer is replayed through the edit proposer and draft policy
+would give: the range with the names OLD renamed where Python's ``ast`` sees them (parameters,
+variables, the function's own name; not attributes, keyword arguments' names or strings), all
+of them, or the first ``--count`` only (a change made once or twice, which a learnt rename gets
+wrong), tokenized as the draft is. That answer is replayed through the edit proposer and draft policy
 (scripts/simulate_edits.py's loop), with the learnt renames off, after one sighting and after
 two (``EditProposerConfig.rename_sightings``).
 
@@ -16,11 +17,37 @@ two (``EditProposerConfig.rename_sightings``).
 from __future__ import annotations
 
 import argparse
+import ast
 import re
+import textwrap
 
 from simulate_edits import replay
 
 RENAME = re.compile(r"Rename the (?:parameter|variable|function) (\w+) to (\w+)")
+
+
+def renamed(function: str, indent: str, old: str, new: str, count: int = 0) -> tuple[str, int]:
+    """``function`` (a range from its ``def``; ``indent`` the def line's indentation in the file)
+    with the first ``count`` (0: every) name ``old`` renamed ``new``, as ``ast`` finds names; and
+    how many names ``old`` it has."""
+    text = indent + function
+    dedented = textwrap.dedent(text)
+    shift = len(text.splitlines()[0]) - len(dedented.splitlines()[0])  # columns dedent removed
+    spots = []
+    for node in ast.walk(ast.parse(dedented)):
+        if isinstance(node, ast.Name) and node.id == old:
+            spots.append((node.lineno, node.col_offset, node.end_col_offset))
+        elif isinstance(node, ast.arg) and node.arg == old:
+            spots.append((node.lineno, node.col_offset, node.col_offset + len(old.encode())))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == old:
+            col = dedented.splitlines()[node.lineno - 1].encode().index(old.encode(), node.col_offset)
+            spots.append((node.lineno, col, col + len(old.encode())))
+    spots.sort()
+    lines = text.splitlines(keepends=True)
+    for lineno, start, end in reversed(spots[:count] if count else spots):  # ast columns count UTF-8 bytes
+        line = lines[lineno - 1].encode()
+        lines[lineno - 1] = (line[:start + shift] + new.encode() + line[end + shift:]).decode()
+    return "".join(lines)[len(indent):], len(spots)
 
 
 def main() -> int:
@@ -58,12 +85,13 @@ def main() -> int:
         uri = case.path.as_uri()
         ep = build_edit_prompt(rt, case.text, case.offset, case.end, case.instruction, uri)
         original = case.text[case.offset:case.end]
-        renamed = re.sub(rf"\b{old}\b", new, original, count=args.count)
-        text = case.text[:case.offset] + renamed + case.text[case.end:]
-        answer = list(build_edit_prompt(rt, text, case.offset, case.offset + len(renamed), case.instruction,
+        indent = case.text[case.text.rfind("\n", 0, case.offset) + 1:case.offset]
+        new_range, names = renamed(original, indent, old, new, args.count)
+        text = case.text[:case.offset] + new_range + case.text[case.end:]
+        answer = list(build_edit_prompt(rt, text, case.offset, case.offset + len(new_range), case.instruction,
                                         uri).draft_ids)
         tokens += len(answer)
-        occurrences += len(re.findall(rf"\b{old}\b", original))
+        occurrences += names
         plain_ms += len(answer) * cost(1)
         row = []
         for name, pcfg in configs.items():
@@ -76,7 +104,7 @@ def main() -> int:
             row.append(passes)
         if args.per_case:
             print(f"{case.id:42} {len(answer):5} tokens, passes " + " / ".join(map(str, row)))
-    print(f"{len(cases)} renames, {occurrences} occurrences in the originals, {tokens} answer tokens"
+    print(f"{len(cases)} renames, {occurrences} names in the originals, {tokens} answer tokens"
           + (f", first {args.count} occurrence(s) renamed" if args.count else ", all renamed"))
     for name, (passes, ms) in totals.items():
         print(f"  learnt renames {name:12}: {passes:5} passes, {plain_ms / ms:5.2f}x over plain (projected ms)")

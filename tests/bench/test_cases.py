@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -119,7 +120,7 @@ def test_committed_cases_load_on_this_python(name):
     if name.startswith("edits"):
         # each range starts at a def (its anchor) and ends at the end of a line
         assert all(c.mode == "edit" and c.instruction for c in cases)
-        assert all(c.text.startswith("def ", c.offset) for c in cases)
+        assert all(re.match(r"(async\s+)?def ", c.text[c.offset:]) for c in cases)
         assert all(c.text[c.offset:c.end].rstrip(" ").endswith("\n") for c in cases)
     if name == "stdlib.jsonl":
         kinds = {c.kind for c in cases}

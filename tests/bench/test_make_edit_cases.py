@@ -141,10 +141,72 @@ def test_made_edit_cases_load_back_whatever_the_line_endings(tmp_path, newline):
     ws.mkdir()
     (ws / "m.py").write_bytes(MODULE.replace("\n", newline).encode())
     cases = make_edit_cases(ws, n=10, seed=0)
-    assert cases and all(c["anchor"].startswith("def ") and "\r" not in c["anchor"] for c in cases)
+    assert cases and all(c["anchor"].startswith("def ") for c in cases)
     for case in load(tmp_path, cases):
         assert case.text[case.offset:].startswith("def ")
         assert case.text[:case.end].endswith(newline)  # the range ends after a line break
+
+
+def candidates(source: str) -> dict[str, list[str]]:
+    from daemon.bench_edit_cases import _candidates_in
+
+    out: dict[str, list[str]] = {}
+    for c in _candidates_in(source, "m.py"):
+        out.setdefault(c.anchor.split("(")[0], []).append(c.instruction)
+    return out
+
+
+def test_async_decorated_nested_and_keyword_only_functions():
+    source = textwrap.dedent('''\
+        import functools
+
+
+        @functools.cache
+        async def fetch(url, *, retries=2):
+            reply = await get(url)
+            return reply
+
+
+        def outer(items):
+            def inner(x, /, y):
+                total = x + y
+                return total
+            return inner
+    ''')
+    found = candidates(source)
+    # the range starts at "async def", after the decorator; kwonly and posonly parameters count
+    assert set(found) == {"async def fetch", "def outer", "def inner"}
+    assert "Rename the parameter url to value." in found["async def fetch"]
+    assert "Rename the variable reply to value." in found["async def fetch"]
+    assert "Rename the parameter x to value." in found["def inner"]
+    # outer binds no local of its own ("inner" is a def, not an assignment)
+    assert not any(i.startswith("Rename the variable") for i in found["def outer"])
+
+
+def test_comprehension_targets_and_globals_are_not_locals():
+    source = textwrap.dedent('''\
+        def squares(values):
+            global CACHE
+            CACHE = [v * v for v in values]
+            total = sum(CACHE)
+            return total
+    ''')
+    renames = [i for i in candidates(source)["def squares"] if i.startswith("Rename the variable")]
+    assert renames == ["Rename the variable total to value."]  # not v (the comprehension's), not CACHE
+
+
+def test_a_repeated_def_line_gets_an_anchor_unique_in_its_file(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = "".join(f"class C{i}:\n    def close(self):\n        self.n = {i}\n        return self.n\n\n"
+                     for i in range(3))
+    (ws / "m.py").write_text(source)
+    made = make_edit_cases(ws, n=3, seed=0)
+    assert len(made) == 3
+    for case in made:
+        assert source.count(case["anchor"]) == 1 and case["anchor"].startswith("def close(self):\n")
+    for case in load(tmp_path, made):  # each loads back where it was made
+        assert case.offset == next(c["offset"] for c in made if c["id"] == case.id)
 
 
 def test_cli_make_edit_cases(tmp_path, edit_workspace, capsys):

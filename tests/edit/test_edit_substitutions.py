@@ -12,7 +12,8 @@ from edit_sim import simulate
 
 # A hand-made vocabulary: id -> the token's bytes. " url" and "url" are two spellings of a word.
 VOCAB = ["def", " f", "(", "url", "):", "\n   ", " x", " =", " url", " +", " 1", "\n", " return", ".",
-         "_scheme", " uri", "uri", " guess", "guess", " a", " for", " y", ")", " detect", "detect", " z"]
+         "_scheme", " uri", "uri", " guess", "guess", " a", " for", " y", ")", " detect", "detect", " z", "%",
+         "="]
 ID = {t: i + 10 for i, t in enumerate(VOCAB)}
 PROMPT = [1, 2, 3]
 
@@ -42,27 +43,48 @@ def run(original: list[str], target: list[str], learn: bool, sightings: int = 2)
 
 # ---------------------------------------------------------------- the pure parts
 
-def test_apply_replaces_whole_words_after_start_only():
+def substitute(tokens: np.ndarray, start: int, old: np.ndarray, new: np.ndarray, written=None, **kw):
+    written = np.zeros(len(tokens), dtype=bool) if written is None else written
+    out, marks = apply_substitution(tokens, start, old, new, token_bytes, written, **kw)
+    assert len(marks) == len(out)
+    return out, marks
+
+
+def test_apply_replaces_whole_words_after_start_only_and_marks_what_it_wrote():
     tokens = A(" url", " x", " url", " y", " url")
-    out = apply_substitution(tokens, 1, A(" url"), A(" uri"), token_bytes)
+    out, marks = substitute(tokens, 1, A(" url"), A(" uri"))
     assert out.tolist() == ids(" url", " x", " uri", " y", " uri")  # the one before ``start`` stays
+    assert marks.tolist() == [False, False, True, False, True]
 
 
-def test_apply_leaves_attributes_and_longer_names_alone():
-    tokens = A("(", "url", ")", " x", ".", "url", " y", "url", "_scheme")
-    out = apply_substitution(tokens, 0, A("url"), A("uri"), token_bytes)
-    # (url) renamed; .url is an attribute; url_scheme is another name
-    assert out.tolist() == ids("(", "uri", ")", " x", ".", "url", " y", "url", "_scheme")
+def test_apply_leaves_attributes_longer_names_escapes_and_keywords_alone():
+    tokens = A("(", "url", ")", " x", ".", "url", " y", "url", "_scheme", "%", "url", "(", "url", "=", "url", ")")
+    out, _ = substitute(tokens, 0, A("url"), A("uri"))
+    # (url) renamed; .url an attribute; url_scheme another name; %url a format; f(url=url) renames the value
+    assert out.tolist() == ids("(", "uri", ")", " x", ".", "url", " y", "url", "_scheme", "%", "url",
+                               "(", "url", "=", "uri", ")")
 
 
-def test_apply_with_spans_of_several_tokens():
-    tokens = A(" x", " guess", "_scheme", "(", " a", " guess", " for")
-    out = apply_substitution(tokens, 0, A(" guess", "_scheme"), A(" detect", "_scheme"), token_bytes)
-    assert out.tolist() == ids(" x", " detect", "_scheme", "(", " a", " guess", " for")
+def test_apply_with_spans_of_several_tokens_changes_the_length():
+    tokens = A(" x", " guess", "_scheme", "(", " a", " guess", " for", " guess", "_scheme")
+    out, marks = substitute(tokens, 0, A(" guess", "_scheme"), A(" detect"))
+    assert out.tolist() == ids(" x", " detect", "(", " a", " guess", " for", " detect")
+    assert marks.tolist() == [False, True, False, False, False, False, True]
+
+
+def test_undoing_touches_only_what_the_rename_wrote():
+    # " uri" was in the range already (index 1); the rename wrote the one at index 3
+    tokens = A(" x", " uri", " y", " uri")
+    written = np.array([False, False, False, True])
+    out, marks = substitute(tokens, 0, A(" uri"), A(" url"), written, only_written=True)
+    assert out.tolist() == ids(" x", " uri", " y", " url")
 
 
 def test_learnable_is_a_short_word_change():
     assert learnable(b" url", b" uri", 1, 1)
+    assert not learnable(b" url", b"uri", 1, 1)  # would glue "return url" into "returnuri"
+    assert not learnable(b" url", b"url", 1, 1)  # the same word
+    assert not learnable(b"\n    x", b"\n  x", 2, 2)  # an indent changed, not a word
     assert not learnable(b"):", b": str) -> bool:", 1, 6)  # type hints: no word replaced, too long
     assert not learnable(b")", b" y)", 1, 2)  # no word on the old side
     assert not learnable(b" url", b" url", 1, 1)
@@ -74,7 +96,8 @@ def test_joins_and_words():
     words = Words()
     words.add(b" url", b" uri", A(" url"), A(" uri"))
     assert words.verdict(b"url", b"uri") == words.verdict(b" url", b"uri") == "again"
-    assert words.verdict(b"uri", b" url") == "undone"  # the draft had renamed, the output kept the word
+    assert words.verdict(b"uri", b" url") == "kept"  # the draft had renamed, the output kept the word
+    assert words.keep(b"url") == 1 and words.keep(b" url") == 2
     assert words.verdict(b"url", b"x") is None and words.verdict(b"x", b"uri") is None
     words.add(b"url", b"uri", A("url"), A("uri"))
     assert len(words.apply(b"url")) == 2 and len(words.apply(b" url")) == 1  # all spellings once, then the newest
@@ -83,6 +106,8 @@ def test_joins_and_words():
     assert words.verdict(b"url", b"uri") is None
     words.add(b"x", b"y", A(" x"), A(" y"))
     assert words.forget(b"x") == []  # never applied: nothing to undo
+    words.add(b"x", b"z", A(" x"), A(" z"))  # forgotten, so another new word is fine
+    assert words.renamed_to(b" x") == b"z"
 
 
 # ---------------------------------------------------------------- the proposer
@@ -104,17 +129,35 @@ def test_a_rename_is_drafted_after_its_first_occurrences(sightings):
 
 
 def test_another_spelling_of_a_learnt_word_is_learnt_at_once():
-    # " url" is renamed first; "url" after "(" later is the same word in another token
+    # " url" and "url" (after a parenthesis) are two spellings; two sightings of either apply both
     original = [" x", " =", " url", " +", " 1", "\n   ", " y", " =", "(", "url", ")", "\n   ", " z", " =",
                 "(", "url", ")", "\n   ", " return", " url", "\n"]
     target = rename(original, {"url": "uri", " url": " uri"})
-    p = EditProposer(A(*original), len(PROMPT), EditProposerConfig(rename_sightings=1), token_bytes=token_bytes)
+    p = EditProposer(A(*original), len(PROMPT), token_bytes=token_bytes)
     log: list = []
     simulate(p, PROMPT, ids(*target), log)
-    # the third occurrence, "(url" again, is drafted renamed: no pass ends at it
-    third = len(original) - original[::-1].index("url") - 1
-    assert all(not (start <= third < start + accepted + 1 and start + accepted == third)
-               for start, _, accepted in log), log
+    third = len(original) - original[::-1].index("url") - 1  # the second "(url"
+    assert third not in {start + accepted for start, _, accepted in log}, log  # no draft was rejected there
+    assert p.learnt >= 1
+
+
+def test_a_rename_into_more_tokens_keeps_the_bytes_in_step():
+    target = rename(ORIGINAL, {" url": " detect_scheme", "url": "uri"})
+    target = [t for tok in target for t in ([" detect", "_scheme"] if tok == " detect_scheme" else [tok])]
+    without, _ = run(ORIGINAL, target, learn=False)
+    with_learning, p = run(ORIGINAL, target, learn=True)
+    assert p.learnt >= 1 and with_learning < without
+    assert p._bytes == b"".join(map(token_bytes, p.original.tolist())) and len(p._written) == len(p.original)
+
+
+def test_a_word_kept_once_leaves_the_rename_in_place():
+    # every " url" renamed but one (say a string): that place costs a pass, the rename stays
+    target = rename(ORIGINAL, {"url": "uri", " url": " uri"})
+    target[14] = " url"
+    passes, p = run(ORIGINAL, target, learn=True)
+    full, _ = run(ORIGINAL, rename(ORIGINAL, {"url": "uri", " url": " uri"}), learn=True)
+    assert p.original[-2] == ID[" uri"]  # the last occurrence is still drafted renamed
+    assert passes == full + 1
 
 
 def test_a_rename_inside_a_longer_name_is_learnt_as_the_whole_name():
@@ -150,13 +193,13 @@ def test_without_token_bytes_nothing_is_learnt():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_random_renames_always_reconstruct(seed):
-    # the simulated verifier asserts the output is the target: drafts only ever change speed
+def test_random_renames_are_learnt_and_cost_at_most_a_few_passes_more(seed):
     rng = np.random.default_rng(seed)
     words = [" x", " y", " z", " url", " a", " for", " +", " =", "\n   ", "(", ")", "url", " 1"]
     original = [words[i] for i in rng.integers(0, len(words), 120)]
     mapping = {" url": " uri", "url": "uri"} if seed % 2 else {" x": " y", " a": " z"}
     target = rename(original, mapping)
     for sightings in (1, 2):
-        passes, _ = run(original, target, learn=True, sightings=sightings)
+        passes, p = run(original, target, learn=True, sightings=sightings)
         assert passes <= run(original, target, learn=False)[0] + 3
+        assert p.learnt >= 1
