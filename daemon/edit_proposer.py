@@ -35,7 +35,7 @@ Vocabulary (see index/draft.py for drafted / accepted / bonus):
   then followed the original again, that pair is noted; once a word was replaced
   ``rename_sightings`` times, the rest of ``original`` (after the pointer) is
   rewritten with it, so later occurrences are drafted renamed; where the output
-  then keeps the old word, the rename is undone (daemon/edit_substitutions.py).
+  then keeps the old word at two places, the rename is undone (daemon/edit_substitutions.py).
   So ``original`` is what the output is expected to repeat, the range as given
   until a rename is learnt.
 
@@ -165,7 +165,7 @@ class EditProposerConfig:
     fallback_min_match: int = 3
     # a word the output changed (a rename) is drafted changed from then on (daemon/edit_substitutions.py;
     # needs token_bytes), once it was changed ``rename_sightings`` times: after one, a change made once
-    # (not a rename) cost the replayed edits 31% more passes; after two, nothing (docs/benchmarks.md)
+    # (not a rename) cost the replayed edits 25% more passes; after two, nothing (docs/benchmarks.md)
     learn_substitutions: bool = True
     rename_sightings: int = 2
     max_substitutions: int = 16
@@ -326,25 +326,32 @@ class EditProposer:
 
     def _renames_again(self, generated: np.ndarray) -> bool:
         """The newest token replaced the draft's at the anchor with another spelling of a learnt
-        rename (learnt too), or kept the old word the draft had renamed (that place is skipped;
-        kept ``rename_sightings`` times, the rename is undone); either way the pointer goes on
-        after it. False otherwise."""
+        rename (learnt too), or kept the old word where the draft had a rename's new word (that
+        place is skipped; kept ``rename_sightings`` times, the rename is undone); either way the
+        pointer goes on after it. False otherwise."""
         if self.token_bytes is None or not self.cfg.learn_substitutions or self.anchor >= len(self.original):
             return False
-        drafted, written = self.token_bytes(int(self.original[self.anchor])), self.token_bytes(int(generated[-1]))
-        verdict = self._words.verdict(drafted, written)
-        if verdict is None:
-            return False
-        self.pointer = self.anchor + 1
-        if verdict == "again":
-            self._left_at, self._back_at = (self.anchor, len(generated) - 1), (self.pointer, len(generated))
+        at, written = self.anchor, self.token_bytes(int(generated[-1]))
+        if self._written[at] and (at == 0 or not self._written[at - 1]):  # a rename's new word starts here
+            end = at
+            while end < len(self.original) and self._written[end]:
+                end += 1
+            new_word = b"".join(map(self.token_bytes, self.original[at:end].tolist()))
+            old_word = self._words.old_for(new_word)
+            if old_word is None or not written.strip() or not old_word.startswith(written.strip()):
+                return False
+            self.pointer = end  # past the new word: the output goes on after the old one
+            self._left_at = self._back_at = None
+            if self._words.keep(old_word) >= self.cfg.rename_sightings:
+                self._undo(old_word, self.pointer)
+        elif self._words.verdict(self.token_bytes(int(self.original[at])), written) == "again":
+            self.pointer = at + 1
+            self._left_at, self._back_at = (at, len(generated) - 1), (self.pointer, len(generated))
             self._learn(generated, self.pointer)
         else:
-            self._left_at = self._back_at = None
-            if self._words.keep(written) >= self.cfg.rename_sightings:
-                self._undo(written, self.pointer)
-        self.mode = "resync"
-        self._match_len = 1  # as sure as a one-token re-sync: a longer fallback match still goes first
+            return False
+        self.mode = "aligned"  # the pointer is known: no fallback draft goes first
+        self._match_len = 0
         self._guessing = False
         self._move_anchor(self.pointer, self._seen)
         return True

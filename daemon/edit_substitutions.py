@@ -17,7 +17,8 @@ before ``_scheme`` is learnt as ``guess_scheme`` -> ``detect_scheme``, so "a gue
 keeps its word), and applied only where the old span is a whole word that names a
 variable: not inside a longer name, not an attribute after a dot, not after ``\\``
 or ``%`` (``r'\\s'``, ``'%s'``), not a keyword argument's name (``f(s=s)`` renames
-the value only).
+the value only). Strings and comments are not told apart from code: a word in them is
+drafted renamed, and where the output keeps it, that place costs a rejected draft.
 
 A word has more than one spelling in tokens (`` esc`` after a space, ``esc`` after
 a parenthesis); any spelling counts as a sighting, and one seen after the rename was
@@ -75,6 +76,23 @@ def _starts_of(tokens: np.ndarray, pattern: np.ndarray, start: int) -> list[int]
     return hits.tolist()
 
 
+def _in_parentheses(tokens: np.ndarray, i: int, token_bytes: Callable[[int], bytes], window: int = 64) -> bool:
+    """Whether the nearest bracket left open before token ``i`` is ``(`` (a call's or a signature's
+    arguments, not ``a, b = ...`` at the start of a line), looking back ``window`` tokens at most."""
+    depth = 0
+    for t in tokens[max(i - window, 0):i][::-1].tolist():
+        for b in reversed(token_bytes(int(t))):
+            if b in b")]}":
+                depth += 1
+            elif b in b"([{":
+                if depth == 0:
+                    return b == ord("(")
+                depth -= 1
+            elif b == ord("\n") and depth == 0:
+                return False
+    return False
+
+
 def apply_substitution(tokens: np.ndarray, start: int, old: np.ndarray, new: np.ndarray,
                        token_bytes: Callable[[int], bytes], written: np.ndarray,
                        only_written: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -105,11 +123,12 @@ def apply_substitution(tokens: np.ndarray, start: int, old: np.ndarray, new: np.
             continue
         if last_is_word and after and _is_word_byte(after[0]):
             continue
-        if before.rstrip().endswith((b"(", b",")) and after.lstrip().startswith(b"=") \
-                and not after.lstrip().startswith(b"=="):
+        if (before.rstrip().endswith((b"(", b",")) and after.lstrip().startswith(b"=")
+                and not after.lstrip().startswith(b"==") and _in_parentheses(tokens, i, token_bytes)):
             continue  # a keyword argument's name: the callee's parameter, not this variable
         pieces += [tokens[done:i], new]
-        marks += [written[done:i], np.ones(len(new), dtype=bool)]
+        # an undo gives back the range's own tokens: no longer written by a rename
+        marks += [written[done:i], np.full(len(new), not only_written)]
         done = i + a
     pieces.append(tokens[done:])
     marks.append(written[done:])
@@ -119,7 +138,8 @@ def apply_substitution(tokens: np.ndarray, start: int, old: np.ndarray, new: np.
 class Words:
     """Learnt renames as words: old word -> new word (their bytes without surrounding spaces), the
     token spans seen for each (a word can have several spellings in tokens), and how often the
-    output kept the old word where the draft had renamed it."""
+    output kept the old word where the draft had renamed it (places marked written by the
+    proposer, see ``apply_substitution``)."""
 
     def __init__(self) -> None:
         self._new_for: dict[bytes, bytes] = {}
@@ -140,17 +160,14 @@ class Words:
         return len(self._spans[key])
 
     def verdict(self, drafted: bytes, written: bytes) -> str | None:
-        """Where the draft had ``drafted`` and the output wrote ``written``: ``"again"`` when that
-        spells a learnt rename (another token of the same words), ``"kept"`` when the output
-        kept an old word the draft had renamed, else None."""
+        """``"again"`` where the draft had ``drafted`` and the output wrote ``written`` and that
+        spells a learnt rename (another token of the same words), else None."""
         drafted, written = drafted.strip(), written.strip()
-        if not drafted or not written:
-            return None
-        if self._new_for.get(drafted) == written:
-            return "again"
-        if self._new_for.get(written) == drafted:
-            return "kept"
-        return None
+        return "again" if drafted and written and self._new_for.get(drafted) == written else None
+
+    def old_for(self, new: bytes) -> bytes | None:
+        """The old word a learnt rename replaces by ``new``, or None."""
+        return next((old for old, n in self._new_for.items() if n == new.strip()), None)
 
     def keep(self, old: bytes) -> int:
         """The output kept ``old`` once more where the draft had renamed it; returns how often."""

@@ -19,35 +19,40 @@ from __future__ import annotations
 import argparse
 import ast
 import re
-import textwrap
 
 from simulate_edits import replay
+
+from daemon.bench_cases import line_starts, load_cases
 
 RENAME = re.compile(r"Rename the (?:parameter|variable|function) (\w+) to (\w+)")
 
 
-def renamed(function: str, indent: str, old: str, new: str, count: int = 0) -> tuple[str, int]:
-    """``function`` (a range from its ``def``; ``indent`` the def line's indentation in the file)
-    with the first ``count`` (0: every) name ``old`` renamed ``new``, as ``ast`` finds names; and
-    how many names ``old`` it has."""
-    text = indent + function
-    dedented = textwrap.dedent(text)
-    shift = len(text.splitlines()[0]) - len(dedented.splitlines()[0])  # columns dedent removed
+def renamed(text: str, start: int, end: int, old: str, new: str, count: int = 0) -> tuple[str, int]:
+    """``text[start:end]`` (a function) with the first ``count`` (0: every) name ``old`` in it
+    renamed ``new``, as ``ast`` finds names in the whole file; and how many names ``old`` it has."""
+    starts = line_starts(text)  # the line breaks ast counts: \r\n, \r, \n (not \x0c or \u2028)
+
+    def offset(lineno: int, col: int) -> int:  # ast's (line, UTF-8 byte column) -> character offset
+        line = text[starts[lineno - 1]:]
+        return starts[lineno - 1] + len(line.encode()[:col].decode())
+
     spots = []
-    for node in ast.walk(ast.parse(dedented)):
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Name) and node.id == old:
-            spots.append((node.lineno, node.col_offset, node.end_col_offset))
+            at = offset(node.lineno, node.col_offset)
         elif isinstance(node, ast.arg) and node.arg == old:
-            spots.append((node.lineno, node.col_offset, node.col_offset + len(old.encode())))
+            at = offset(node.lineno, node.col_offset)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == old:
-            col = dedented.splitlines()[node.lineno - 1].encode().index(old.encode(), node.col_offset)
-            spots.append((node.lineno, col, col + len(old.encode())))
+            at = text.index(old, offset(node.lineno, node.col_offset))  # after "def " / "class "
+        else:
+            continue
+        if start <= at < end:
+            spots.append(at)
     spots.sort()
-    lines = text.splitlines(keepends=True)
-    for lineno, start, end in reversed(spots[:count] if count else spots):  # ast columns count UTF-8 bytes
-        line = lines[lineno - 1].encode()
-        lines[lineno - 1] = (line[:start + shift] + new.encode() + line[end + shift:]).decode()
-    return "".join(lines)[len(indent):], len(spots)
+    function = text[start:end]
+    for at in reversed(spots[:count] if count else spots):
+        function = function[:at - start] + new + function[at - start + len(old):]
+    return function, len(spots)
 
 
 def main() -> int:
@@ -59,7 +64,6 @@ def main() -> int:
     args = ap.parse_args()
 
     from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
-    from daemon.bench_cases import load_cases
     from daemon.bench_runner import case_document
     from daemon.edit import EditDraftPolicy, edit_proposer
     from daemon.edit_prompt import build_edit_prompt
@@ -84,9 +88,7 @@ def main() -> int:
             indexes[case.workspace].index_workspace(str(case.workspace))
         uri = case.path.as_uri()
         ep = build_edit_prompt(rt, case.text, case.offset, case.end, case.instruction, uri)
-        original = case.text[case.offset:case.end]
-        indent = case.text[case.text.rfind("\n", 0, case.offset) + 1:case.offset]
-        new_range, names = renamed(original, indent, old, new, args.count)
+        new_range, names = renamed(case.text, case.offset, case.end, old, new, args.count)
         text = case.text[:case.offset] + new_range + case.text[case.end:]
         answer = list(build_edit_prompt(rt, text, case.offset, case.offset + len(new_range), case.instruction,
                                         uri).draft_ids)

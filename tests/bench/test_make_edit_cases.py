@@ -87,7 +87,9 @@ def test_each_instruction_is_one_the_function_offers(tmp_path, edit_workspace):
         body = case.text[case.offset:case.end]
         params = [a.arg for a in node.args.args if a.arg not in ("self", "cls")]
         if case.instruction == "Add type hints.":
-            assert node.returns is None and all(a.annotation is None for a in node.args.args)
+            args = node.args
+            every = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+            assert node.returns is None and all(a.annotation is None for a in every)
             continue
         m = re.fullmatch(r"Rename the (parameter|variable) (\w+) to (\w+)\.", case.instruction)
         assert m, case.instruction
@@ -174,7 +176,7 @@ def test_async_decorated_nested_and_keyword_only_functions():
             return inner
     ''')
     found = candidates(source)
-    # the range starts at "async def", after the decorator; kwonly and posonly parameters count
+    # the range starts at "async def", after the decorator; a positional-only parameter is renamed too
     assert set(found) == {"async def fetch", "def outer", "def inner"}
     assert "Rename the parameter url to value." in found["async def fetch"]
     assert "Rename the variable reply to value." in found["async def fetch"]
