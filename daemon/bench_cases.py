@@ -380,6 +380,29 @@ def python_files(root: Path, limit: int, rng: random.Random) -> list[Path]:
     return files
 
 
+def workspace_python_files(workspace: str | Path, n: int, max_files: int,
+                           rng: random.Random) -> tuple[Path, list[Path]]:
+    """For ``--make-cases``: the workspace's resolved root and its Python files (``python_files``);
+    BenchCaseError for ``n`` < 1, a workspace that is not a directory or has no Python file."""
+    if n < 1:
+        raise BenchCaseError("--n must be >= 1")
+    root = Path(workspace).expanduser()
+    if not root.is_dir():
+        raise BenchCaseError(f"workspace {workspace}: not a directory")
+    root = root.resolve()
+    files = python_files(root, max_files, rng)
+    if not files:
+        raise BenchCaseError(f"workspace {root}: no Python files")
+    return root, files
+
+
+def case_id_prefix(root: Path) -> tuple[str, str]:
+    """The workspace's portable spelling (``workspace_ref_for``) and the prefix of its case ids:
+    the stdlib package's name, else the folder's."""
+    ref = workspace_ref_for(root)
+    return ref, (ref[len(STDLIB_PREFIX):] if ref.startswith(STDLIB_PREFIX) else root.name) or "stdlib"
+
+
 def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: int = 48,
                max_files: int = 300, id_prefix: str | None = None) -> list[dict[str, Any]]:
     """Cases from a real workspace, as JSON-ready dicts (see the module doc).
@@ -389,16 +412,8 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
     overlap is in between). A stratum that runs short is filled from the others;
     fewer than ``n`` cases come back when the workspace has fewer cursors.
     """
-    if n < 1:
-        raise BenchCaseError("--n must be >= 1")
-    root = Path(workspace).expanduser()
-    if not root.is_dir():
-        raise BenchCaseError(f"workspace {workspace}: not a directory")
-    root = root.resolve()
     rng = random.Random(seed)
-    files = python_files(root, max_files, rng)
-    if not files:
-        raise BenchCaseError(f"workspace {root}: no Python files")
+    root, files = workspace_python_files(workspace, n, max_files, rng)
     texts: dict[str, str] = {}
     skipped: dict[str, int] = {}  # reason -> files, for the message when nothing is left
     for path in files:
@@ -462,8 +477,8 @@ def make_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_tokens: in
     left = [c for c in repeat + norepeat if (c.file, c.offset) not in used]
     picked += [("repeat" if c.overlap >= REPEAT_MIN else "norepeat", c) for c in _spread(left, n - len(picked))]
 
-    ref = workspace_ref_for(root)
-    prefix = id_prefix or (ref.split(":", 1)[1] if ref.startswith(STDLIB_PREFIX) else root.name) or "stdlib"
+    ref, prefix = case_id_prefix(root)
+    prefix = id_prefix or prefix
     cases = []
     for i, (kind, c) in enumerate(sorted(picked, key=lambda kc: (KINDS.index(kc[0]), kc[1].file, kc[1].offset))):
         cases.append({"id": f"{prefix}-{kind}-{i:02d}", "workspace": ref, "file": c.file, "offset": c.offset,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.bench_cases import STDLIB_PREFIX, BenchCaseError, line_starts, python_files, workspace_ref_for
+from daemon.bench_cases import BenchCaseError, case_id_prefix, line_starts, workspace_python_files
 from daemon.lines import LINE_BREAK
 from index.workspace import SkipFile, read_text
 
@@ -174,16 +174,8 @@ def make_edit_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_token
                     max_files: int = 300, id_prefix: str | None = None) -> list[dict[str, Any]]:
     """Edit cases from a real workspace, as JSON-ready dicts (see the module doc); fewer than
     ``n`` come back when its functions offer fewer."""
-    if n < 1:
-        raise BenchCaseError("--n must be >= 1")
-    root = Path(workspace).expanduser()
-    if not root.is_dir():
-        raise BenchCaseError(f"workspace {workspace}: not a directory")
-    root = root.resolve()
     rng = random.Random(seed)
-    files = python_files(root, max_files, rng)
-    if not files:
-        raise BenchCaseError(f"workspace {root}: no Python files")
+    root, files = workspace_python_files(workspace, n, max_files, rng)
     functions: dict[tuple[str, int], list[_EditCandidate]] = {}  # (file, offset) -> its offers
     for path in files:
         rel = str(path.relative_to(root))
@@ -199,8 +191,8 @@ def make_edit_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_token
         raise BenchCaseError(f"workspace {root}: no function of {MIN_LINES}-{MAX_LINES} lines to edit")
     order = list(functions.values())
     rng.shuffle(order)
-    ref = workspace_ref_for(root)
-    prefix = id_prefix or (ref[len(STDLIB_PREFIX):] if ref.startswith(STDLIB_PREFIX) else root.name) or "stdlib"
+    ref, prefix = case_id_prefix(root)
+    prefix = id_prefix or prefix
     picked = sorted(_pick(order, n, rng), key=lambda c: (KINDS.index(c.kind), c.file, c.offset))
     return [{"id": f"edit-{prefix}-{c.kind}-{i:02d}", "workspace": ref, "file": c.file, "offset": c.offset,
              "end": c.end, "max_tokens": max_tokens, "mode": "edit", "instruction": c.instruction,

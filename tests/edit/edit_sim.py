@@ -35,3 +35,19 @@ def simulate(proposer, prompt: list[int], target: list[int], log: list | None = 
         passes += 1
     assert out == target
     return passes
+
+
+class HandVocab:
+    """A hand-made vocabulary for proposer tests: token ``i`` (from 10 on) is ``tokens[i - 10]``."""
+
+    FIRST = 10  # ids below are free for prompts
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+        self.id = {t: i + self.FIRST for i, t in enumerate(tokens)}
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.tokens[token_id - self.FIRST].encode()
+
+    def ids(self, *tokens: str) -> list[int]:
+        return [self.id[t] for t in tokens]

@@ -6,21 +6,15 @@ import numpy as np
 from daemon.edit_bytes import ByteMatchConfig, byte_resync, token_starts
 from daemon.edit_proposer import EditProposer
 
-from edit_sim import simulate
+from edit_sim import HandVocab, simulate
 
 # A hand-made vocabulary: id -> the token's bytes. ")" and ":" exist apart and as "):".
 VOCAB = ["def", " f", "(", "x", "):", "\n   ", " return", " x", ":", " int", ")", " ->", " bool",
          " is", " name", " str"]
-ID = {t: i + 10 for i, t in enumerate(VOCAB)}
+HAND = HandVocab(VOCAB)
+ID = HAND.id
 PROMPT = [1, 2, 3]
-
-
-def token_bytes(token_id: int) -> bytes:
-    return VOCAB[token_id - 10].encode()
-
-
-def ids(*tokens: str) -> list[int]:
-    return [ID[t] for t in tokens]
+token_bytes, ids = HAND.token_bytes, HAND.ids
 
 
 def test_token_starts_gives_the_bytes_and_every_token_start():

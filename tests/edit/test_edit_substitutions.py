@@ -8,22 +8,16 @@ import pytest
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.edit_substitutions import Words, apply_substitution, joins, learnable
 
-from edit_sim import simulate
+from edit_sim import HandVocab, simulate
 
 # A hand-made vocabulary: id -> the token's bytes. " url" and "url" are two spellings of a word.
 VOCAB = ["def", " f", "(", "url", "):", "\n   ", " x", " =", " url", " +", " 1", "\n", " return", ".",
          "_scheme", " uri", "uri", " guess", "guess", " a", " for", " y", ")", " detect", "detect", " z", "%",
          "=", ","]
-ID = {t: i + 10 for i, t in enumerate(VOCAB)}
+HAND = HandVocab(VOCAB)
+ID = HAND.id
 PROMPT = [1, 2, 3]
-
-
-def token_bytes(token_id: int) -> bytes:
-    return VOCAB[token_id - 10].encode()
-
-
-def ids(*tokens: str) -> list[int]:
-    return [ID[t] for t in tokens]
+token_bytes, ids = HAND.token_bytes, HAND.ids
 
 
 def A(*tokens: str) -> np.ndarray:
