@@ -344,7 +344,7 @@ class EditProposer:
             self._left_at = self._back_at = None
             if self._words.keep(old_word) >= self.cfg.rename_sightings:
                 self._undo(old_word, self.pointer)
-        elif self._words.verdict(self.token_bytes(int(self.original[at])), written) == "again":
+        elif self._words.is_renamed(self.token_bytes(int(self.original[at])), written):
             self.pointer = at + 1
             self._left_at, self._back_at = (at, len(generated) - 1), (self.pointer, len(generated))
             self._learn(generated, self.pointer)

@@ -159,11 +159,11 @@ class Words:
         self._spans.setdefault(key, []).append((old_tokens, new_tokens))
         return len(self._spans[key])
 
-    def verdict(self, drafted: bytes, written: bytes) -> str | None:
-        """``"again"`` where the draft had ``drafted`` and the output wrote ``written`` and that
-        spells a learnt rename (another token of the same words), else None."""
+    def is_renamed(self, drafted: bytes, written: bytes) -> bool:
+        """Whether the output writing ``written`` where the draft had ``drafted`` spells a learnt
+        rename (another token of the same words)."""
         drafted, written = drafted.strip(), written.strip()
-        return "again" if drafted and written and self._new_for.get(drafted) == written else None
+        return bool(drafted) and bool(written) and self._new_for.get(drafted) == written
 
     def old_for(self, new: bytes) -> bytes | None:
         """The old word a learnt rename replaces by ``new``, or None."""

@@ -104,15 +104,15 @@ def test_joins_and_words():
     assert joins(b" guess", b"_scheme") and not joins(b" guess", b"(") and not joins(b"(", b"url")
     words = Words()
     words.add(b" url", b" uri", A(" url"), A(" uri"))
-    assert words.verdict(b"url", b"uri") == words.verdict(b" url", b"uri") == "again"
-    assert words.verdict(b"uri", b" url") is None and words.old_for(b" uri") == b"url"
+    assert words.is_renamed(b"url", b"uri") and words.is_renamed(b" url", b"uri")
+    assert not words.is_renamed(b"uri", b" url") and words.old_for(b" uri") == b"url"
     assert words.keep(b"url") == 1 and words.keep(b" url") == 2
-    assert words.verdict(b"url", b"x") is None and words.verdict(b"x", b"uri") is None
+    assert not words.is_renamed(b"url", b"x") and not words.is_renamed(b"x", b"uri")
     words.add(b"url", b"uri", A("url"), A("uri"))
     assert len(words.apply(b"url")) == 2 and len(words.apply(b" url")) == 1  # all spellings once, then the newest
     spans = words.forget(b"url")
     assert [(o.tolist(), n.tolist()) for o, n in spans] == [(ids(" url"), ids(" uri")), (ids("url"), ids("uri"))]
-    assert words.verdict(b"url", b"uri") is None
+    assert not words.is_renamed(b"url", b"uri")
     words.add(b"x", b"y", A(" x"), A(" y"))
     assert words.forget(b"x") == []  # never applied: nothing to undo
     words.add(b"x", b"z", A(" x"), A(" z"))  # forgotten, so another new word is fine
