@@ -46,7 +46,6 @@ class _EditCandidate:
     end: int  # after the function's last line break
     kind: str
     instruction: str
-    anchor: str
 
 
 def _new_name(function_text: str) -> str | None:
@@ -116,14 +115,15 @@ def _anchor(text: str, offset: int, end: int) -> str:
     return anchor
 
 
-def _candidates_in(text: str, rel: str) -> list[_EditCandidate]:
-    """Every (function, instruction kind) this file offers."""
+def _candidates_in(text: str, rel: str) -> list[list[_EditCandidate]]:
+    """What each function of this file offers: one list per function (empty ones left out),
+    one candidate per instruction kind."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return []
     starts = line_starts(text)
-    out: list[_EditCandidate] = []
+    out: list[list[_EditCandidate]] = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.end_lineno is None:
             continue
@@ -131,9 +131,7 @@ def _candidates_in(text: str, rel: str) -> list[_EditCandidate]:
             continue
         offset = starts[node.lineno - 1] + node.col_offset
         end = starts[node.end_lineno] if node.end_lineno < len(starts) else len(text)
-        body = text[offset:end]
-        anchor = _anchor(text, offset, end)
-        new = _new_name(body)
+        new = _new_name(text[offset:end])
         offers: list[tuple[str, str]] = []
         if not _is_annotated(node):
             offers.append(("hints", "Add type hints."))
@@ -143,13 +141,15 @@ def _candidates_in(text: str, rel: str) -> list[_EditCandidate]:
         names = _assigned_locals(node)
         if names and new:
             offers.append(("rename-variable", f"Rename the variable {names[0]} to {new}."))
-        out += [_EditCandidate(rel, offset, end, kind, instruction, anchor) for kind, instruction in offers]
+        if offers:
+            out.append([_EditCandidate(rel, offset, end, kind, instruction) for kind, instruction in offers])
     return out
 
 
 def _pick(functions: list[list[_EditCandidate]], n: int, rng: random.Random) -> list[_EditCandidate]:
     """Up to ``n`` cases, one per function (each a list of its offers), in the given order, few
-    per file: one per file first, then up to two, four, any. Each function takes the kind it offers that has the fewest cases so far (ties: ``rng``)."""
+    per file: one per file first, then up to two, four, any. Each function takes the kind it
+    offers that has the fewest cases so far (ties: ``rng``)."""
     picked: list[_EditCandidate] = []
     used: set[int] = set()
     per_file: dict[str, int] = {}
@@ -176,25 +176,23 @@ def make_edit_cases(workspace: str | Path, n: int = 20, seed: int = 0, max_token
     ``n`` come back when its functions offer fewer."""
     rng = random.Random(seed)
     root, files = workspace_python_files(workspace, n, max_files, rng)
-    functions: dict[tuple[str, int], list[_EditCandidate]] = {}  # (file, offset) -> its offers
+    texts: dict[str, str] = {}
+    functions: list[list[_EditCandidate]] = []  # each function's offers
     for path in files:
         rel = str(path.relative_to(root))
         try:
             rel.encode("utf-8")  # a name that is not UTF-8 cannot be written to the JSONL file
-            text = read_text(path, 1 << 20)
-            found = _candidates_in(text, rel)
+            texts[rel] = read_text(path, 1 << 20)
+            functions += _candidates_in(texts[rel], rel)
         except (UnicodeEncodeError, SkipFile, RecursionError, MemoryError):
             continue  # unreadable, binary, or too deeply nested to parse: no cases from it
-        for c in found:
-            functions.setdefault((c.file, c.offset), []).append(c)
     if not functions:
         raise BenchCaseError(f"workspace {root}: no function of {MIN_LINES}-{MAX_LINES} lines to edit")
-    order = list(functions.values())
-    rng.shuffle(order)
+    rng.shuffle(functions)
     ref, prefix = case_id_prefix(root)
     prefix = id_prefix or prefix
-    picked = sorted(_pick(order, n, rng), key=lambda c: (KINDS.index(c.kind), c.file, c.offset))
+    picked = sorted(_pick(functions, n, rng), key=lambda c: (KINDS.index(c.kind), c.file, c.offset))
     return [{"id": f"edit-{prefix}-{c.kind}-{i:02d}", "workspace": ref, "file": c.file, "offset": c.offset,
              "end": c.end, "max_tokens": max_tokens, "mode": "edit", "instruction": c.instruction,
-             "anchor": c.anchor}
+             "anchor": _anchor(texts[c.file], c.offset, c.end)}
             for i, c in enumerate(picked)]

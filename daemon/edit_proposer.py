@@ -69,45 +69,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from daemon.edit_bytes import byte_resync, token_starts
-from daemon.edit_substitutions import Words, apply_substitution, joins, learnable
+from daemon.edit_substitutions import Words, apply_substitution, learnable, whole_word_span
 from daemon.proposer import Proposer
+from daemon.token_runs import follow, occurrences
 from index.draft import NO_DRAFT, Branch, Draft, Source
 
 # ---------------------------------------------------------------- pure core
-
-
-def follow(original: np.ndarray, pointer: int, new_tokens: np.ndarray) -> int:
-    """How many of ``new_tokens`` repeat ``original`` from ``pointer`` on (a prefix length).
-
-    original: [n] int32, new_tokens: [m] int32. Returns 0..m.
-    Example: follow([5, 6, 7], 1, [6, 7, 9]) == 2.
-    """
-    assert original.ndim == 1 and new_tokens.ndim == 1
-    m = min(len(new_tokens), max(len(original) - pointer, 0))
-    if m == 0:
-        return 0
-    same = original[pointer:pointer + m] == new_tokens[:m]
-    if same.all():
-        return m
-    return int(np.argmin(same))  # index of the first False
-
-
-def occurrences(original: np.ndarray, pattern: np.ndarray) -> np.ndarray:
-    """End positions (exclusive) of every occurrence of ``pattern`` in ``original``.
-
-    original: [n] int32, pattern: [m] int32, m >= 1. Returns [c] int64, ascending.
-    Example: occurrences([1, 2, 1, 2], [1, 2]) == [2, 4].
-    """
-    assert original.ndim == 1 and pattern.ndim == 1 and len(pattern) >= 1
-    m = len(pattern)
-    if m > len(original):
-        return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(original[: len(original) - m + 1] == pattern[0])
-    for j in range(1, m):
-        if len(starts) == 0:
-            break
-        starts = starts[original[starts + j] == pattern[j]]
-    return starts.astype(np.int64) + m
 
 
 def resync(original: np.ndarray, generated: np.ndarray, anchor: int,
@@ -373,33 +340,23 @@ class EditProposer:
         if (left is None or back is None or self.token_bytes is None or not self.cfg.learn_substitutions
                 or self.learnt >= self.cfg.max_substitutions):
             return
-        (lo, lg), (bo, bg) = left, back
-        if not (lo < bo and lg < bg):
+        span = whole_word_span(self.original, generated, left, back, self.token_bytes)
+        if span is None:
             return
-        orig, tb = self.original, self.token_bytes
-        while lo > 0 and lg > 0 and orig[lo - 1] == generated[lg - 1] and joins(tb(int(orig[lo - 1])),
-                                                                                  tb(int(orig[lo]))):
-            lo, lg = lo - 1, lg - 1
-        while (bo < len(orig) and bg < len(generated) and orig[bo] == generated[bg]
-               and joins(tb(int(orig[bo - 1])), tb(int(orig[bo])))):
-            bo, bg = bo + 1, bg + 1
-        inside_word = ((lo > 0 and joins(tb(int(orig[lo - 1])), tb(int(orig[lo]))))
-                       or (bo < len(orig) and joins(tb(int(orig[bo - 1])), tb(int(orig[bo])))))
-        old, new = orig[lo:bo].copy(), generated[lg:bg].copy()
-        old_bytes, new_bytes = b"".join(map(tb, old.tolist())), b"".join(map(tb, new.tolist()))
-        if inside_word or not learnable(old_bytes, new_bytes, len(old), len(new)):
+        old, new, after = span
+        old_bytes, new_bytes = (b"".join(map(self.token_bytes, t.tolist())) for t in (old, new))
+        if not learnable(old_bytes, new_bytes, len(old), len(new)):
             return
-        start = max(apply_from, bo)
+        start = max(apply_from, after)
         if self._words.renamed_to(old_bytes) not in (None, new_bytes.strip()):
             self._undo(old_bytes, start)  # the word renamed otherwise now: the earlier rename was not one
         # noted also when this spelling does not come again: another spelling may
         if self._words.add(old_bytes, new_bytes, old, new) < self.cfg.rename_sightings:
             return
-        orig = self.original
-        tokens, written = orig, self._written
+        tokens, written = self.original, self._written
         for old_span, new_span in self._words.apply(old_bytes):
-            tokens, written = apply_substitution(tokens, start, old_span, new_span, tb, written)
-        if len(tokens) != len(orig) or not np.array_equal(tokens, orig):
+            tokens, written = apply_substitution(tokens, start, old_span, new_span, self.token_bytes, written)
+        if len(tokens) != len(self.original) or not np.array_equal(tokens, self.original):
             self._set_original(tokens, written)
             self.learnt += 1
 

@@ -34,6 +34,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from daemon.token_runs import occurrences
+
 MAX_TOKENS = 4  # tokens on either side of a learnt rename, at most
 _NOT_A_VARIABLE_AFTER = (b".", b"\\", b"%")  # an attribute, an escape, a format: the word is not the name
 
@@ -65,15 +67,30 @@ def learnable(old: bytes, new: bytes, old_tokens: int, new_tokens: int) -> bool:
             and any(_is_word_byte(b) for b in old) and any(_is_word_byte(b) for b in new))
 
 
-def _starts_of(tokens: np.ndarray, pattern: np.ndarray, start: int) -> list[int]:
-    """Where ``pattern`` ([a]) occurs in ``tokens`` ([n]) at or after ``start``, ascending."""
-    a = len(pattern)
-    if start + a > len(tokens):
-        return []
-    hits = np.flatnonzero(tokens[start:len(tokens) - a + 1] == pattern[0]) + start
-    for j in range(1, a):
-        hits = hits[tokens[hits + j] == pattern[j]]
-    return hits.tolist()
+def whole_word_span(original: np.ndarray, generated: np.ndarray, left: tuple[int, int], back: tuple[int, int],
+                    token_bytes: Callable[[int], bytes]) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The change between where the output left ``original`` (``left``: original token, generated
+    token) and where it came back (``back``), widened over the tokens both share until it is whole
+    words: (old tokens, new tokens, the original's token after them), or None where it stays
+    inside a word or is empty.
+
+    Example: ``guess`` -> ``detect`` followed by ``_scheme`` in both gives ``guess_scheme`` ->
+    ``detect_scheme``.
+    """
+    (lo, lg), (bo, bg) = left, back
+    if not (lo < bo and lg < bg):
+        return None
+
+    def joined(i: int) -> bool:  # original tokens i - 1 and i are one word
+        return 0 < i < len(original) and joins(token_bytes(int(original[i - 1])), token_bytes(int(original[i])))
+
+    while lg > 0 and joined(lo) and original[lo - 1] == generated[lg - 1]:
+        lo, lg = lo - 1, lg - 1
+    while bg < len(generated) and joined(bo) and original[bo] == generated[bg]:
+        bo, bg = bo + 1, bg + 1
+    if joined(lo) or joined(bo):
+        return None
+    return original[lo:bo].copy(), generated[lg:bg].copy(), bo
 
 
 def _in_parentheses(tokens: np.ndarray, i: int, token_bytes: Callable[[int], bytes], window: int = 64) -> bool:
@@ -115,7 +132,7 @@ def apply_substitution(tokens: np.ndarray, start: int, old: np.ndarray, new: np.
         return b"".join(token_bytes(int(t)) for t in tokens[max(lo, 0):min(hi, n)])
 
     pieces, marks, done = [tokens[:start]], [written[:start]], start
-    for i in _starts_of(tokens, old, start):
+    for i in (occurrences(tokens[start:], old) - a + start).tolist():
         if i < done or (only_written and not written[i:i + a].all()):
             continue
         before, after = text(i - 2, i), text(i + a, i + a + 2)

@@ -70,6 +70,29 @@ def replay(proposer, policy, prompt_ids: list[int], output: list[int], cost, max
     return passes, ms
 
 
+def add_cost_argument(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--cost", default="35,35,45,79,109,142,208",
+                    help="ms per pass for 1,2,4,8,16,32,64 new tokens")
+
+
+def cost_model(spec: str):
+    """The fixed verify-cost curve of ``--cost`` (no online calibration: a replay is deterministic)."""
+    from daemon.adaptive import CostModel
+
+    ms = [float(x) for x in spec.split(",")]
+    return CostModel(sizes=[1, 2, 4, 8, 16, 32, 64][: len(ms)], ms=ms, online=False)
+
+
+def workspace_index(indexes: dict, runtime, workspace):
+    """The n-gram index of ``workspace``, built once per run into ``indexes``."""
+    if workspace not in indexes:
+        from index.store import NgramIndex
+
+        indexes[workspace] = NgramIndex(runtime.tokenize_batch)
+        indexes[workspace].index_workspace(str(workspace))
+    return indexes[workspace]
+
+
 def print_pass(tokenizer, proposer, i: int, drafted: list[int], accepted: int, emitted: list[int]) -> None:
     """One line of ``--trace``: how the proposer placed its pointer ("fallback": the index
     drafted instead), what it drafted, how much was accepted, what the pass emitted."""
@@ -82,24 +105,21 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench-json", required=True)
     ap.add_argument("--cases", required=True)
-    ap.add_argument("--cost", default="35,35,45,79,109,142,208",
-                    help="ms per pass for 1,2,4,8,16,32,64 new tokens")
+    add_cost_argument(ap)
     ap.add_argument("--trace", metavar="CASE_ID", help="print this case's passes one by one")
     ap.add_argument("--by-tokens", action="store_true",
                     help="re-synchronise by tokens, as without a tokenizer (the default matches bytes)")
     args = ap.parse_args()
 
-    from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+    from daemon.adaptive import AdaptiveConfig, DraftPolicy
     from daemon.bench_cases import load_cases
     from daemon.bench_runner import case_document
     from daemon.edit import EditDraftPolicy, edit_proposer
     from daemon.edit_prompt import build_edit_prompt
     from daemon.edit_proposer import EditProposerConfig
     from daemon.model import load_runtime
-    from index.store import NgramIndex
 
-    ms = [float(x) for x in args.cost.split(",")]
-    cost = CostModel(sizes=[1, 2, 4, 8, 16, 32, 64][: len(ms)], ms=ms, online=False)
+    cost = cost_model(args.cost)
     rt = load_runtime("tiny", device="cpu")  # only its tokenizer (the default model's) is used
     bench = {c["id"]: c for c in json.load(open(args.bench_json))["cases"]}
     cases = [c for c in load_cases(args.cases) if c.id in bench and c.mode == "edit"]
@@ -107,10 +127,7 @@ def main() -> int:
     total = {"passes": 0, "plain": 0, "ms": 0.0, "plain_ms": 0.0}
     print(f"{'case':40} {'tokens':>6} {'passes':>6} {'x passes':>8} {'x ms':>6}")
     for case in cases:
-        if case.workspace not in indexes:
-            indexes[case.workspace] = NgramIndex(rt.tokenize_batch)
-            indexes[case.workspace].index_workspace(str(case.workspace))
-        index = indexes[case.workspace]
+        index = workspace_index(indexes, rt, case.workspace)
         uri = case.path.as_uri()
         ep = build_edit_prompt(rt, case.text, case.offset, case.end or case.offset, case.instruction or "", uri)
         output = list(bench[case.id]["token_ids"])

@@ -20,7 +20,7 @@ import argparse
 import ast
 import re
 
-from simulate_edits import replay
+from simulate_edits import add_cost_argument, cost_model, replay, workspace_index
 
 from daemon.bench_cases import line_starts, load_cases
 
@@ -33,7 +33,7 @@ def renamed(text: str, start: int, end: int, old: str, new: str, count: int = 0)
     starts = line_starts(text)  # the line breaks ast counts: \r\n, \r, \n (not \x0c or \u2028)
 
     def offset(lineno: int, col: int) -> int:  # ast's (line, UTF-8 byte column) -> character offset
-        line = text[starts[lineno - 1]:]
+        line = text[starts[lineno - 1]:starts[lineno] if lineno < len(starts) else len(text)]
         return starts[lineno - 1] + len(line.encode()[:col].decode())
 
     spots = []
@@ -58,20 +58,19 @@ def renamed(text: str, start: int, end: int, old: str, new: str, count: int = 0)
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="+", required=True)
-    ap.add_argument("--cost", default="35,35,45,79,109,142,208", help="ms per pass for 1,2,4,8,16,32,64 new tokens")
+    add_cost_argument(ap)
     ap.add_argument("--count", type=int, default=0, help="rename only the first COUNT occurrences (0: all)")
     ap.add_argument("--per-case", action="store_true")
     args = ap.parse_args()
 
-    from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
+    from daemon.adaptive import AdaptiveConfig, DraftPolicy
     from daemon.bench_runner import case_document
     from daemon.edit import EditDraftPolicy, edit_proposer
     from daemon.edit_prompt import build_edit_prompt
     from daemon.edit_proposer import EditProposerConfig
     from daemon.model import load_runtime
-    from index.store import NgramIndex
 
-    cost = CostModel(sizes=[1, 2, 4, 8, 16, 32, 64], ms=[float(x) for x in args.cost.split(",")], online=False)
+    cost = cost_model(args.cost)
     rt = load_runtime("tiny", device="cpu")  # only its tokenizer (the default model's) is used
     cases = [(c, *m.groups()) for path in args.cases for c in load_cases(path)
              if c.mode == "edit" and (m := RENAME.search(c.instruction or ""))]
@@ -80,12 +79,10 @@ def main() -> int:
                "2 sightings": EditProposerConfig(rename_sightings=2)}
     indexes: dict = {}
     totals = {name: [0, 0.0] for name in configs}
-    tokens = occurrences = 0
+    tokens = names_in_originals = 0
     plain_ms = 0.0
     for case, old, new in cases:
-        if case.workspace not in indexes:
-            indexes[case.workspace] = NgramIndex(rt.tokenize_batch)
-            indexes[case.workspace].index_workspace(str(case.workspace))
+        index = workspace_index(indexes, rt, case.workspace)
         uri = case.path.as_uri()
         ep = build_edit_prompt(rt, case.text, case.offset, case.end, case.instruction, uri)
         new_range, names = renamed(case.text, case.offset, case.end, old, new, args.count)
@@ -93,12 +90,12 @@ def main() -> int:
         answer = list(build_edit_prompt(rt, text, case.offset, case.offset + len(new_range), case.instruction,
                                         uri).draft_ids)
         tokens += len(answer)
-        occurrences += names
+        names_in_originals += names
         plain_ms += len(answer) * cost(1)
         row = []
         for name, pcfg in configs.items():
-            with case_document(indexes[case.workspace], case):
-                proposer = edit_proposer(ep, indexes[case.workspace], uri, pcfg, rt.token_bytes)
+            with case_document(index, case):
+                proposer = edit_proposer(ep, index, uri, pcfg, rt.token_bytes)
                 policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()))
                 passes, ms = replay(proposer, policy, ep.prompt_ids, answer, cost, len(answer) + 8)
             totals[name][0] += passes
@@ -106,7 +103,7 @@ def main() -> int:
             row.append(passes)
         if args.per_case:
             print(f"{case.id:42} {len(answer):5} tokens, passes " + " / ".join(map(str, row)))
-    print(f"{len(cases)} renames, {occurrences} names in the originals, {tokens} answer tokens"
+    print(f"{len(cases)} renames, {names_in_originals} names in the originals, {tokens} answer tokens"
           + (f", first {args.count} occurrence(s) renamed" if args.count else ", all renamed"))
     for name, (passes, ms) in totals.items():
         print(f"  learnt renames {name:12}: {passes:5} passes, {plain_ms / ms:5.2f}x over plain (projected ms)")

@@ -153,8 +153,9 @@ def candidates(source: str) -> dict[str, list[str]]:
     from daemon.bench_edit_cases import _candidates_in
 
     out: dict[str, list[str]] = {}
-    for c in _candidates_in(source, "m.py"):
-        out.setdefault(c.anchor.split("(")[0], []).append(c.instruction)
+    for offers in _candidates_in(source, "m.py"):
+        def_line = source[offers[0].offset:].split("(")[0]
+        out[def_line] = [c.instruction for c in offers]
     return out
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daemon.edit_proposer import EditProposer, EditProposerConfig
-from daemon.edit_substitutions import Words, apply_substitution, joins, learnable
+from daemon.edit_substitutions import Words, apply_substitution, joins, learnable, whole_word_span
 
 from edit_sim import HandVocab, simulate
 
@@ -87,6 +87,16 @@ def test_an_undo_unmarks_what_it_gives_back():
     written = np.array([False, True, False, True])
     out, marks = substitute(tokens, 0, A(" uri"), A(" url"), written, only_written=True)
     assert out.tolist() == ids(" x", " url", " y", " url") and not marks.any()
+
+
+def test_a_change_is_widened_to_whole_words_with_the_tokens_both_share():
+    original, generated = A("def", " guess", "_scheme", "("), A("def", " detect", "_scheme", "(")
+    # left where " guess" was drafted, back at "_scheme": widened over it, to the "("
+    old, new, after = whole_word_span(original, generated, (1, 1), (2, 2), token_bytes)
+    assert (old.tolist(), new.tolist(), after) == (ids(" guess", "_scheme"), ids(" detect", "_scheme"), 3)
+    # the output has not written the shared "_scheme" yet: still inside a word, nothing to learn
+    assert whole_word_span(original, generated[:2], (1, 1), (2, 2), token_bytes) is None
+    assert whole_word_span(original, generated, (2, 2), (2, 2), token_bytes) is None  # empty
 
 
 def test_learnable_is_a_short_word_change():
