@@ -33,6 +33,7 @@ import numpy as np
 
 from daemon.adaptive import DraftPolicy, best_count, cut_branches, ema_acceptance
 from daemon.context_lookup import ContextLookup, prompt_lookup
+from daemon.edit_indent import frame_of
 from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range, clean_answer
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.proposer import IndexProposer, NullProposer
@@ -134,8 +135,9 @@ class LengthBound:
     def check(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError when rewriting ``text[start:end]`` certainly needs more positions than the model has."""
         original = text[start:end]
-        in_prompt = len(original.rstrip("\n")) + len(instruction.strip())
-        as_draft = len(original) - original.endswith("\n")
+        shown = frame_of(text, start, end).dedent(original)  # as the prompt and the draft have it
+        in_prompt = len(shown.rstrip("\n")) + len(instruction.strip())
+        as_draft = len(shown) - shown.endswith("\n")
         need = -(-in_prompt // self.longest_token) + -(-as_draft // self.longest_token)  # ceilings
         if need > self.positions:
             raise ValueError(f"the edit is too long to rewrite: the selection ({len(original)} characters) "
@@ -244,8 +246,8 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
                                   ep.prompt_ids, proposer, policy, stopper, req.sampling, None, cancel,
                                   propose_k=pcfg.k_max, t0=t0,
                                   sync=(req.uri, req.text) if req.speculate else None)
-    text = "" if out.cancelled else clean_answer(closed_answer(out.text, out.stop_reason, ep.fence),
-                                                 ep.original, ep.fence)
+    text = "" if out.cancelled else ep.frame.reindent(
+        clean_answer(closed_answer(out.text, out.stop_reason, ep.fence), ep.shown, ep.fence))
     result = CompletionResult(text=text, token_ids=out.tokens, prompt=ep.prompt, stats=stats,
                               cancelled=out.cancelled, stop_reason=out.stop_reason)
     return completer.record(result, t0)

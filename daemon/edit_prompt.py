@@ -34,9 +34,14 @@ How the answer ends: the model writes the code, then a newline and the closing
 fence, then (chat) ``<|im_end|>``. Generation stops at the end-of-sequence token,
 at the stop string ``STOP`` (newline + closing fence) or at ``max_tokens``.
 
-The draft is the original exactly as the model would write it back unchanged:
-``"\\n" + body + "\\n" + fence`` then eos, where ``body`` is the original without
-one trailing newline. The prompt ends right after ``python`` (a non-space), so
+The selection is shown in its own indentation frame (daemon/edit_indent.py):
+a method selected from its ``def`` on is shown dedented, as the model writes a
+function, and the answer is indented back before it is applied. ``shown`` below
+is the selection so dedented.
+
+The draft is the shown selection exactly as the model would write it back
+unchanged: ``"\\n" + body + "\\n" + fence`` then eos, where ``body`` is
+``shown`` without one trailing newline. The prompt ends right after ``python`` (a non-space), so
 the newline and the first line's indentation form one token (``"\\n   "``) just as
 they did in training text; the prompt's and the draft's token ids concatenate to
 the ids of the concatenated text (tested).
@@ -60,6 +65,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.edit_indent import IndentFrame, frame_of
 from daemon.model import encode_template
 
 SELECTION = "<selection/>"
@@ -93,8 +99,10 @@ class EditPrompt:
     style: str  # "chat" | "plain"
     prompt: str  # the exact text given to the model
     prompt_ids: list[int]
-    draft_ids: list[int]  # the answer if the model repeated the original: the proposer's source
-    original: str
+    draft_ids: list[int]  # the answer if the model repeated the shown selection: the proposer's source
+    original: str  # text[start:end]
+    shown: str  # the original as the prompt shows it, in its indentation frame
+    frame: IndentFrame  # puts the cleaned answer back into the file's indentation
     fence: str
     stop: tuple[str, ...]  # stop strings on the answer text
 
@@ -172,6 +180,8 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     if not isinstance(instruction, str) or not instruction.strip():
         raise ValueError("the instruction is empty")
     original = text[start:end]
+    frame = frame_of(text, start, end)
+    shown = frame.dedent(original)
     lang = language_of(uri)
     fence = fence_for(original)
     name = uri.rsplit("/", 1)[-1] or "untitled"
@@ -181,7 +191,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
         style = "chat"
         user = (f"File `{name}` (excerpt; the selection is shown as {SELECTION}):\n"
                 f"{fence}{lang}\n{context}\n{fence}\n\n"
-                f"Selection:\n{fence}{lang}\n{original.rstrip(chr(10))}\n{fence}\n\n"
+                f"Selection:\n{fence}{lang}\n{shown.rstrip(chr(10))}\n{fence}\n\n"
                 f"Instruction: {instruction.strip()}")
         before, after = _chat_template_around_user(tokenizer)
         after += fence + lang
@@ -193,16 +203,16 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
         style = "plain"
         prompt = (f"File: {name} (excerpt, the selection replaced by {SELECTION})\n"
                   f"{fence}{lang}\n{context}\n{fence}\n"
-                  f"Selection:\n{fence}{lang}\n{original.rstrip(chr(10))}\n{fence}\n"
+                  f"Selection:\n{fence}{lang}\n{shown.rstrip(chr(10))}\n{fence}\n"
                   f"Instruction: {instruction.strip()}\n"
                   f"Rewritten selection:\n{fence}{lang}")
         prompt_ids = list(runtime.encode(prompt))
     eos = getattr(runtime, "eos_token_id", None)
-    draft_ids = list(runtime.encode(draft_text(original, fence)))
+    draft_ids = list(runtime.encode(draft_text(shown, fence)))
     if eos is not None:
         draft_ids.append(int(eos))
     return EditPrompt(style=style, prompt=prompt, prompt_ids=prompt_ids,
-                      draft_ids=draft_ids, original=original, fence=fence,
+                      draft_ids=draft_ids, original=original, shown=shown, frame=frame, fence=fence,
                       stop=("\n" + fence,))
 
 

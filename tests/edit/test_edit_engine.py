@@ -54,6 +54,21 @@ def test_tiny_identical_with_and_without_speculation(tiny_completer, tiny_runtim
     assert spec.prompt == plain.prompt and spec.prompt.endswith("```python")
 
 
+def test_tiny_identical_on_a_method_selected_from_its_def(tiny_completer):
+    """A method selected from its def is shown dedented; both ways give the same tokens, and the
+    replacement is indented back into the class."""
+    src = "class Stats:\n" + "".join("    " + line if line.strip() else line for line in SRC.splitlines(True))
+    start, end = src.index("def mean"), src.index("\n\n\n    def spread") + 1
+    results = [run_edit(tiny_completer, EditRequest(uri="file:///w/cls.py", text=src, start=start, end=end,
+                                                    instruction="rename x", max_tokens=40, speculate=speculate),
+                        threading.Event()) for speculate in (True, False)]
+    spec, plain = results
+    assert spec.token_ids == plain.token_ids and spec.text == plain.text
+    assert spec.stats.drafted > 0
+    assert "Selection:\n```python\ndef mean(values):\n    \"\"\"Arithmetic mean.\"\"\"\n" in spec.prompt
+    assert all(line.startswith("    ") for line in spec.text.splitlines()[1:] if line.strip())
+
+
 def test_tiny_sampling_is_seeded_identically(tiny_completer, tiny_runtime):
     s = SamplingParams(temperature=0.8, seed=3)
     a = _edit(tiny_completer, tiny_runtime, False, sampling=s, max_tokens=12)
@@ -124,11 +139,12 @@ def test_closing_a_document_drops_its_edit_cache_too(tiny_completer, tiny_runtim
     assert edit_cache_key(uri) not in tiny_completer.pool._caches and uri not in tiny_completer.pool._caches
 
 
-@pytest.mark.parametrize("answer", ["\n    total = 0", "\n    total = 0\n", "\n    total = 0\r\n"])
+@pytest.mark.parametrize("answer", ["\ntotal = 0", "\ntotal = 0\n", "\ntotal = 0\r\n"])
 def test_an_answer_ended_by_eos_without_its_fence_keeps_the_original_trailing_newline(
         tiny_completer, monkeypatch, answer):
     """The model may end at eos without the closing fence: the answer is complete, and the
-    selection's final line break must stay (else the next line is glued onto the last one)."""
+    selection's final line break must stay (else the next line is glued onto the last one).
+    The answer is in the shown frame (the selection dedented), and indented back."""
     from daemon.engine import GenerationOutput
     from daemon.requests import GenerationStats
 

@@ -84,15 +84,16 @@ def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
     assert ep.stop == ("\n```",)
     assert ep.prompt_ids[0] == tok_runtime.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert ep.draft_ids[-1] == tok_runtime.eos_token_id
-    assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(ep.original, "```")
+    assert ep.shown == "x = w * h\nreturn x\n\n\n"  # the selection, its shared indentation taken off
+    assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(ep.shown, "```")
 
 
 @pytest.mark.parametrize("start,end", [(START, END), (SRC.index("x = w"), SRC.index("\n    return")),
                                        (SRC.index("def area"), SRC.index("def main")), (0, 0)])
 def test_prompt_and_draft_tokens_concatenate(tok_runtime, start, end):
-    # the answer's tokens, when the model repeats the original, are exactly the draft
+    # the answer's tokens, when the model repeats the selection it was shown, are exactly the draft
     ep = build_edit_prompt(tok_runtime, SRC, start, end, "add type hints", uri="geo.py")
-    joined = encode_template(tok_runtime.tokenizer, ep.prompt + draft_text(ep.original, ep.fence))
+    joined = encode_template(tok_runtime.tokenizer, ep.prompt + draft_text(ep.shown, ep.fence))
     assert joined == ep.prompt_ids + ep.draft_ids[:-1]
 
 
@@ -123,7 +124,7 @@ def test_plain_prompt_for_a_base_model(tok_runtime):
     assert ep.style == "plain"
     assert ep.prompt.endswith("Rewritten selection:\n```python")
     assert "<|im_start|>" not in ep.prompt
-    assert ep.draft_ids == tok_runtime.encode(draft_text(ep.original, "```"))
+    assert ep.draft_ids == tok_runtime.encode(draft_text(ep.shown, "```"))
 
 
 def test_bad_ranges_and_instruction(tok_runtime):

@@ -24,20 +24,45 @@ def norm(values):
 '''
 
 
+CLASS_SRC = '''import math
+
+
+class Vector:
+    """A vector of floats."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def scale(self, x):
+        """Multiply every value by x."""
+        out = []
+        for v in self.values:
+            out.append(v * x)
+        return Vector(out)
+
+    def norm(self):
+        return math.sqrt(sum(v * v for v in self.values))
+'''
+
+
 @pytest.mark.real_model
-def test_real_model_rename_identical_and_fewer_passes():
+@pytest.mark.parametrize("src,first,after,instruction", [
+    (SRC, "def scale", "\n\n\ndef norm", "Rename the variable x to count."),
+    # a method selected from its def: shown dedented, the answer indented back
+    (CLASS_SRC, "def scale", "\n    def norm", "Rename the parameter x to factor."),
+])
+def test_real_model_edit_identical_and_fewer_passes(src, first, after, instruction):
     from daemon.completer import Completer
     from daemon.engine import EngineConfig
     from daemon.model import load_runtime
 
     rt = load_runtime(None, device="cpu")
     completer = Completer(rt, None, EngineConfig(calibrate=False))
-    start, end = SRC.index("def scale"), SRC.index("\n\n\ndef norm") + 1
+    start, end = src.index(first), src.index(after) + 1
     results = {}
     for speculate in (True, False):
-        req = EditRequest(uri="file:///w/vec.py", text=SRC, start=start, end=end,
-                          instruction="Rename the variable x to count.", max_tokens=80,
-                          speculate=speculate)
+        req = EditRequest(uri="file:///w/vec.py", text=src, start=start, end=end,
+                          instruction=instruction, max_tokens=80, speculate=speculate)
         results[speculate] = completer.edit(req, threading.Event())
     spec, plain = results[True], results[False]
     assert spec.token_ids == plain.token_ids
