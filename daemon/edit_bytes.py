@@ -5,8 +5,10 @@ original's tokens. When the model leaves the original and comes back, the token
 ids it comes back with need not be the original's: adding type hints to
 ``def f(x):`` writes ``)`` and ``:`` apart, where the original has one token
 ``):``, so no suffix of the output's tokens occurs in the original's. Compared as
-bytes, they still agree, so when matching tokens finds nothing, the proposer
-looks for the output's last bytes in the original's bytes.
+bytes, they still agree, so the proposer also looks for the output's last bytes
+in the original's bytes: that match is taken when matching tokens finds nothing,
+or when it implies fewer inserted + deleted bytes (``placement_cost``) than the
+token match does.
 
 Vocabulary:
 
@@ -88,9 +90,7 @@ def byte_resync(original: bytes, generated: bytes, a: int, g: int,
         start = original.find(pattern, lo, hi)
         while start != -1:
             if start + length in original_bounds and (not short or from_token or start in original_bounds):
-                # the original's byte aligned with the divergence under this placement
-                deleted = start + max(length - since, 0) - a
-                key = (inserted + (deleted if deleted >= 0 else -2 * deleted), -length, -start)
+                key = (placement_cost(start, length, since, a), -length, -start)
                 if best is None or key < best:
                     best = key
             start = original.find(pattern, start + 1, hi)
@@ -98,6 +98,15 @@ def byte_resync(original: bytes, generated: bytes, a: int, g: int,
         return None
     cost, neg_length, neg_start = best
     return ByteMatch(end=-neg_start - neg_length, length=-neg_length, cost=cost)
+
+
+def placement_cost(start: int, length: int, since: int, a: int) -> int:
+    """Inserted + deleted bytes implied by placing the output's last ``length`` bytes at byte
+    ``start`` of the original, ``since`` bytes generated after the divergence at byte ``a``
+    of the original. Deleting backwards (the output repeating earlier text) counts double."""
+    inserted = max(since - length, 0)
+    deleted = start + max(length - since, 0) - a  # the original's byte aligned with the divergence
+    return inserted + (deleted if deleted >= 0 else -2 * deleted)
 
 
 def _window(n: int, a: int, length: int, far: bool, cfg: ByteMatchConfig) -> tuple[int, int]:

@@ -19,9 +19,12 @@ Vocabulary (see index/draft.py for drafted / accepted / bonus):
 - *re-synchronise*: find the longest suffix of the generated tokens (up to
   ``max_n``) that occurs in the original; the pointer goes to just after it.
   A one-token suffix counts only near the anchor; longer ones anywhere, the
-  occurrence nearest the anchor first (ties: the later one). When no suffix of
-  tokens occurs, the output's last *bytes* are looked for (daemon/edit_bytes.py):
-  ``)`` + ``:`` written apart still end where the original's ``):`` ends.
+  occurrence nearest the anchor first (ties: the later one). The output's last
+  *bytes* are looked for too (daemon/edit_bytes.py): ``)`` + ``:`` written apart
+  still end where the original's ``):`` ends. The byte match is taken when no
+  suffix of tokens occurs, or when it implies fewer inserted + deleted bytes than
+  the token match (``self, `` deleted: ``value`` ends `` value`` six bytes on,
+  where ``(`` ``value`` as tokens occur only far down the body).
 - *guess*: right after a divergence that no suffix explains, assume the model
   *replaced* the original token (pointer = anchor + 1); a second branch, when the
   verifier takes trees, assumes it *inserted* a token (pointer = anchor). A guess
@@ -68,7 +71,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daemon.edit_bytes import byte_resync, token_starts
+from daemon.edit_bytes import byte_resync, placement_cost, token_starts
 from daemon.edit_substitutions import Words, apply_substitution, learnable, whole_word_span
 from daemon.proposer import Proposer
 from daemon.token_runs import follow, occurrences
@@ -133,6 +136,9 @@ class EditProposerConfig:
     # a word the output changed (a rename) is drafted changed from then on (daemon/edit_substitutions.py;
     # needs token_bytes), once it was changed ``rename_sightings`` times: after one, a change made once
     # (not a rename) cost the replayed edits 25% more passes; after two, nothing (docs/benchmarks.md)
+    # a token re-sync gives way to a byte match that implies fewer inserted + deleted bytes
+    # (``(value`` far down the body, against `` value`` right after a deleted ``self, ``)
+    cheaper_bytes: bool = True
     learn_substitutions: bool = True
     rename_sightings: int = 2
     max_substitutions: int = 16
@@ -263,8 +269,10 @@ class EditProposer:
             return
         found = resync(self.original, generated, self.anchor, self.cfg.max_n, self.cfg.near)
         by_bytes = False
-        if found is None and self.token_bytes is not None:
-            found, by_bytes = self._resync_bytes(), True
+        if self.token_bytes is not None and (found is None or self.cfg.cheaper_bytes):
+            by_bytes_found = self._resync_bytes(None if found is None else self._token_match_cost(*found))
+            if by_bytes_found is not None:
+                found, by_bytes = by_bytes_found, True
         self._guessing = False
         self._back_at = None
         if found is not None:
@@ -382,14 +390,22 @@ class EditProposer:
             self._gen_anchor = (self._gen_starts[generated_tokens] if generated_tokens < len(self._gen_starts)
                                 else len(self._gen))
 
-    def _resync_bytes(self) -> tuple[int, int] | None:
-        """``resync`` by bytes: (pointer, generated tokens the match covers) or None."""
+    def _resync_bytes(self, cheaper_than: int | None = None) -> tuple[int, int] | None:
+        """``resync`` by bytes: (pointer, generated tokens the match covers), or None when no
+        match is found, or none costs less than ``cheaper_than`` inserted + deleted bytes."""
         m = byte_resync(self._bytes, bytes(self._gen), int(self._starts[self.anchor]), self._gen_anchor,
                         self._bounds, self._gen_starts)
-        if m is None:
+        if m is None or (cheaper_than is not None and m.cost >= cheaper_than):
             return None
         covered = len(self._gen_starts) - bisect_left(self._gen_starts, len(self._gen) - m.length)
         return int(np.searchsorted(self._starts, m.end)), covered
+
+    def _token_match_cost(self, pointer: int, n: int) -> int:
+        """Inserted + deleted bytes implied by the token re-sync's match (its last ``n`` tokens
+        end before ``pointer``), priced as a byte match is."""
+        start = int(self._starts[pointer - n])
+        return placement_cost(start, int(self._starts[pointer]) - start, len(self._gen) - self._gen_anchor,
+                              int(self._starts[self.anchor]))
 
     def _draft_from_original(self, k_cap: int, w_cap: int) -> Draft:
         if self.pointer is None or self.pointer >= len(self.original):

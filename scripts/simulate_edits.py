@@ -19,6 +19,7 @@ propose, ``policy.choose``, verify against the recorded output, feedback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 
@@ -101,6 +102,18 @@ def print_pass(tokenizer, proposer, i: int, drafted: list[int], accepted: int, e
           f"accepted {accepted:2} emitted {tokenizer.decode(emitted)!r:.40}")
 
 
+def proposer_config(default, settings: list[str]):
+    """``default`` (a dataclass) with ``FIELD=VALUE`` settings, each value read as its field's type."""
+    changes = {}
+    for setting in settings:
+        name, _, text = setting.partition("=")
+        if not hasattr(default, name):
+            raise SystemExit(f"--config: no field {name!r} in {type(default).__name__}")
+        kind = type(getattr(default, name))
+        changes[name] = text.lower() in ("1", "true", "yes") if kind is bool else kind(text)
+    return dataclasses.replace(default, **changes)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench-json", required=True)
@@ -109,6 +122,9 @@ def main() -> int:
     ap.add_argument("--trace", metavar="CASE_ID", help="print this case's passes one by one")
     ap.add_argument("--by-tokens", action="store_true",
                     help="re-synchronise by tokens, as without a tokenizer (the default matches bytes)")
+    ap.add_argument("--config", action="append", default=[], metavar="FIELD=VALUE",
+                    help="an EditProposerConfig field other than its default (repeatable), "
+                         "e.g. --config cheaper_bytes=false")
     args = ap.parse_args()
 
     from daemon.adaptive import AdaptiveConfig, DraftPolicy
@@ -131,7 +147,7 @@ def main() -> int:
         uri = case.path.as_uri()
         ep = build_edit_prompt(rt, case.text, case.offset, case.end or case.offset, case.instruction or "", uri)
         output = list(bench[case.id]["token_ids"])
-        pcfg = EditProposerConfig()
+        pcfg = proposer_config(EditProposerConfig(), args.config)
         with case_document(index, case):  # as in the bench: the file is an open buffer
             proposer = edit_proposer(ep, index, uri, pcfg, None if args.by_tokens else rt.token_bytes)
             policy = EditDraftPolicy(DraftPolicy(cost, AdaptiveConfig()), width=pcfg.branches)

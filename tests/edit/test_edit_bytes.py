@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from daemon.edit_bytes import ByteMatchConfig, byte_resync, token_starts
-from daemon.edit_proposer import EditProposer
+from daemon.edit_bytes import ByteMatchConfig, byte_resync, placement_cost, token_starts
+from daemon.edit_proposer import EditProposer, EditProposerConfig
 
 from edit_sim import HandVocab, simulate
 
@@ -135,3 +135,34 @@ def test_an_empty_original_drafts_nothing_by_bytes_either():
     p.feedback(0)
     assert not p.propose(np.asarray(PROMPT + ids("def", " f"), dtype=np.int32))
     assert p.mode == "lost"
+
+
+def test_a_cheaper_byte_match_beats_a_far_token_match():
+    """``self, `` deleted: the output's ``(`` ``value`` occurs as tokens only far down the body
+    (``g(value``); as bytes, ``value`` ends the original's `` value`` six bytes on. The token
+    match would imply deleting ~25 bytes, the byte match 6: the byte match wins, and the rest of
+    the def line is drafted."""
+    hand = HandVocab(["def", " f", "(", "self", ",", " value", "):", "\n   ", " if", " g", "value",
+                      "\n       ", " return"])
+    original = hand.ids("def", " f", "(", "self", ",", " value", "):", "\n   ", " if", " g", "(", "value", "):",
+                        "\n       ", " return", " value")
+    target = hand.ids("def", " f", "(", "value", "):", "\n   ", " if", " g", "(", "value", "):",
+                      "\n       ", " return", " value")
+    passes, logs = {}, {}
+    for cheaper_bytes in (False, True):
+        p = EditProposer(np.asarray(original, dtype=np.int32), len(PROMPT),
+                         EditProposerConfig(cheaper_bytes=cheaper_bytes), token_bytes=hand.token_bytes)
+        logs[cheaper_bytes] = []
+        passes[cheaper_bytes] = simulate(p, PROMPT, target, logs[cheaper_bytes])
+    (near, near_accepted), = [(branch, a) for out_len, branch, a in logs[True] if out_len == 4]
+    assert near[:3] == hand.ids("):", "\n   ", " if") and near_accepted == len(near), logs[True]
+    (far, far_accepted), = [(branch, a) for out_len, branch, a in logs[False] if out_len == 4]
+    assert far[:2] == hand.ids("):", "\n       ") and far_accepted == 1, logs[False]  # the draft after g(value
+    assert passes[True] <= passes[False]
+
+
+def test_placement_cost_counts_inserted_and_deleted_bytes_backwards_double():
+    assert placement_cost(start=10, length=4, since=4, a=10) == 0  # the output resumes where it left
+    assert placement_cost(start=16, length=5, since=5, a=10) == 6  # six bytes deleted
+    assert placement_cost(start=10, length=2, since=5, a=10) == 3  # three bytes inserted before the match
+    assert placement_cost(start=4, length=3, since=3, a=10) == 12  # six bytes back: repeated text
