@@ -62,14 +62,15 @@ class ByteMatch:
 
 def byte_resync(original: bytes, generated: bytes, a: int, g: int,
                 original_bounds: frozenset[int], generated_starts: Sequence[int],
-                cfg: ByteMatchConfig = ByteMatchConfig()) -> ByteMatch | None:
+                cfg: ByteMatchConfig = ByteMatchConfig(), below: int | None = None) -> ByteMatch | None:
     """Where in ``original`` the output continues, by its last bytes; None when nowhere plausible.
 
     ``a``/``g``: the divergence (bytes of the original / of ``generated``);
     ``original_bounds``: the bytes where the original's tokens begin or end;
     ``generated_starts``: where the output's tokens begin (ascending). Tries the suffixes of
     ``generated`` from ``cfg.max_bytes`` down; among all their occurrences the
-    cheapest placement wins (ties: the longer match, then the later).
+    cheapest placement wins (ties: the longer match, then the later). With ``below``, only
+    placements costing less count (another match already costs that much).
 
     Example: original ``f(x):`` (tokens ``f`` ``(`` ``x`` ``):``), generated
     ``f(x: int):``, divergence (3, 3): the match ``):`` ends at byte 5, the end of
@@ -79,7 +80,7 @@ def byte_resync(original: bytes, generated: bytes, a: int, g: int,
     best: tuple[int, int, int] | None = None  # (cost, -length, -start)
     for length in range(min(cfg.max_bytes, len(generated), len(original)), 0, -1):
         inserted = max(since - length, 0)
-        if best is not None and inserted > best[0]:
+        if (best is not None and inserted > best[0]) or (below is not None and inserted >= below):
             break  # a shorter match inserts more than the best placement costs in all
         short = length < cfg.far_min
         first = bisect_left(generated_starts, len(generated) - length)  # first output token in the match
@@ -91,7 +92,7 @@ def byte_resync(original: bytes, generated: bytes, a: int, g: int,
         while start != -1:
             if start + length in original_bounds and (not short or from_token or start in original_bounds):
                 key = (placement_cost(start, length, since, a), -length, -start)
-                if best is None or key < best:
+                if (best is None or key < best) and (below is None or key[0] < below):
                     best = key
             start = original.find(pattern, start + 1, hi)
     if best is None:

@@ -11,11 +11,13 @@ which cost a pass at every line and, applied, broke the code.
 So the selection is shown dedented, in the frame the model writes: every
 non-blank line loses the indentation ``base`` they all share, the first line
 counted with the ``lead`` before the selection on its line. The answer gets
-``base`` back on its non-blank lines and loses ``lead`` at its start (``lead``
-stays in the file). Blank lines (spaces, tabs or nothing) pass through
-untouched both ways, so ``reindent(dedent(original)) == original`` for every
-selection: an answer that repeats what the model was shown gives back the
-original exactly.
+``base`` back on its non-blank lines and, on its first line, loses ``lead``
+(``lead`` stays in the file). Blank lines (spaces, tabs or nothing) pass
+through untouched both ways, so ``reindent(dedent(original)) == original`` for
+every selection: an answer that repeats what the model was shown gives back the
+original exactly. A selection of nothing but blank lines (an empty one, where
+code is to be written) has the lead's indentation as its base: the answer's
+lines land at the cursor's indentation.
 
 A selection that starts after code on its line (``x = <a + b>``) has no
 indentation of its own to reason about and is shown as it is.
@@ -47,8 +49,9 @@ class IndentFrame:
         """
         if not self.base:
             return original
-        lines = (self.lead + original).split("\n")
-        return "\n".join(line if _is_blank(line) else line[len(self.base):] for line in lines)
+        first, *rest = original.split("\n")
+        shown_first = first if _is_blank(first) else (self.lead + first)[len(self.base):]
+        return "\n".join([shown_first] + [line if _is_blank(line) else line[len(self.base):] for line in rest])
 
     def reindent(self, answer: str) -> str:
         """The replacement for the selection from the model's (cleaned) answer.
@@ -57,10 +60,11 @@ class IndentFrame:
         """
         if not self.base:
             return answer
-        lines = answer.split("\n")
-        placed = "\n".join(line if _is_blank(line) else self.base + line for line in lines)
-        kept = len(os.path.commonprefix([placed[:len(self.lead)], self.lead]))  # the file keeps lead before it
-        return placed[kept:]
+        first, *rest = answer.split("\n")
+        if not _is_blank(first):  # the file keeps lead before it: the answer's first line goes after
+            placed = self.base + first
+            first = placed[len(os.path.commonprefix([placed[:len(self.lead)], self.lead])):]
+        return "\n".join([first] + [line if _is_blank(line) else self.base + line for line in rest])
 
 
 def frame_of(text: str, start: int, end: int) -> IndentFrame:
@@ -69,6 +73,7 @@ def frame_of(text: str, start: int, end: int) -> IndentFrame:
     if lead.strip(_SPACE):
         return IndentFrame()
     filled = [line for line in (lead + text[start:end]).split("\n") if not _is_blank(line)]
-    shared = os.path.commonprefix(filled) if filled else ""
-    base = shared[:len(shared) - len(shared.lstrip(_SPACE))]
-    return IndentFrame(lead, base)
+    if not filled:  # nothing but blank lines (an empty selection): the answer goes in at the lead's indentation
+        return IndentFrame(lead, lead)
+    shared = os.path.commonprefix(filled)
+    return IndentFrame(lead, shared[:len(shared) - len(shared.lstrip(_SPACE))])

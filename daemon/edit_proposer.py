@@ -270,8 +270,9 @@ class EditProposer:
         found = resync(self.original, generated, self.anchor, self.cfg.max_n, self.cfg.near)
         by_bytes = False
         if self.token_bytes is not None and (found is None or self.cfg.cheaper_bytes):
-            by_bytes_found = self._resync_bytes(None if found is None else self._token_match_cost(*found))
-            if by_bytes_found is not None:
+            to_beat = None if found is None else self._token_match_cost(*found)
+            by_bytes_found = self._resync_bytes(to_beat) if to_beat != 0 else None
+            if by_bytes_found is not None:  # (a byte match replacing a token match teaches no rename)
                 found, by_bytes = by_bytes_found, True
         self._guessing = False
         self._back_at = None
@@ -394,8 +395,8 @@ class EditProposer:
         """``resync`` by bytes: (pointer, generated tokens the match covers), or None when no
         match is found, or none costs less than ``cheaper_than`` inserted + deleted bytes."""
         m = byte_resync(self._bytes, bytes(self._gen), int(self._starts[self.anchor]), self._gen_anchor,
-                        self._bounds, self._gen_starts)
-        if m is None or (cheaper_than is not None and m.cost >= cheaper_than):
+                        self._bounds, self._gen_starts, below=cheaper_than)
+        if m is None:
             return None
         covered = len(self._gen_starts) - bisect_left(self._gen_starts, len(self._gen) - m.length)
         return int(np.searchsorted(self._starts, m.end)), covered

@@ -110,7 +110,14 @@ def proposer_config(default, settings: list[str]):
         if not hasattr(default, name):
             raise SystemExit(f"--config: no field {name!r} in {type(default).__name__}")
         kind = type(getattr(default, name))
-        changes[name] = text.lower() in ("1", "true", "yes") if kind is bool else kind(text)
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise SystemExit(f"--config {name}: true or false, not {text!r}")
+            changes[name] = text.lower() == "true"
+        elif kind in (int, float, str):
+            changes[name] = kind(text)
+        else:
+            raise SystemExit(f"--config: {name} is a {kind.__name__}, not settable here")
     return dataclasses.replace(default, **changes)
 
 

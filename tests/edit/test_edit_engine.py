@@ -55,8 +55,7 @@ def test_tiny_identical_with_and_without_speculation(tiny_completer, tiny_runtim
 
 
 def test_tiny_identical_on_a_method_selected_from_its_def(tiny_completer):
-    """A method selected from its def is shown dedented; both ways give the same tokens, and the
-    replacement is indented back into the class."""
+    """A method selected from its def is shown dedented; both ways give the same tokens."""
     src = "class Stats:\n" + "".join("    " + line if line.strip() else line for line in SRC.splitlines(True))
     start, end = src.index("def mean"), src.index("\n\n\n    def spread") + 1
     results = [run_edit(tiny_completer, EditRequest(uri="file:///w/cls.py", text=src, start=start, end=end,
@@ -66,7 +65,6 @@ def test_tiny_identical_on_a_method_selected_from_its_def(tiny_completer):
     assert spec.token_ids == plain.token_ids and spec.text == plain.text
     assert spec.stats.drafted > 0
     assert "Selection:\n```python\ndef mean(values):\n    \"\"\"Arithmetic mean.\"\"\"\n" in spec.prompt
-    assert all(line.startswith("    ") for line in spec.text.splitlines()[1:] if line.strip())
 
 
 def test_tiny_sampling_is_seeded_identically(tiny_completer, tiny_runtime):
@@ -178,6 +176,22 @@ def test_the_length_bound_refuses_only_edits_that_cannot_fit(tiny_runtime):
             with pytest.raises(ValueError, match="too long to rewrite"):
                 fit_positions(tiny_runtime, build_edit_prompt(tiny_runtime, text, 0, len(text), "indent"), 1)
     assert refused == 2  # 2100 and 3000 lines
+
+
+def test_the_length_bound_judges_the_selection_as_shown_dedented():
+    """A deeply indented selection that fits only once its indentation is taken off passes;
+    the same characters without indentation to take off are refused."""
+    from daemon.edit import LengthBound
+
+    body = "".join(" " * 40 + f"x{i} = {i}\n" for i in range(100))  # 100 lines of 40 + 8ish chars
+    text = "if a:\n" + body
+    start = len("if a:\n")
+    dedented = len(body) - 40 * 100
+    bound = LengthBound(positions=2 * dedented + 20, longest_token=1)
+    bound.check(text, start, len(text), "x")  # fits as the model sees it
+    flat = "if a:\n" + "".join("#" * 40 + f"x{i} = {i}\n" for i in range(100))
+    with pytest.raises(ValueError, match="too long"):
+        bound.check(flat, start, len(flat), "x")
 
 
 def test_a_huge_instruction_is_refused_before_it_is_tokenized(tiny_completer):

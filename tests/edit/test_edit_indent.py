@@ -95,12 +95,24 @@ def test_a_selection_whose_first_line_is_blank():
     start = text.index("    \n") + 4  # after the blank line's spaces
     frame = frame_of(text, start, len(text))
     assert frame == IndentFrame(lead="    ", base="    ")
-    assert frame.dedent(text[start:]) == "    \ny = 2\n"  # the blank first line, lead and all, untouched
-    assert _apply(text, start, len(text), frame.reindent("    \ny = 3\n")) == "def f():\n    \n    y = 3\n"
+    assert frame.dedent(text[start:]) == "\ny = 2\n"  # the blank first line as selected: no lead added
+    assert _apply(text, start, len(text), frame.reindent("\ny = 3\n")) == "def f():\n    \n    y = 3\n"
 
 
-_LINE = st.tuples(st.sampled_from(["", " ", "  ", "    ", "\t", "\t ", "        "]),
-                  st.sampled_from(["", "x = 1", "def f(a):", "  # note", "return a", " \t"]),
+def test_an_empty_selection_takes_the_answer_at_the_cursors_indentation():
+    text = "def f(items):\n    \n    return items\n"
+    at = text.index("    \n") + 4
+    frame = frame_of(text, at, at)
+    assert frame == IndentFrame(lead="    ", base="    ")
+    assert frame.dedent("") == ""
+    written = frame.reindent("for item in items:\n    print(item)\n")
+    assert written == "for item in items:\n        print(item)\n"
+    compile(_apply(text, at, at, written), "edited.py", "exec")
+    assert frame_of("x = 1\n", 6, 6) == IndentFrame()  # at column 0: nothing to put back
+
+
+_LINE = st.tuples(st.sampled_from(["", " ", "  ", "    ", "\t", "\t ", "        ", "\f", "\xa0"]),
+                  st.sampled_from(["", "x = 1", "def f(a):", "  # note", "return a", " \t", "\r", "a\rb"]),
                   st.sampled_from(["\n", "\r\n"]))
 
 
