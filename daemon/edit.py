@@ -138,10 +138,13 @@ class LengthBound:
         trailing = len(original) - len(original.rstrip("\n"))  # the prompt leaves them out; so does shown
         lead = start - (text.rfind("\n", 0, start) + 1)
         # the selection as the prompt and the draft show it (dedented) is at most the lead longer
-        # than the original; dedenting is a pass over the selection in Python (~0.06 s per MB),
-        # done only where that bound does not settle it
-        need = self._need(len(original) + lead, trailing, instruction)
-        if need > self.positions:
+        # than the original, and at least the original without its spaces and tabs; dedenting is
+        # a pass over the selection in Python (~0.06 s per MB), done only where those bounds
+        # do not settle it
+        if self._need(len(original) + lead, trailing, instruction) <= self.positions:
+            return
+        need = self._need(len(original) - original.count(" ") - original.count("\t"), trailing, instruction)
+        if need <= self.positions:
             need = self._need(len(frame_of(text, start, end).dedent(original)), trailing, instruction)
         if need > self.positions:
             raise ValueError(f"the edit is too long to rewrite: the selection ({len(original)} characters) "

@@ -61,6 +61,9 @@ class IndentFrame:
         if not self.base:
             return answer
         first, *rest = answer.split("\n")
+        # a blank first line stays as written, after the lead the file keeps (so a selection whose
+        # first line is blank comes back exactly; an answer that opens with one leaves the lead
+        # as trailing whitespace there)
         if not _is_blank(first):  # the file keeps lead before it: the answer's first line goes after
             placed = self.base + first
             first = placed[len(os.path.commonprefix([placed[:len(self.lead)], self.lead])):]

@@ -115,7 +115,10 @@ def proposer_config(default, settings: list[str]):
                 raise SystemExit(f"--config {name}: true or false, not {text!r}")
             changes[name] = text.lower() == "true"
         elif kind in (int, float, str):
-            changes[name] = kind(text)
+            try:
+                changes[name] = kind(text)
+            except ValueError:
+                raise SystemExit(f"--config {name}: {text!r} is not a valid {kind.__name__}") from None
         else:
             raise SystemExit(f"--config: {name} is a {kind.__name__}, not settable here")
     return dataclasses.replace(default, **changes)

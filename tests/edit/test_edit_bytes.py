@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from daemon.edit_bytes import ByteMatchConfig, byte_resync, placement_cost, token_starts
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 
@@ -166,3 +169,19 @@ def test_placement_cost_counts_inserted_and_deleted_bytes_backwards_double():
     assert placement_cost(start=16, length=5, since=5, a=10) == 6  # six bytes deleted
     assert placement_cost(start=10, length=2, since=5, a=10) == 3  # three bytes inserted before the match
     assert placement_cost(start=4, length=3, since=3, a=10) == 12  # six bytes back: repeated text
+
+
+@settings(max_examples=300, deadline=None)
+@given(original=st.binary(min_size=1, max_size=40).map(lambda b: bytes(c % 4 + 97 for c in b)),
+       tail=st.binary(min_size=1, max_size=12).map(lambda b: bytes(c % 4 + 97 for c in b)),
+       a=st.integers(0, 40), below=st.integers(0, 40))
+def test_below_keeps_only_the_placements_cheaper_than_it(original, tail, a, below):
+    """``below`` prunes the search: the same match as the unpruned search when that one costs
+    less than ``below``, else none."""
+    a = min(a, len(original))
+    bounds = frozenset(range(len(original) + 1))
+    generated = original[:a] + tail
+    starts = list(range(len(generated)))  # one byte per token
+    best = byte_resync(original, generated, a, a, bounds, starts)
+    pruned = byte_resync(original, generated, a, a, bounds, starts, below=below)
+    assert pruned == (best if best is not None and best.cost < below else None)
