@@ -28,6 +28,10 @@ Targets (issues 4 and 7; shown, never asserted by a test): ordinary cases >= 2.0
 over plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
 cases never below 0.95x of plain; edits that change few lines (``changed_lines`` <=
 ``FEW_LINES``, answer not cut by max_tokens) >= 6x over plain; 100% identical.
+
+An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
+compiles with the answer in place), counted in a group over the answers an editor applies
+(finished, not cut by max_tokens) as ``still_compiles`` of ``compile_checked``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import difflib
 import os
 import statistics
+import warnings
 from typing import Any, TextIO
 
 from daemon.bench_cases import KINDS
@@ -57,6 +62,29 @@ def changed_lines(original: str, replacement: str) -> int:
     """
     ops = difflib.SequenceMatcher(None, _lines(original), _lines(replacement), autojunk=False).get_opcodes()
     return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def still_compiles(path: str, text: str, start: int, end: int, replacement: str) -> bool | None:
+    """Whether the Python file ``text`` still compiles with ``replacement`` put at ``start:end``;
+    None when it is not a Python file or did not compile before (then the answer is not to blame).
+
+    Example: still_compiles("a.py", "if a:\n    x = 1\n", 10, 15, "y = 2") is True.
+    """
+    if not path.endswith((".py", ".pyi")):
+        return None
+
+    def compiles(source: str) -> bool:
+        with warnings.catch_warnings():  # invalid escapes and the like: still code
+            warnings.simplefilter("ignore")
+            try:
+                compile(source, path, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError):  # ValueError: a NUL in the source
+                return False
+        return True
+
+    if not compiles(text):
+        return None
+    return compiles(text[:start] + replacement + text[end:])
 
 
 def _lines(text: str) -> list[str]:
@@ -116,7 +144,12 @@ def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
     passes = sum(r["forward_passes"] for r in rows)
     generated = sum(r["generated"] for r in rows)
     plain_passes = sum(r.get("plain_forward_passes") or 0 for r in rows)
-    return {
+    # edits whose answer an editor applies (finished, not cut at max_tokens), of Python files
+    # that compiled before: how many still compile with the answer in place
+    applied = [r["still_compiles"] for r in rows
+               if r.get("still_compiles") is not None and r.get("stop_reason") != "max_tokens"]
+    quality = {"still_compiles": sum(applied), "compile_checked": len(applied)} if applied else {}
+    return {**quality,
         "cases": len(rows),
         "vs_plain": _speedups(rows, "plain_ms"),
         "vs_hf": _speedups(rows, "hf_prompt_lookup_ms"),
@@ -281,7 +314,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(f"{label} ({group['cases']}): vs plain {sp(group, 'vs_plain')}; "
                          f"vs HF {sp(group, 'vs_hf')}; decoding only {_fmt(group['decode_vs_plain'], 'x', 2)}; "
                          f"passes {_fmt(group['passes_vs_plain'], 'x', 2)}; "
-                         f"ceiling {_fmt(group['ceiling_vs_plain'], 'x', 2)}" + prepared(group))
+                         f"ceiling {_fmt(group['ceiling_vs_plain'], 'x', 2)}" + prepared(group)
+                         + (f"; the file still compiles after {group['still_compiles']} of "
+                            f"{group['compile_checked']} finished answers" if "compile_checked" in group else ""))
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         reach = _reach("cold ceiling" if "prepared" in t else "ceiling", t.get("ceiling"), t["goal"])

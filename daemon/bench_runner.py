@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from daemon.bench_cases import BenchCase
-from daemon.bench_report import changed_lines
+from daemon.bench_report import changed_lines, still_compiles
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
@@ -454,7 +454,9 @@ class BenchRunner:
             "hf_generated": len(hf_ids) if hf_ids is not None else None,
         }
         if case.mode == "edit":
-            row["changed_lines"] = changed_lines(case.text[case.offset:case.end or case.offset], spec.text)
+            end = case.end or case.offset
+            row["changed_lines"] = changed_lines(case.text[case.offset:end], spec.text)
+            row["still_compiles"] = still_compiles(case.path.name, case.text, case.offset, end, spec.text)
         if not identical:  # where the first run unlike plain's last departs from it
             unlike = next((ids for ids in spec_ids if ids != plain_ids), None)
             if unlike is None:  # plain's own runs disagree

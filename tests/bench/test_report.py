@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from daemon.bench_report import (PlotUnavailable, build_report, changed_lines, markdown_table, plot, render_text,
+                                 still_compiles,
                                  summarize)
 
 
@@ -175,6 +176,33 @@ def test_edits_that_change_few_lines_have_their_own_target():
     assert summarize(ROWS)["targets"]["edit_few_lines_vs_plain"]["met"] is None  # no edit cases
     table = markdown_table(build_report(rows, {}))
     assert "| few | edit |" in table and "| completion | ordinary |" in table
+
+
+def test_still_compiles_judges_the_file_with_the_answer_in_place():
+    text = "class A:\n    def f(self):\n        return 1\n"
+    start, end = text.index("def f"), len(text)
+    assert still_compiles("a.py", text, start, end, "def f(self) -> int:\n        return 1\n") is True
+    # the body back at the function's own column: no longer inside the method
+    assert still_compiles("a.py", text, start, end, "def f(self) -> int:\n    return 1\n") is False
+    assert still_compiles("a.py", text, start, end, "def f(self:\n") is False
+    assert still_compiles("a.txt", text, start, end, "anything") is None  # not Python
+    assert still_compiles("a.py", "print 'py2'\n", 0, 0, "") is None  # did not compile before
+    assert still_compiles("a.py", "x = '\\d'\n", 0, 0, "") is True  # a SyntaxWarning is still code
+
+
+def test_edit_groups_count_the_applied_answers_that_still_compile():
+    def edit_row(id_, compiles, stop="stop_string"):
+        return {**row(id_, "ordinary", 100, 200, 200), "mode": "edit", "changed_lines": 1,
+                "stop_reason": stop, "still_compiles": compiles}
+
+    rows = [edit_row("ok", True), edit_row("broken", False), edit_row("not-python", None),
+            edit_row("cut", False, stop="max_tokens")]
+    s = summarize(rows)
+    assert (s["edits"]["still_compiles"], s["edits"]["compile_checked"]) == (1, 2)
+    out = io.StringIO()
+    render_text(build_report(rows, {}), out, use_rich=False)
+    assert "the file still compiles after 1 of 2 finished answers" in out.getvalue()
+    assert "compile_checked" not in summarize(ROWS)  # completions: nothing to judge
 
 
 def test_bench_plot_without_matplotlib_fails_before_running(monkeypatch, capsys):
