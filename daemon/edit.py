@@ -116,7 +116,7 @@ class LengthBound:
 
     A token spans at most ``longest_token`` bytes, so a text of c characters (c bytes or
     more) takes at least c / longest_token tokens: the selection twice (in the prompt and as
-    the draft) and the instruction once. An edit that passes may still be found too long
+    the draft, both dedented as daemon/edit_indent.py shows it) and the instruction once. An edit that passes may still be found too long
     once tokenized (``fit_positions``).
     """
 
