@@ -61,18 +61,23 @@ class IndentFrame:
         if not self.base:
             return answer
         first, *rest = answer.split("\n")
-        # a blank first line stays as written, after the lead the file keeps (so a selection whose
-        # first line is blank comes back exactly; an answer that opens with one leaves the lead
-        # as trailing whitespace there)
-        if not _is_blank(first):  # the file keeps lead before it: the answer's first line goes after
+        # the file keeps lead before the answer, so its first line goes in after it; a blank first
+        # line stays as written (a selection whose first line is blank comes back exactly; an
+        # answer that opens with one leaves the lead as trailing whitespace there)
+        if not _is_blank(first):
             placed = self.base + first
             first = placed[len(os.path.commonprefix([placed[:len(self.lead)], self.lead])):]
         return "\n".join([first] + [line if _is_blank(line) else self.base + line for line in rest])
 
 
+def line_before(text: str, start: int) -> str:
+    """What stands before ``start`` on its line (the lead, when it is whitespace)."""
+    return text[text.rfind("\n", 0, start) + 1:start]
+
+
 def frame_of(text: str, start: int, end: int) -> IndentFrame:
     """The frame of the selection ``text[start:end]`` (no change when it starts after code)."""
-    lead = text[text.rfind("\n", 0, start) + 1:start]
+    lead = line_before(text, start)
     if lead.strip(_SPACE):
         return IndentFrame()
     filled = [line for line in (lead + text[start:end]).split("\n") if not _is_blank(line)]
