@@ -44,6 +44,7 @@ from typing import Any, TextIO
 
 from daemon.bench_cases import KINDS
 from daemon.lines import LINE_BREAK
+from daemon.requests import FINISHED_EDIT_STOPS
 
 TARGETS = {
     "ordinary": {"vs_plain": 2.0, "vs_hf": 1.4},
@@ -97,7 +98,7 @@ def _lines(text: str) -> list[str]:
 def is_few_lines_edit(row: dict[str, Any]) -> bool:
     """An edit case whose answer was complete and changed at most ``FEW_LINES`` lines."""
     return (row.get("mode") == "edit" and row.get("changed_lines") is not None
-            and row["changed_lines"] <= FEW_LINES and row.get("stop_reason") != "max_tokens")
+            and row["changed_lines"] <= FEW_LINES and row.get("stop_reason") in FINISHED_EDIT_STOPS)
 
 
 def _speedups(rows: list[dict[str, Any]], base_key: str, key: str = "ms") -> dict[str, float | None]:
@@ -144,10 +145,10 @@ def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
     passes = sum(r["forward_passes"] for r in rows)
     generated = sum(r["generated"] for r in rows)
     plain_passes = sum(r.get("plain_forward_passes") or 0 for r in rows)
-    # edits whose answer an editor applies (finished, not cut at max_tokens), of Python files
-    # that compiled before: how many still compile with the answer in place
+    # edits whose answer an editor applies (finished: not cut at max_tokens nor stopped looping),
+    # of Python files that compiled before: how many still compile with the answer in place
     applied = [r["still_compiles"] for r in rows
-               if r.get("still_compiles") is not None and r.get("stop_reason") != "max_tokens"]
+               if r.get("still_compiles") is not None and r.get("stop_reason") in FINISHED_EDIT_STOPS]
     quality = {"still_compiles": sum(applied), "compile_checked": len(applied)} if applied else {}
     return {**quality,
         "cases": len(rows),

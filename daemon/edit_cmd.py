@@ -9,9 +9,9 @@ Positions are ``LINE:COL``, both 0-based; COL counts characters (code points)
 and may equal the line's length (the end of the line).
 
 Exit status: 0, the rewrite finished; 2, bad input (nothing rewritten); 3
-(``EXIT_UNFINISHED``), the rewrite stopped before its end (at ``--max-tokens``, or the
-model's positions): the text is still printed, cut short, with a warning on stderr,
-because it must not replace the range. With ``--json`` the status is 0 and
+(``EXIT_UNFINISHED``), the rewrite stopped before its end (at ``--max-tokens``, the
+model's positions, or in a loop: ``repetition``): the text is still printed, cut short,
+with a warning on stderr, because it must not replace the range. With ``--json`` the status is 0 and
 ``stop_reason`` says it.
 """
 
@@ -116,8 +116,10 @@ def run(args: Any) -> int:
           f"first token {s.first_token_ms:.0f} ms; prefill {s.prefill_tokens}; stop: {result.stop_reason}; "
           f"{'speculative' if req.speculate else 'plain'}; {runtime.name} on {runtime.device})", file=sys.stderr)
     if result.stop_reason not in FINISHED_EDIT_STOPS:
+        advice = ("the model went round in a loop: reword the instruction or select less"
+                  if result.stop_reason == "repetition" else "select less or raise --max-tokens")
         print(f"ngramd edit: warning: the rewrite did not finish (stop: {result.stop_reason} after "
               f"{s.generated} tokens): the text above is cut short and must not replace the range; "
-              f"select less or raise --max-tokens", file=sys.stderr)
+              f"{advice}", file=sys.stderr)
         return EXIT_UNFINISHED
     return 0

@@ -192,7 +192,7 @@ class CompletionResult:
     prompt: str  # the exact text given to the model
     stats: GenerationStats
     cancelled: bool = False
-    stop_reason: str = ""  # "max_tokens" | "stop_string" | "end_of_line" | "block_end" | "eos" | "cancelled"
+    stop_reason: str = ""  # "max_tokens" | "stop_string" | "end_of_line" | "block_end" | "eos" | "repetition" | "cancelled"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,8 @@ import codecs
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from daemon.repetition import RepetitionGuard
+
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
@@ -39,6 +41,8 @@ class StopConfig:
     line_prefix: str = ""  # text between the cursor's line start and the cursor
     eos_ids: frozenset[int] = frozenset()
     block_end: bool = True  # multi-line: stop where the block closes (False for edits: a rewritten range may dedent)
+    # stop an output caught in a loop, unless these bytes hold the same run (an edit's prompt); None: off
+    loop_allowed: bytes | None = None
 
 
 class StopChecker:
@@ -54,6 +58,7 @@ class StopChecker:
         self.text = ""
         self.num_tokens = 0
         self.reason = ""
+        self._loops = None if config.loop_allowed is None else RepetitionGuard(config.loop_allowed, token_bytes)
 
     def push(self, token: int) -> bool:
         """Add one generated token; returns True when generation must stop now."""
@@ -66,6 +71,8 @@ class StopChecker:
         self._raw += self._token_bytes(token)
         self._decode()
         self._check_text()
+        if not self.reason and self._loops is not None and self._loops.push(token):
+            self.reason = "repetition"
         if not self.reason and self.num_tokens >= self.cfg.max_tokens:
             self.reason = "max_tokens"
         return bool(self.reason)

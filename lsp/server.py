@@ -620,13 +620,16 @@ def _is_users_doing(exc: DaemonError) -> bool:
 def _unfinished(result: dict[str, Any]) -> str:
     """What the user is told about a rewrite that stopped before its end."""
     stop = result.get("stop_reason")
+    n = len(result.get("token_ids") or [])
+    after = f" after {n} tokens" if n else ""
+    advice = "select less and ask again"
     if stop == "max_tokens":
-        n = len(result.get("token_ids") or [])
-        why = f"it reached its length limit{f' after {n} tokens' if n else ''}"
+        why = f"it reached its length limit{after}"
+    elif stop == "repetition":
+        why, advice = f"the model went round in a loop{after}", "reword the instruction or select less"
     else:
         why = f"it stopped early (stop reason {stop!r})"
-    return (f"ngramd: the rewrite did not finish ({why}), so nothing was changed; "
-            f"select less and ask again")
+    return f"ngramd: the rewrite did not finish ({why}), so nothing was changed; {advice}"
 
 
 def _log_prepare(fut: asyncio.Future[Any]) -> None:

@@ -67,6 +67,18 @@ def test_tiny_identical_on_a_method_selected_from_its_def(tiny_completer):
     assert "Selection:\n```python\ndef mean(values):\n    \"\"\"Arithmetic mean.\"\"\"\n" in spec.prompt
 
 
+def test_tiny_a_looping_answer_stops_at_the_same_token_both_ways(tiny_completer, tiny_runtime):
+    """The random tiny model loops on this range; the loop guard (daemon/repetition.py) reads
+    only the generated tokens, so speculative and plain decoding stop at the same one."""
+    start = SRC.index("    lo =")
+    spec = _edit(tiny_completer, tiny_runtime, True, start, len(SRC), max_tokens=300)
+    plain = _edit(tiny_completer, tiny_runtime, False, start, len(SRC), max_tokens=300)
+    assert spec.stop_reason == plain.stop_reason == "repetition"
+    assert spec.token_ids == plain.token_ids and len(plain.token_ids) < 300
+    assert spec.text == plain.text
+    assert spec.stats.forward_passes < plain.stats.forward_passes
+
+
 def test_tiny_sampling_is_seeded_identically(tiny_completer, tiny_runtime):
     s = SamplingParams(temperature=0.8, seed=3)
     a = _edit(tiny_completer, tiny_runtime, False, sampling=s, max_tokens=12)

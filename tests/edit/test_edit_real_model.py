@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,31 @@ def test_real_model_edit_identical_and_fewer_passes(src, first, after, instructi
     # the answer repeats most of the original: far fewer passes than tokens
     assert spec.stats.forward_passes < plain.stats.forward_passes
     print("\nreal-model edit:", repr(spec.text), spec.stats.to_dict())
+
+
+@pytest.mark.real_model
+def test_real_model_a_looping_answer_is_stopped_early_and_identically():
+    """A case of bench/cases/edits_wide.jsonl (edit-wsgiref-hints-02) on which the model writes
+    ``# Server.py`` over and over until its length limit: the loop guard ends it after the
+    run covers 48 tokens, at the same token with and without speculation."""
+    import wsgiref
+
+    from daemon.completer import Completer
+    from daemon.engine import EngineConfig
+    from daemon.model import load_runtime
+
+    path = Path(wsgiref.__file__).parent / "simple_server.py"
+    text = path.read_text()
+    start = text.index("def server_bind(self):")
+    end = text.index("\n", text.index("self.setup_environ()", start)) + 1
+    rt = load_runtime(None, device="cpu")
+    completer = Completer(rt, None, EngineConfig(calibrate=False))
+    results = {}
+    for speculate in (True, False):
+        req = EditRequest(uri=path.as_uri(), text=text, start=start, end=end,
+                          instruction="Add type hints.", max_tokens=300, speculate=speculate)
+        results[speculate] = completer.edit(req, threading.Event())
+    spec, plain = results[True], results[False]
+    assert spec.token_ids == plain.token_ids
+    assert plain.stop_reason == spec.stop_reason == "repetition"
+    assert len(plain.token_ids) < 100  # of the 300 it ran to before the guard

@@ -34,7 +34,7 @@ class FakeDaemon:
         self.edit_delay = 0.0  # seconds an edit takes (cancellable)
         self.edit_error: tuple[int, str] | None = None
         self.prepare_error: tuple[int, str] | None = None  # the answer to prepareEdit/prepareComplete, if an error
-        self.edit_stop_reason = "stop_string"  # "max_tokens": a rewrite cut off before its end
+        self.edit_stop_reason = "stop_string"  # "max_tokens", "repetition": a rewrite cut off before its end
         self.complete_error: tuple[int, str] | None = None  # (code, message) every complete fails with
         self.docs: dict[str, dict[str, Any]] = {}
         # the longest message read, said in the initialize answer; a longer one closes the

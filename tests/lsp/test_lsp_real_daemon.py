@@ -159,7 +159,7 @@ async def test_rewrite_uses_daemon_edit(daemon_sock, lsp_client):
     else:  # the tiny model (random weights) never closes its answer: refused, never applied
         with pytest.raises(JsonRpcException) as err:
             await client.workspace_execute_command_async(params)
-        assert want["stop_reason"] == "max_tokens" and "did not finish" in err.value.message
+        assert want["stop_reason"] in ("max_tokens", "repetition") and "did not finish" in err.value.message
         assert f"after {len(want['token_ids'])} tokens" in err.value.message and not applied
 
 

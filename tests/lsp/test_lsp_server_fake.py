@@ -420,6 +420,14 @@ async def test_a_rewrite_cut_off_before_its_end_is_refused_not_applied(fake, soc
 
     from lsp_helpers import client_capabilities
 
+    fake.edit_stop_reason = "repetition"  # the daemon's loop guard ended it
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.rewriteSelection", arguments=[URI, {"start": {"line": 0, "character": 0},
+                                                                "end": {"line": 1, "character": 5}}]))
+    assert "did not finish" in err.value.message and "loop" in err.value.message
+    assert "reword the instruction" in err.value.message and applied == []
+
     resolving = await lsp_client(sock, capabilities=client_capabilities(resolve_edit=True))
     open_doc(resolving, URI, "x = 1\ny = 2\n")
     actions = await resolving.text_document_code_action_async(types.CodeActionParams(
