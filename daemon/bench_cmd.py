@@ -1,7 +1,7 @@
 """``ngramd bench``: speculation vs plain decoding vs transformers' prompt lookup.
 
     ngramd bench --cases bench/cases/stdlib.jsonl [--repeat 3] [--json] [--plot out.png] [--no-hf]
-                 [--prepared] [--rows rows.jsonl]
+                 [--prepared [--typed-instruction]] [--rows rows.jsonl]
     ngramd bench --make-cases WORKSPACE [--mode complete|edit] [--n 20] [--seed S] [--out cases.jsonl]
 
 The case format is in ``daemon/bench_cases.py``, how each case is run in
@@ -40,6 +40,10 @@ def run(args: Any) -> int:
     if args.repeat < 1:
         print("ngramd bench: --repeat must be >= 1", file=sys.stderr)
         return 2
+    if args.typed_instruction and not args.prepared:
+        print("ngramd bench: --typed-instruction says how --prepared prepares an edit: give --prepared too",
+              file=sys.stderr)
+        return 2
     try:
         cases = load_cases(args.cases)
     except BenchCaseError as exc:
@@ -74,7 +78,8 @@ def run(args: Any) -> int:
 
     try:
         report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
-                       cases_file=args.cases, progress=True, on_row=save_row, prepared=args.prepared)
+                       cases_file=args.cases, progress=True, on_row=save_row, prepared=args.prepared,
+                       typed_instruction=args.typed_instruction)
     finally:
         if rows_file is not None:
             _close_quietly(rows_file)
@@ -132,11 +137,13 @@ def _close_quietly(file: Any) -> None:
 def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1, hf: bool = True,
           cases_file: str | None = None, progress: bool = False, runtime: Any = None,
           engine_config: Any = None, index_config: Any = None,
-          on_row: Callable[[dict[str, Any]], None] | None = None, prepared: bool = False) -> dict[str, Any]:
+          on_row: Callable[[dict[str, Any]], None] | None = None, prepared: bool = False,
+          typed_instruction: bool = False) -> dict[str, Any]:
     """Run every case; returns the report object (``meta``, ``cases``, ``summary``).
 
     ``on_row(row)`` is called with each case's row as soon as it is measured; ``prepared``: also
-    the prepared variants (daemon/bench_runner.py)."""
+    the prepared variants (daemon/bench_runner.py), an edit's prepared through its instruction
+    with ``typed_instruction``."""
     import torch
     import transformers
 
@@ -153,7 +160,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         log(f"loading model {model or '(embedded SmolLM2-135M)'}")
         runtime = load_runtime(model, device)
     runner = BenchRunner(runtime, engine_config=engine_config, index_config=index_config, hf=hf, log=log,
-                         prepared=prepared)
+                         prepared=prepared, typed_instruction=typed_instruction)
     rows: list[dict[str, Any]] = []
     bar = None
     if progress:
@@ -184,6 +191,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "repeat": repeat,
         "hf_baseline": hf,
         "prepared": prepared,
+        "typed_instruction": typed_instruction,
         "cases_file": cases_file,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

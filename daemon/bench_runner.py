@@ -219,12 +219,15 @@ class BenchRunner:
     """Holds the model, one index per workspace, and runs cases."""
 
     def __init__(self, runtime: Any, engine_config: Any = None, index_config: Any = None, hf: bool = True,
-                 log: Callable[[str], None] | None = None, prepared: bool = False):
+                 log: Callable[[str], None] | None = None, prepared: bool = False, typed_instruction: bool = False):
+        if typed_instruction and not prepared:
+            raise ValueError("typed_instruction needs prepared: it says how an edit is prepared")
         self.rt = runtime
         self.engine_config = engine_config
         self.index_config = index_config
         self.hf = hf
         self.prepared = prepared
+        self.typed_instruction = typed_instruction  # edits prepared through their instruction
         self.log = log or (lambda msg: None)
         self._indexes: dict[Path, Any] = {}
         self.index_stats: dict[str, Any] = {}
@@ -279,7 +282,8 @@ class BenchRunner:
         if prepared:
             t0 = time.perf_counter()
             if case.mode == "edit":
-                completer.prepare_edit(uri, case.text, case.offset, case.end or case.offset)
+                completer.prepare_edit(uri, case.text, case.offset, case.end or case.offset, None,
+                                       case.instruction if self.typed_instruction else None)
             else:
                 completer.prepare_complete(uri, case.text, case.offset)
             prepare_ms = (time.perf_counter() - t0) * 1000

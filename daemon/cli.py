@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prepared", action="store_true",
                    help="also time each case with its prompt prefilled first, speculative and plain, "
                         "as the editors prepare where the cursor rests or while an edit's instruction is typed")
+    p.add_argument("--typed-instruction", action="store_true",
+                   help="with --prepared: prepare each edit through its instruction, as the editors do once "
+                        "the typing pauses (default: up to the instruction, as when the prompt opens)")
     p.add_argument("--rows", default=None, metavar="FILE.jsonl",
                    help="also append each case's row to FILE as soon as it is measured "
                         "(an interrupted run keeps what it measured)")

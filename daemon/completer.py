@@ -103,11 +103,12 @@ class Completer:
         return run_edit(self, req, cancel)
 
     def prepare_edit(self, uri: str, text: str, start: int, end: int,
-                     cancel: threading.Event | None = None) -> Any:
-        """Prefill an edit's prompt up to its instruction; see daemon/edit.py ``prepare_edit``."""
+                     cancel: threading.Event | None = None, instruction: str | None = None) -> Any:
+        """Prefill an edit's prompt up to its instruction, or through ``instruction`` (typed so
+        far); see daemon/edit.py ``prepare_edit``."""
         from daemon.edit import prepare_edit
 
-        return prepare_edit(self, uri, text, start, end, cancel)
+        return prepare_edit(self, uri, text, start, end, cancel, instruction)
 
     def prepare_complete(self, uri: str, text: str, offset: int,
                          cancel: threading.Event | None = None) -> Prepared:

@@ -209,20 +209,30 @@ def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: 
 
 
 def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int,
-                 cancel: threading.Event | None = None) -> Prepared:
-    """Prefill the prompt of an edit of ``text[start:end]`` up to its instruction, on the KV
-    cache the edit will use: the edit itself then prefills only the instruction and what
-    follows. Output is unchanged: the edit reuses the cached prefix as any request on a
-    warm cache does. Raises ValueError for a bad range or a prompt longer than the model's
-    positions."""
+                 cancel: threading.Event | None = None, instruction: str | None = None) -> Prepared:
+    """Prefill the prompt of an edit of ``text[start:end]`` on the KV cache the edit will use:
+    up to the instruction, or with ``instruction`` (what the user has typed so far) the whole
+    prompt for it. The edit itself then prefills only what its prompt does not share with the
+    prepared one: the instruction and what follows, or the words typed since (nothing when the
+    instruction is the one prepared). Output is unchanged: the edit reuses the cached prefix as
+    any request on a warm cache does. A blank ``instruction`` counts as none. Raises ValueError
+    for a bad range or instruction, or a prompt longer than the model's positions."""
     if not isinstance(text, str):
         raise ValueError("text must be a string")
     check_range(text, start, end)
-    ids = instruction_free_prefix(completer.runtime, text, start, end, uri)
+    if instruction is not None and not isinstance(instruction, str):
+        raise ValueError("the instruction must be a string")
+    if instruction is not None and instruction.strip():
+        check_instruction(instruction)
+        ids = build_edit_prompt(completer.runtime, text, start, end, instruction, uri).prompt_ids
+        what = "the prompt"
+    else:
+        ids = instruction_free_prefix(completer.runtime, text, start, end, uri)
+        what = "the prompt before the instruction"
     limit = model_positions(completer.runtime)
     if limit is not None and len(ids) > limit:
-        raise ValueError(f"the edit is too long to rewrite: the prompt before the instruction has "
-                         f"{len(ids)} tokens, the model has {limit} positions; select less")
+        raise ValueError(f"the edit is too long to rewrite: {what} has {len(ids)} tokens, "
+                         f"the model has {limit} positions; select less")
     return completer.prepare(edit_cache_key(uri), ids, cancel)
 
 

@@ -257,17 +257,24 @@ class Service:
         return await self._run_job("edit", conn, p, lambda cancel: self.completer.edit(req, cancel))
 
     async def _m_prepareEdit(self, conn: int, p: dict) -> Any:
-        """Prefill an edit's prompt up to its instruction while the user types it; the job gives
-        way to any other request (daemon/worker.py, "preempted")."""
+        """Prefill an edit's prompt up to its instruction, or through the ``instruction`` typed so
+        far, while the user types it; the job gives way to any other request (daemon/worker.py,
+        "preempted")."""
         uri, text, start, end = self._edit_range(p)
+        instruction = _opt(p, "instruction", str, None)
         prepare = getattr(self.completer, "prepare_edit", None)
         if not callable(prepare):
             raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'prepareEdit'")
+        typed = instruction is not None and instruction.strip() != ""
         try:  # an edit of this range could never run: say so now, not when the edit is asked
-            self._check_edit_length(text, start, end, "")
+            if typed:
+                check_instruction(instruction)
+            self._check_edit_length(text, start, end, instruction if typed else "")
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
-        return await self._run_job(PREPARE_EDIT, conn, p, lambda cancel: prepare(uri, text, start, end, cancel))
+        typed_so_far = (instruction,) if typed else ()  # nothing typed yet: the prompt up to the instruction
+        return await self._run_job(PREPARE_EDIT, conn, p,
+                                   lambda cancel: prepare(uri, text, start, end, cancel, *typed_so_far))
 
     def _check_edit_length(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError for an edit too long for the model, judged from characters (nothing is

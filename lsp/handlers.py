@@ -8,10 +8,12 @@ Commands:
   (ContentModified) rather than applied to the wrong text. The rewrite code action
   carries no instruction (null), so that a client can ask the user for one; the server
   then uses ``DEFAULT_INSTRUCTION``.
-- ``ngramd.prepareRewrite(uri, range, version?)``: the daemon's ``prepareEdit``: an editor
-  sends it when it starts asking the user for a rewrite's instruction, so that the
-  daemon prefills the rewrite's prompt meanwhile. Answers the daemon's figures, or null
-  when nothing was prepared (it is only a head start: it never fails the editor).
+- ``ngramd.prepareRewrite(uri, range, version?, instruction?)``: the daemon's ``prepareEdit``:
+  an editor sends it when it starts asking the user for a rewrite's instruction, so that the
+  daemon prefills the rewrite's prompt meanwhile, and again with the ``instruction`` typed
+  so far when the typing pauses (editors/: 300 ms), so that the rewrite then prefills only
+  what was typed after it. Answers the daemon's figures, or null when nothing was prepared
+  (it is only a head start: it never fails the editor).
 - ``ngramd.prepareCompletion(uri, position, version?)``: the daemon's ``prepareComplete``:
   an editor sends it when the cursor has rested at ``position`` (editors/: 300 ms), so that
   the daemon prefills the completion prompt there before the user types. Answers as
@@ -161,10 +163,15 @@ def register(server: NgramdServer) -> None:
 
     @server.command(PREPARE_REWRITE)
     async def prepare_rewrite(ls: NgramdServer, *args: Any) -> Any:
-        if not 2 <= len(args) <= 3:
-            raise JsonRpcInvalidParams(f"{PREPARE_REWRITE} takes [uri, range, version?], got {len(args)} arguments")
-        uri, rng, version = _uri_range_version(ls, PREPARE_REWRITE, args[0], args[1], args[2] if len(args) == 3 else None)
-        return await ls.prepare_edit(uri, rng, version)
+        if not 2 <= len(args) <= 4:
+            raise JsonRpcInvalidParams(
+                f"{PREPARE_REWRITE} takes [uri, range, version?, instruction?], got {len(args)} arguments")
+        uri, rng, version = _uri_range_version(ls, PREPARE_REWRITE, args[0], args[1], args[2] if len(args) >= 3 else None)
+        instruction = args[3] if len(args) == 4 else None
+        if instruction is not None and not isinstance(instruction, str):
+            raise JsonRpcInvalidParams(f"{PREPARE_REWRITE}: instruction must be a string or null, "
+                                       f"got {type(instruction).__name__}")
+        return await ls.prepare_edit(uri, rng, version, instruction)
 
     @server.command(PREPARE_COMPLETION)
     async def prepare_completion(ls: NgramdServer, *args: Any) -> Any:

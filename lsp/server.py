@@ -446,18 +446,22 @@ class NgramdServer(LanguageServer):
                 f"{uri} changed while ngramd rewrote it (version {at}, now {doc.version}); ask again")
         return Rewrite(uri, at, replaced, result["text"])
 
-    async def prepare_edit(self, uri: str, rng: types.Range, version: int | None = None) -> dict[str, Any] | None:
+    async def prepare_edit(self, uri: str, rng: types.Range, version: int | None = None,
+                           instruction: str | None = None) -> dict[str, Any] | None:
         """Ask the daemon to prefill a rewrite's prompt of ``rng`` up to its instruction (the
-        editor is asking the user for it). None when nothing was prepared: a document not open,
-        too large or at another version, a daemon that refused, is busy (the job gives way to
-        any request) or is away. Never raises for those: a head start is no request of the user's.
+        editor is asking the user for it), or through the ``instruction`` typed so far. None when
+        nothing was prepared: a document not open, too large or at another version, a daemon that
+        refused, is busy (the job gives way to any request) or is away. Never raises for those: a
+        head start is no request of the user's.
         """
         doc = self.open_document(uri)
         if doc is None or doc.uri in self._too_large or (version is not None and version != doc.version):
             return None
         start, end = self.range_of(doc, rng)
-        return await self._prepare("prepareEdit", {"uri": doc.uri, "start": start, "end": end,
-                                                   "version": doc.version or 0})
+        params: dict[str, Any] = {"uri": doc.uri, "start": start, "end": end, "version": doc.version or 0}
+        if instruction is not None and instruction.strip():
+            params["instruction"] = instruction
+        return await self._prepare("prepareEdit", params)
 
     async def _prepare(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         """A daemon ``prepare*`` call's figures; None when it did not prepare (a head start only)."""

@@ -81,6 +81,16 @@ def test_bench_prepared_times_the_editor_flow_with_the_same_head_start(tiny_runt
     assert summary["targets"]["repeat_vs_plain"]["prepared_ceiling"] > 0
 
 
+def test_bench_prepared_through_the_typed_instruction_leaves_the_edit_no_prompt_to_prefill(
+        tiny_runtime, cases_file):
+    report = bench(load_cases(cases_file), runtime=tiny_runtime, repeat=1, hf=False, prepared=True,
+                   typed_instruction=True)
+    assert report["meta"]["typed_instruction"] is True
+    edit = next(row for row in report["cases"] if row["mode"] == "edit")
+    assert edit["status"] == "ok" and edit["prepared_identical"] is True and edit["identical"] is True
+    assert edit["prepared_prefill_tokens"] == 0  # its last prompt token rides with the first pass
+
+
 def test_a_prepared_answer_unlike_plain_makes_the_case_not_identical_and_shows_where(
         tiny_runtime, cases_file, monkeypatch):
     """A stand-in fault on the prepared speculative path only (its second token changed): the cold

@@ -68,3 +68,10 @@ def test_make_cases_with_cases_is_refused_not_half_done(tmp_path, workspace, cap
     assert main(["bench", "--cases", str(tmp_path / "x.jsonl"), "--make-cases", str(workspace),
                  "--out", str(out)]) == 2
     assert "give one of the two" in capsys.readouterr().err and not out.exists()
+
+
+def test_typed_instruction_without_prepared_is_refused_before_anything_runs(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(bench_cmd, "bench", fake_bench(calls))
+    assert main(["bench", "--cases", SMOKE, "--typed-instruction"]) == 2
+    assert "give --prepared too" in capsys.readouterr().err and calls == []

@@ -27,6 +27,7 @@ class FakeCompleter:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.typed: list[str | None] = []  # each prepareEdit's instruction (None: not given)
         self.started = threading.Event()
 
     def complete(self, req: Any, cancel: threading.Event | None = None) -> CompletionResult:
@@ -54,8 +55,11 @@ class FakeCompleter:
         return CompletionResult(text, [ord(c) for c in text], "", GenerationStats(generated=len(text)),
                                 stop_reason="eos")
 
-    def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None) -> Prepared:
-        """What the real one reports, by characters (blocks like ``complete`` on ``BLOCK``)."""
+    def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None,
+                     *typed: str) -> Prepared:
+        """What the real one reports, by characters (blocks like ``complete`` on ``BLOCK``); the
+        instruction typed so far, when one is given, is noted in ``typed``."""
+        self.typed.append(typed[0] if typed else None)
         return self._prepare(uri, text, end, cancel)
 
     def prepare_complete(self, uri: str, text: str, offset: int, cancel: Any = None) -> Prepared:

@@ -42,3 +42,22 @@ def test_bad_prepare_requests_get_clear_errors_and_run_nothing(inproc, params, m
             c.call("prepareEdit", params)
         assert message in err.value.message
         assert c.call("status")["requests"].get("done", 0) == 0 and inproc.completer.calls == []
+
+
+def test_the_instruction_typed_so_far_reaches_the_engine_and_a_blank_one_does_not(inproc):
+    with inproc.client() as c:
+        c.call("open", {"uri": "a", "text": "abc def", "version": 1})
+        for typed in ("rename a", "   ", None):
+            params = {"uri": "a", "start": 0, "end": 3, **({} if typed is None else {"instruction": typed})}
+            assert c.call("prepareEdit", params)["tokens"] == 4
+        assert inproc.completer.typed == ["rename a", None, None]
+
+
+@pytest.mark.parametrize("instruction, message", [
+    (5, "instruction"), ("x" * 10_001, "shorten the instruction")])
+def test_a_bad_typed_instruction_gets_a_clear_error_and_runs_nothing(inproc, instruction, message):
+    with inproc.client() as c:
+        c.call("open", {"uri": "a", "text": "abc def", "version": 1})
+        with pytest.raises(RpcError) as err:
+            c.call("prepareEdit", {"uri": "a", "start": 0, "end": 3, "instruction": instruction})
+        assert message in err.value.message and inproc.completer.calls == []

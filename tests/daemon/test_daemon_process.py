@@ -220,6 +220,26 @@ def test_a_prepared_edit_prefills_only_its_instruction_and_answers_as_unprepared
         c.call("close", {"uri": uri})
 
 
+def test_an_edit_prepared_through_its_typed_instruction_prefills_nothing_more(daemon):
+    """The editor prepares again with the instruction typed so far when the typing pauses; an
+    edit with that instruction then runs on the cached prompt, and answers as unprepared."""
+    with daemon.client() as c:
+        uri = "file:///tmp/ngd-prepare-typed.py"
+        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
+        edit = {"uri": uri, "start": 0, "end": len(SOURCE), "instruction": "rename n to count",
+                "maxTokens": 12}
+        cold = c.call("edit", edit)
+        c.call("close", {"uri": uri})  # drops the document's KV caches
+        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
+        typed = c.call("prepareEdit", {"uri": uri, "start": 0, "end": len(SOURCE), "version": 1,
+                                       "instruction": "rename n to count"})
+        assert typed["prefilled"] == typed["tokens"] - 1 and typed["reused"] == 0
+        warm = c.call("edit", edit)
+        assert warm["token_ids"] == cold["token_ids"] and warm["text"] == cold["text"]
+        assert warm["stats"]["reused_tokens"] == typed["prefilled"] and warm["stats"]["prefill_tokens"] == 0
+        c.call("close", {"uri": uri})
+
+
 def test_a_completion_where_the_cursor_rested_answers_as_unprepared_and_prepares_are_counted(daemon):
     """prepareComplete (sent when the editor's cursor rests) fills the document's KV cache with
     the completion prompt there; the user types, the completion reuses it, same answer."""

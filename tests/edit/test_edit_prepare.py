@@ -1,4 +1,4 @@
-"""An edit's prompt prefilled up to its instruction, while the user types it (prepare_edit)."""
+"""An edit's prompt prefilled while the user types its instruction: up to it, or through the part typed (prepare_edit)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,43 @@ def test_a_prepared_edit_prefills_only_its_instruction_and_answers_as_a_cold_one
     prompt_len = len(build_edit_prompt(tiny_runtime, SRC, START, END, "rename s to total", URI).prompt_ids)
     assert warm.stats.prefill_tokens == prompt_len - 1 - prepared.prefilled < 25  # the instruction's tail
     assert cold.stats.prefill_tokens == prompt_len - 1
+
+
+@pytest.mark.parametrize("speculate", [True, False])
+def test_an_edit_prepared_through_its_instruction_prefills_one_token_and_answers_as_a_cold_one(
+        tiny_runtime, completer, speculate):
+    """The editor prepares again with the instruction typed so far when the typing pauses:
+    the whole prompt is cached but its last token (which rides with the first pass)."""
+    cold = _edit(completer, "rename s to total", speculate)
+    completer.drop_cache(URI)
+    prepared = completer.prepare_edit(URI, SRC, START, END, threading.Event(), "rename s to total")
+    prompt_len = len(build_edit_prompt(tiny_runtime, SRC, START, END, "rename s to total", URI).prompt_ids)
+    assert prepared.tokens == prompt_len and prepared.prefilled == prompt_len - 1 and prepared.reused == 0
+    warm = _edit(completer, "rename s to total", speculate)
+    assert warm.token_ids == cold.token_ids and warm.text == cold.text
+    assert warm.stats.reused_tokens == prompt_len - 1 and warm.stats.prefill_tokens == 0
+
+
+def test_a_prepare_with_part_of_the_instruction_leaves_the_edit_the_rest(tiny_runtime, completer):
+    cold = _edit(completer, "rename s to total")
+    completer.drop_cache(URI)
+    completer.prepare_edit(URI, SRC, START, END, None, "")  # nothing typed yet: up to the instruction
+    partial = completer.prepare_edit(URI, SRC, START, END, None, "rename s to to")
+    prefix = instruction_free_prefix(tiny_runtime, SRC, START, END, URI)
+    # all but the last token were prefilled by the first prepare
+    assert partial.reused == len(prefix) - 1 and 0 < partial.prefilled < 20  # the words typed, the template's tail
+    warm = _edit(completer, "rename s to total")
+    assert warm.token_ids == cold.token_ids and warm.text == cold.text
+    prompt_len = len(build_edit_prompt(tiny_runtime, SRC, START, END, "rename s to total", URI).prompt_ids)
+    assert len(prefix) < warm.stats.reused_tokens < prompt_len - 1  # up to where the words part
+    assert warm.stats.prefill_tokens == prompt_len - 1 - warm.stats.reused_tokens < 10
+
+
+@pytest.mark.parametrize("instruction, error", [
+    (42, "must be a string"), ("x" * 10_001, "at most 10000 are taken")])
+def test_a_bad_typed_instruction_is_a_clear_error(completer, instruction, error):
+    with pytest.raises(ValueError, match=error):
+        completer.prepare_edit(URI, SRC, START, END, None, instruction)
 
 
 def test_preparing_the_same_range_again_reuses_the_cached_prefix(completer):

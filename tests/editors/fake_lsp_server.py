@@ -24,7 +24,7 @@ workspace/executeCommand:
   document's is refused with ContentModified (as the real server does). Every version
   received (None when absent) is in the status's ``rewrite_versions``. The instruction
   ``exit-before-answering`` ends this server at once (a crash mid-request)
-- ngramd.prepareRewrite uri range version -> null; the arguments are in the status's
+- ngramd.prepareRewrite uri range version [instruction] -> null; the arguments are in the status's
   ``prepared``, and every rewrite command's name in ``commands``, in arrival order
 - ngramd.prepareCompletion uri position version -> null; the arguments are in the
   status's ``prepared_completions``, in arrival order (not in ``commands``: the editor sends

@@ -291,6 +291,31 @@ async def test_prepare_rewrite_asks_the_daemon_to_prepare_the_range_and_never_fa
     assert err.value.code == types.ErrorCodes.InvalidParams and "prepareRewrite: range" in err.value.message
 
 
+async def test_prepare_rewrite_passes_on_the_instruction_typed_so_far(fake, sock, lsp_client):
+    """Sent again when the user pauses typing the instruction: the daemon gets it (a blank one
+    is left out: nothing typed yet); an instruction that is not a string is the plugin's bug."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "s = 1\nt = 2\n")
+    await until(lambda: URI in fake.docs)
+
+    async def prepare(*args):
+        return await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="ngramd.prepareRewrite", arguments=[URI, *args]))
+    whole = {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 5}}
+    assert await prepare(whole, 1, "rename s to") is not None
+    assert await prepare(whole, None, "  ") is not None
+    assert await prepare(whole, 1, None) is not None
+    assert fake.methods("prepareEdit") == [
+        {"uri": URI, "start": 0, "end": 11, "version": 1, "instruction": "rename s to"},
+        {"uri": URI, "start": 0, "end": 11, "version": 1},
+        {"uri": URI, "start": 0, "end": 11, "version": 1}]
+    for bad in ([whole, 1, 5], [whole, 1, "x", "extra"]):
+        with pytest.raises(JsonRpcException) as err:
+            await prepare(*bad)
+        assert err.value.code == types.ErrorCodes.InvalidParams and "prepareRewrite" in err.value.message
+    assert len(fake.methods("prepareEdit")) == 3
+
+
 async def test_prepare_completion_asks_the_daemon_to_prepare_the_cursor_and_never_fails_the_editor(
         fake, sock, lsp_client):
     """Sent when the editor's cursor rests: the daemon gets the offset in characters (the emoji

@@ -46,6 +46,7 @@ import {
 } from "./status";
 import { AppliedEdits } from "./applied_edits";
 import { CompletionPreparer, Spot } from "./prepare_completion";
+import { InstructionPreparer } from "./prepare_rewrite";
 
 const STATUS_POLL_MS = 5000;
 
@@ -200,8 +201,7 @@ async function startClient(): Promise<void> {
       resolveCodeAction: async (item, token, next) => {
         const data = (item as { data?: unknown }).data;
         if (rewriteResolveNeedsInstruction(item.kind?.value, data)) {
-          prepareRewrite(data["uri"], data["range"], data["version"]);
-          const instruction = await askInstruction();
+          const instruction = await askInstruction(data["uri"], data["range"], data["version"]);
           if (instruction === undefined) {
             return item;
           }
@@ -353,12 +353,14 @@ async function toggleCommand(): Promise<void> {
 
 /**
  * Ask the server to prepare a rewrite of `lspRange` (a protocol range): the daemon prefills
- * the rewrite's prompt up to the instruction while the user types it, so the rewrite itself
- * starts sooner. A head start only: nothing waits on it, and its outcome (a busy daemon
- * drops it, an older server lacks the command) is ignored.
+ * the rewrite's prompt up to the instruction while the user types it, or with `typed` through
+ * the instruction typed so far, so the rewrite itself starts sooner. A head start only: nothing
+ * waits on it, and its outcome (a busy daemon drops it, an older server lacks the command or
+ * the typed instruction) is ignored.
  */
-function prepareRewrite(uri: unknown, lspRange: unknown, version: unknown): void {
-  void serverCommand(SERVER_COMMANDS.prepareRewrite, [uri, lspRange, version ?? null]).then(
+function prepareRewrite(uri: unknown, lspRange: unknown, version: unknown, typed?: string): void {
+  const args = [uri, lspRange, version ?? null, ...(typed === undefined ? [] : [typed])];
+  void serverCommand(SERVER_COMMANDS.prepareRewrite, args).then(
     undefined,
     () => undefined,
   );
@@ -402,12 +404,41 @@ function cursorMoved(editor: vscode.TextEditor | undefined): void {
   });
 }
 
-/** The user's instruction for a rewrite; undefined when the input box is dismissed. */
-function askInstruction(): Thenable<string | undefined> {
-  return vscode.window.showInputBox({
-    prompt: "Rewrite the selection: what should change?",
-    placeHolder: "e.g. rename x to count",
-    validateInput: validateInstruction,
+/**
+ * The user's instruction for a rewrite of `lspRange`; undefined when the input box is
+ * dismissed. Opening it prepares the rewrite up to the instruction; each pause in the typing
+ * prepares it through the text typed so far (prepare_rewrite.ts).
+ */
+function askInstruction(uri: unknown, lspRange: unknown, version: unknown): Promise<string | undefined> {
+  prepareRewrite(uri, lspRange, version);
+  const box = vscode.window.createInputBox();
+  box.prompt = "Rewrite the selection: what should change?";
+  box.placeholder = "e.g. rename x to count";
+  const typing = new InstructionPreparer((typed) => prepareRewrite(uri, lspRange, version, typed));
+  return new Promise((resolve) => {
+    let answered = false;
+    const answer = (instruction: string | undefined): void => {
+      if (!answered) {
+        answered = true;
+        typing.dispose();
+        resolve(instruction);
+        box.dispose();
+      }
+    };
+    box.onDidChangeValue((value) => {
+      box.validationMessage = value.length > 0 ? validateInstruction(value) : undefined;
+      typing.typed(value);
+    });
+    box.onDidAccept(() => {
+      const problem = validateInstruction(box.value);
+      if (problem !== undefined) {
+        box.validationMessage = problem; // the box stays open, as showInputBox's validateInput keeps it
+        return;
+      }
+      answer(box.value);
+    });
+    box.onDidHide(() => answer(undefined));
+    box.show();
   });
 }
 
@@ -432,8 +463,7 @@ async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, version
     range = editor.selection;
     version = editor.document.version; // before the prompt: typing meanwhile moves the range
   }
-  prepareRewrite(uri, runningClient().code2ProtocolConverter.asRange(range), version);
-  const instruction = await askInstruction();
+  const instruction = await askInstruction(uri, runningClient().code2ProtocolConverter.asRange(range), version);
   if (instruction === undefined) {
     return;
   }

@@ -723,6 +723,32 @@ if suite == "fake" then
     eq(#execute("ngramd.status", {}).prepared, #status.prepared, "prepared without a prompt")
   end)
 
+  test(":NgramdRewrite prepares again with the instruction typed so far when the typing pauses", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    local version = vim.lsp.util.buf_versions[buf]
+    local before = #execute("ngramd.status", {}).prepared
+    -- A real input(): the user types, pauses longer than the wait, types the last word and
+    -- presses Enter at once (no pause before it: no prepare of the whole instruction).
+    local uv = vim.uv or vim.loop
+    local typing, enter = uv.new_timer(), uv.new_timer()
+    typing:start(20, 0, vim.schedule_wrap(function()
+      vim.api.nvim_input("return-only")
+    end))
+    enter:start(20 + prepare.DELAY_MS + 300, 0, vim.schedule_wrap(function()
+      vim.api.nvim_input(" up<CR>")
+    end))
+    local done = rewrite_and_wait({ line1 = 2, line2 = 2 })
+    typing:close()
+    enter:close()
+    eq(done, true, "rewrite error")
+    local sent = { unpack(execute("ngramd.status", {}).prepared, before + 1) }
+    eq(#sent, 2, "prepares sent: " .. vim.inspect(sent))
+    eq(#sent[1], 3, "the first, as the prompt opens: up to the instruction")
+    eq({ sent[2][1], sent[2][3], sent[2][4] }, { vim.uri_from_bufnr(buf), version, "return-only" },
+      "the second, through the text typed before the pause")
+    eq(lines(), { "alpha beta", "[GAMMA]" })
+  end)
+
   test(":NgramdRewrite stops a prepared completion still waiting, which would displace the rewrite's", function()
     set_lines({ "alpha beta", "gamma" }, 2, 2)
     local n = #execute("ngramd.status", {}).prepared_completions

@@ -11,6 +11,7 @@
 local config = require("ngramd.config")
 local client_mod = require("ngramd.client")
 local ghost = require("ngramd.ghost")
+local instruction_mod = require("ngramd.instruction")
 local prepare = require("ngramd.prepare")
 local text = require("ngramd.text")
 
@@ -497,14 +498,20 @@ function M.rewrite(opts)
   local instruction = opts.instruction
   if instruction == nil then
     -- A head start: the daemon prefills the rewrite's prompt while the user types the
-    -- instruction. Its reply is ignored (a busy daemon drops it; an older server lacks it).
+    -- instruction (ngramd/instruction.lua). Replies are ignored (a busy daemon drops a
+    -- prepare; an older server lacks it, or its typed instruction).
     -- A prepared completion still waiting would only cost the daemon CPU meanwhile: stopped first.
     prepare.cancel(bufnr)
-    client_mod.request(client, "workspace/executeCommand", {
-      command = "ngramd.prepareRewrite",
-      arguments = { vim.uri_from_bufnr(bufnr), range, version },
-    }, function() end, bufnr)
-    instruction = vim.fn.input("Rewrite: ")
+    instruction = instruction_mod.ask(function(typed)
+      local arguments = { vim.uri_from_bufnr(bufnr), range, version }
+      if typed ~= nil then -- no hole before it: a nil version is sent as null
+        arguments = { arguments[1], range, version == nil and vim.NIL or version, typed }
+      end
+      client_mod.request(client, "workspace/executeCommand", {
+        command = "ngramd.prepareRewrite",
+        arguments = arguments,
+      }, function() end, bufnr)
+    end)
   end
   if instruction == nil or vim.trim(instruction) == "" then
     notify("no instruction given", vim.log.levels.WARN)

@@ -6,6 +6,7 @@ import * as path from "node:path";
 
 import { Harness, loadExtension, settle } from "./fake_vscode";
 import { SERVER_COMMANDS } from "../commands";
+import { PREPARE_DELAY_MS } from "../prepare_completion";
 
 const POLL_MS = 5000;
 let h: Harness;
@@ -232,10 +233,16 @@ test("a rewrite asks the server to prepare it before the instruction is asked, a
   await activate();
   const client = h.clients[0];
   let asked = -1;
-  const prompt = (h.vscode.window as Record<string, unknown>).showInputBox as (...a: unknown[]) => Thenable<string | undefined>;
-  (h.vscode.window as Record<string, unknown>).showInputBox = (...a: unknown[]) => {
-    asked = client.requests.length;
-    return prompt(...a);
+  const window = h.vscode.window as Record<string, unknown>;
+  const createInputBox = window.createInputBox as () => { show: () => void };
+  window.createInputBox = () => {
+    const box = createInputBox();
+    const show = box.show;
+    box.show = () => {
+      asked = client.requests.length;
+      show();
+    };
+    return box;
   };
   h.answer = async (req) => {
     if (req.params.command === SERVER_COMMANDS.prepareRewrite) {
@@ -271,6 +278,42 @@ test("a light-bulb rewrite asks the server to prepare it before the instruction 
   await middleware.resolveCodeAction(item, { isCancellationRequested: false }, async () => item);
   const [prepare] = client.commandRequests(SERVER_COMMANDS.prepareRewrite);
   assert.deepEqual(prepare.params.arguments, ["file:///a.py", range, 3]);
+});
+
+test("a pause in the typing prepares the rewrite through the instruction typed so far", async () => {
+  await activate();
+  const client = h.clients[0];
+  h.answer = async () => null;
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  // typed quickly, then a pause longer than the debounce before Enter
+  h.inputBoxAnswers.push({ typed: ["a", "ad", "add", "add types"], pauseMs: PREPARE_DELAY_MS + 100 });
+  await h.commands.get("ngramd.rewrite")!();
+  const prepares = client.commandRequests(SERVER_COMMANDS.prepareRewrite).map((r) => r.params.arguments);
+  const range = (h.window.activeTextEditor as { selection: unknown }).selection;
+  assert.deepEqual(prepares, [["file:///a.py", range, 4], ["file:///a.py", range, 4, "add types"]]);
+  const [rewrite] = client.commandRequests(SERVER_COMMANDS.rewriteSelection);
+  assert.equal(rewrite.params.arguments![2], "add types");
+});
+
+test("an instruction accepted before the typing paused sends no typed prepare; a blank one is refused", async () => {
+  await activate();
+  const client = h.clients[0];
+  h.answer = async () => null;
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  h.inputBoxAnswers.push({ typed: ["add types"], pauseMs: 0 }, { typed: ["   "], pauseMs: 0 });
+  await h.commands.get("ngramd.rewrite")!();
+  await h.commands.get("ngramd.rewrite")!();
+  mock.timers.tick(PREPARE_DELAY_MS + 100); // no prepare left pending
+  const prepares = client.commandRequests(SERVER_COMMANDS.prepareRewrite).map((r) => r.params.arguments);
+  assert.equal(prepares.length, 2, "one per input box, up to the instruction");
+  assert.ok(prepares.every((args) => args!.length === 3));
+  assert.equal(client.commandRequests(SERVER_COMMANDS.rewriteSelection).length, 1, "the blank one never runs");
 });
 
 test("a rewrite the user cancelled shows no error", async () => {

@@ -4,6 +4,7 @@
 // the server's answers come from a test-supplied function. Not a test file itself.
 import Module = require("node:module");
 import * as path from "node:path";
+import { mock } from "node:test";
 
 export const State = { Stopped: 1, Running: 2, Starting: 3 } as const;
 
@@ -109,8 +110,12 @@ export interface Harness {
   emit: (event: EditorEvent, e: unknown) => void;
   statusItem: { text: string; tooltip: string };
   messages: { kind: string; text: string }[];
-  /** Answers of the next input boxes, in order (undefined: dismissed). */
-  inputBoxAnswers: (string | undefined)[];
+  /**
+   * Answers of the next input boxes, in order: a string is typed at once and accepted;
+   * undefined dismisses the box; a script types each string in turn, waits `pauseMs` (on the
+   * mocked timers), then accepts the last (a box a validation message keeps open is dismissed).
+   */
+  inputBoxAnswers: (string | undefined | InputScript)[];
   inputBoxes: number;
   window: { focused: boolean; activeTextEditor: unknown };
   /** The server's answer to a request; replace it in a test. */
@@ -118,6 +123,12 @@ export interface Harness {
   /** Fires onDidChangeConfiguration for `ngramd` (after a test changed `config`). */
   changeConfig: () => Promise<void>;
   dispose: () => Promise<void>;
+}
+
+/** What the user does in an input box: types `typed` one after the other, pauses, presses Enter. */
+export interface InputScript {
+  typed: string[];
+  pauseMs: number;
 }
 
 /** Loads a fresh copy of out/extension.js against the fakes. Call `dispose` at the end. */
@@ -130,7 +141,7 @@ export function loadExtension(): Harness {
     configListeners: [] as Listener[],
     folderListeners: [] as Listener[],
     messages: [] as { kind: string; text: string }[],
-    inputBoxAnswers: [] as (string | undefined)[],
+    inputBoxAnswers: [] as (string | undefined | InputScript)[],
     inputBoxes: 0,
     window: { focused: true, activeTextEditor: undefined as unknown },
     answer: async () => ({ connected: true, daemon: { generation: { drafted: 0, accepted: 0 } } }),
@@ -190,9 +201,52 @@ export function loadExtension(): Harness {
       showErrorMessage: message("error"),
       showWarningMessage: message("warning"),
       showInformationMessage: message("info"),
-      showInputBox: async () => {
-        h.inputBoxes += 1;
-        return h.inputBoxAnswers.shift();
+      createInputBox: () => {
+        const on = {
+          change: [] as ((value: string) => void)[],
+          accept: [] as (() => void)[],
+          hide: [] as (() => void)[],
+        };
+        let open = false;
+        const hide = () => {
+          if (open) {
+            open = false;
+            on.hide.forEach((f) => f());
+          }
+        };
+        const box = {
+          value: "",
+          prompt: "",
+          placeholder: "",
+          validationMessage: undefined as string | undefined,
+          onDidChangeValue: (f: (value: string) => void) => (on.change.push(f), disposable),
+          onDidAccept: (f: () => void) => (on.accept.push(f), disposable),
+          onDidHide: (f: () => void) => (on.hide.push(f), disposable),
+          show() {
+            h.inputBoxes += 1;
+            open = true;
+            const answer = h.inputBoxAnswers.shift();
+            setImmediate(async () => {
+              if (answer === undefined) {
+                hide();
+                return;
+              }
+              const script = typeof answer === "string" ? { typed: [answer], pauseMs: 0 } : answer;
+              for (const typed of script.typed) {
+                box.value = typed;
+                on.change.forEach((f) => f(typed));
+              }
+              if (script.pauseMs > 0) {
+                mock.timers.tick(script.pauseMs); // the extension's tests run on mocked timers
+              }
+              on.accept.forEach((f) => f());
+              hide(); // still open: a validation message kept it; the user gives up
+            });
+          },
+          hide,
+          dispose: hide,
+        };
+        return box;
       },
       withProgress: async (_opts: unknown, task: (p: unknown, token: unknown) => Promise<unknown>) =>
         task({ report() {} }, { isCancellationRequested: false, onCancellationRequested: () => disposable }),
