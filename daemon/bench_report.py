@@ -27,11 +27,13 @@ stays the cold protocol's.
 Targets (issues 4 and 7; shown, never asserted by a test): ordinary cases >= 2.0x
 over plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
 cases never below 0.95x of plain; edits that change few lines (``changed_lines`` <=
-``FEW_LINES``, answer not cut by max_tokens) >= 6x over plain; 100% identical.
+``FEW_LINES``, answer finished: not cut by max_tokens nor stopped in a loop) >= 6x over
+plain; 100% identical.
 
 An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
 compiles with the answer in place), counted in a group over the answers an editor applies
-(finished, not cut by max_tokens) as ``still_compiles`` of ``compile_checked``.
+(finished: not cut by max_tokens nor stopped in a loop) as ``still_compiles`` of
+``compile_checked``.
 """
 
 from __future__ import annotations

@@ -82,15 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_position_args(p)
 
     p = sub.add_parser("edit", help="rewrite a range of FILE following an instruction (in-process)",
-                       epilog="exit status: 0 done; 2 bad input; 3 the rewrite stopped at its token "
-                              "limit before its end: the text is printed cut short, with a warning on "
-                              "stderr (with --json: 0, and stop_reason says it)")
+                       epilog="exit status: 0 done; 2 bad input; 3 the rewrite stopped before its end "
+                              "(at its token limit, or caught in a loop): the text is printed cut short, "
+                              "with a warning on stderr (with --json: 0, and stop_reason says it)")
     p.add_argument("file")
     p.add_argument("--start", required=True, metavar="L:C", help="0-based line:column")
     p.add_argument("--end", required=True, metavar="L:C", help="0-based line:column, after --start")
     p.add_argument("--instruction", required=True, help='what to change, e.g. "rename x to count"')
     p.add_argument("--max-tokens", type=int, default=None,
                    help="at most this many tokens (default: enough for the range and then some)")
+    p.add_argument("--no-loop-stop", action="store_true",
+                   help="let an answer that repeats itself run to --max-tokens (by default it stops "
+                        "once it repeats ~100 tokens the file does not hold)")
     _add_model_args(p)
     _add_position_args(p)
 

@@ -91,7 +91,7 @@ def run(args: Any) -> int:
                       instruction=args.instruction, max_tokens=args.max_tokens,
                       sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p,
                                               seed=args.seed),
-                      speculate=not args.no_speculation)
+                      speculate=not args.no_speculation, stop_loops=not args.no_loop_stop)
     try:
         result = completer.edit(req, threading.Event())
     except ValueError as exc:  # e.g. a selection too long for the model's positions

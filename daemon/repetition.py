@@ -6,14 +6,20 @@ the 47 generated edit cases, 18 answers ran to ``max_tokens`` (300) that way; su
 an answer is never applied (it did not finish), so every token after the loop began
 is time the user waits for an error. The guard stops it once the loop is certain.
 
-A *loop*: the output's last tokens repeat with some period ``p`` (token ``t`` equals
-token ``t - p``) over ``max(min_span, min_repeats * p)`` tokens or more, for a
-period of at most ``max_period`` tokens. Code the model copies can repeat too (a
-table of ``0x00, 0x00, ...``), so a loop counts only when its text, the whole
-periodic run, does not occur in ``allowed`` (the prompt: the file around the range
-and the selection). Measured on the recorded answers of those 47 edits
-(docs/benchmarks.md): it stops 15 of the 18 looping answers, after 48-250 tokens,
-and none of the 29 that finished.
+A *periodic run*: the output's last tokens repeat with some period ``p`` (token ``t``
+equals token ``t - p``), ``p`` at most ``max_period`` tokens. A *loop*: a periodic run
+of at least ``min_repeats`` cycles that goes ``min_span`` tokens or more beyond what the
+prompt holds of it. Code repeats too, so the prompt (the file around the range and the
+selection) is the measure: a table of ``0x00, 0x00, ...`` copied from the selection, or
+given one more row, is no loop; text is compared with the indentation of every line
+left out (the selection is shown dedented, the file around it is not). A legitimate
+answer with ``min_span`` tokens of repetition the prompt does not hold (a list of a
+hundred zeros) is cut: ``stop_loops=False`` (the ``edit`` method's ``stopLoops``,
+``ngramd edit --no-loop-stop``) turns the guard off.
+
+Measured on the recorded answers of three bench runs (docs/benchmarks.md, "Answers
+caught in a loop stop early"): it stops 33 of the 43 looping answers, after 96-271
+tokens (median ~140 of 300), and none of the 66 that finished.
 
 The rule reads the generated tokens only, so speculative and plain decoding stop at
 the same token: the output stays identical to plain decoding under the same rules.
@@ -21,11 +27,20 @@ the same token: the output stays identical to plain decoding under the same rule
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-MIN_SPAN = 48  # tokens a periodic run must cover (a short cycle repeated a few times is code)
-MIN_REPEATS = 3  # times a long cycle must come
+MIN_SPAN = 96  # tokens a loop must go beyond the prompt's copy of it (a short repetition is code)
+MIN_REPEATS = 3  # cycles a loop must come at least
 MAX_PERIOD = 64  # longest cycle looked for, in tokens
+
+_INDENT = re.compile(rb"\n[ \t]+")
+
+
+def without_indentation(text: bytes) -> bytes:
+    """``text`` with the spaces and tabs that begin its lines left out, its first line's too: so
+    any suffix of a text, rewritten so, is a suffix of the whole rewritten so."""
+    return _INDENT.sub(b"\n", text).lstrip(b" \t")
 
 
 class RepetitionGuard:
@@ -33,39 +48,48 @@ class RepetitionGuard:
 
     ``run[p]``: how many of the latest tokens each equal the token ``p`` before them
     (the periodic run of period ``p`` covers ``run[p] + p`` tokens). Updated in O(``max_period``)
-    per token; the text of a run is searched in ``allowed`` only once it is long enough.
+    per token; the prompt is searched only while a run is long enough to be a loop.
     """
 
     def __init__(self, allowed: bytes, token_bytes: Callable[[int], bytes], min_span: int = MIN_SPAN,
                  min_repeats: int = MIN_REPEATS, max_period: int = MAX_PERIOD) -> None:
         assert min_span >= 2 and min_repeats >= 2 and max_period >= 1
-        self.allowed = allowed
+        self.allowed = without_indentation(allowed)
         self.token_bytes = token_bytes
         self.min_span, self.min_repeats, self.max_period = min_span, min_repeats, max_period
         self.tokens: list[int] = []
         self.starts: list[int] = []  # byte offset of each token in ``text``
         self.text = bytearray()
         self.run = [0] * (max_period + 1)  # index 0 unused
-        self.period = 0  # the loop's period once found
+        self.period = 0  # the loop's shortest cycle once found
 
     def push(self, token: int) -> bool:
         if self.period:
             return True
         tokens = self.tokens
         n = len(tokens)  # the new token's index
-        for p in range(1, min(self.max_period, n) + 1):
+        periods = range(1, min(self.max_period, n) + 1)
+        for p in periods:
             self.run[p] = self.run[p] + 1 if tokens[n - p] == token else 0
         tokens.append(token)
         self.starts.append(len(self.text))
         self.text += self.token_bytes(token)
-        # the longest qualifying run (a shorter one's text ends it, so is allowed when it is)
-        span, period = max(((self.run[p] + p, -p) for p in range(1, min(self.max_period, n) + 1)
-                            if self.run[p] + p >= max(self.min_span, self.min_repeats * p)), default=(0, 0))
-        if span and not self._allowed(span):
-            self.period = -period  # the shortest cycle of the longest run
+        # the longest qualifying run (ties: its shortest cycle); a shorter run is a suffix of it
+        span, neg_period = max(((self.run[p] + p, -p) for p in periods
+                                if self.run[p] + p >= max(self.min_span, self.min_repeats * p)), default=(0, 0))
+        if span and span - self._held(span) >= self.min_span:
+            self.period = -neg_period
             return True
         return False
 
-    def _allowed(self, span: int) -> bool:
-        """Whether the text of the last ``span`` tokens occurs in ``allowed`` (copied, not looping)."""
-        return bytes(self.text[self.starts[len(self.tokens) - span]:]) in self.allowed
+    def _held(self, span: int) -> int:
+        """How many of the last ``span`` tokens the prompt holds: the longest suffix of them whose
+        text occurs in it (a suffix of a text that occurs does too, so a binary search)."""
+        lo, hi = 0, span
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if without_indentation(bytes(self.text[self.starts[len(self.tokens) - mid]:])) in self.allowed:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo

@@ -113,6 +113,7 @@ class EditRequest:
     max_tokens: int | None = None  # None: sized from the original range
     sampling: SamplingParams = SamplingParams()
     speculate: bool = True
+    stop_loops: bool = True  # stop an answer caught in a loop (daemon/repetition.py)
 
 
 @dataclass
@@ -166,7 +167,7 @@ class GenerationStats:
 
 
 # How a finished rewrite (edit) ends (daemon/stops.py): its closing fence, or the model's end
-# of text. Any other stop (max_tokens, cancelled) leaves the text cut short: applied, it would
+# of text. Any other stop (max_tokens, repetition, cancelled) leaves the text cut short: applied, it would
 # delete the selection's tail, so the LSP refuses it and `ngramd edit` warns.
 FINISHED_EDIT_STOPS = ("stop_string", "eos")
 

@@ -248,7 +248,7 @@ class Service:
                                                f"of the rewritten selection")
         req = EditRequest(uri=uri, text=text, start=start, end=end, instruction=instruction,
                           max_tokens=max_tokens, sampling=_sampling(p),
-                          speculate=_opt(p, "speculate", bool, True))
+                          speculate=_opt(p, "speculate", bool, True), stop_loops=_opt(p, "stopLoops", bool, True))
         try:  # here, before queueing: a bad request must not supersede or wait behind good ones
             check_instruction(instruction)
             self._check_edit_length(text, start, end, instruction)

@@ -14,7 +14,9 @@ Rules, checked after each token (the stop reason names the first that fires):
   with less indentation than the block's first line (the cursor's line, or the
   first non-blank line generated when the cursor's line is blank: the block
   closed), or a blank line is followed by a line indented less than the line
-  before the blank (cut before the blank/dedented line).
+  before the blank (cut before the blank/dedented line);
+- ``repetition`` (with ``loop_allowed``, edits): the output is caught in a loop that
+  the given text does not hold (daemon/repetition.py); the text is kept whole.
 
 ``skip`` bytes at the start of the stream (the characters before the cursor
 that the prompt backed off, see prompt.py) are consumed but not part of the text.

@@ -32,7 +32,7 @@ def main() -> int:
     args = parse_args(CASES, "edit")
 
     from daemon.bench_report import FEW_LINES, changed_lines
-    from daemon.requests import EditRequest
+    from daemon.requests import FINISHED_EDIT_STOPS, EditRequest
 
     def calls(completer, case):
         uri, end = case.path.as_uri(), case.end or case.offset
@@ -59,7 +59,7 @@ def main() -> int:
               f"| {r['prepare_ms']:,.0f} | {r['cold_spec']:,.0f} | {r['cold_plain']:,.0f} "
               f"| {r['cold_plain'] / r['cold_spec']:.2f}x | {r['prep_spec']:,.0f} | {r['prep_plain']:,.0f} "
               f"| {r['prep_plain'] / r['prep_spec']:.2f}x | {'yes' if r['identical'] else 'NO'} |")
-    few = [r for r in rows if r["changed_lines"] <= FEW_LINES and r["stop_reason"] != "max_tokens"]
+    few = [r for r in rows if r["changed_lines"] <= FEW_LINES and r["stop_reason"] in FINISHED_EDIT_STOPS]
     print()
     print(f"identical: {sum(r['identical'] for r in rows)}/{len(rows)}")
     for name, group in (("all edits", rows), (f"edits changing <= {FEW_LINES} lines", few)):

@@ -107,20 +107,26 @@ def test_cli_rewrite_cut_at_its_token_limit_warns_and_exits_3(tmp_path, capsys):
     assert out  # the cut text, for whoever wants to look at it
 
 
-def test_cli_rewrite_stopped_in_a_loop_warns_and_exits_3(tmp_path, capsys):
+@pytest.mark.parametrize("loop_stop", [True, False])
+def test_cli_rewrite_stopped_in_a_loop_warns_and_exits_3(tmp_path, capsys, monkeypatch, loop_stop):
     """The random tiny model loops on this range (as in test_edit_engine.py): the loop guard ends
-    the answer, and raising --max-tokens would not help, so the advice says something else."""
+    the answer, and raising --max-tokens would not help, so the advice says something else;
+    with --no-loop-stop it runs to its token limit."""
     from daemon.edit_cmd import EXIT_UNFINISHED
 
-    from test_edit_engine import SRC
+    from test_edit_engine import SRC, short_loops
 
+    short_loops(monkeypatch)
     f = tmp_path / "stats.py"
     f.write_text(SRC)
     line = SRC[:SRC.index("    lo =")].count("\n")
     rc = main(["edit", str(f), "--start", f"{line}:0", "--end", f"{SRC.count(chr(10))}:0",
                "--instruction", "rename variable x to total", "--model", "tiny", "--device", "cpu",
-               "--max-tokens", "300"])
+               "--max-tokens", "300", *([] if loop_stop else ["--no-loop-stop"])])
     out, err = capsys.readouterr()
     assert rc == EXIT_UNFINISHED
-    assert "stop: repetition" in err and err.rstrip().endswith("reword the instruction or select less")
+    if loop_stop:
+        assert "stop: repetition" in err and err.rstrip().endswith("reword the instruction or select less")
+    else:
+        assert "stop: max_tokens" in err and err.rstrip().endswith("raise --max-tokens")
     assert f.read_text() == SRC  # never written

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -67,9 +68,19 @@ def test_tiny_identical_on_a_method_selected_from_its_def(tiny_completer):
     assert "Selection:\n```python\ndef mean(values):\n    \"\"\"Arithmetic mean.\"\"\"\n" in spec.prompt
 
 
-def test_tiny_a_looping_answer_stops_at_the_same_token_both_ways(tiny_completer, tiny_runtime):
-    """The random tiny model loops on this range; the loop guard (daemon/repetition.py) reads
-    only the generated tokens, so speculative and plain decoding stop at the same one."""
+def short_loops(monkeypatch):
+    """The loop guard with a 48-token span: on the range from ``lo =`` to the end, the random
+    tiny model's answer repeats itself within 300 tokens, but not 96 tokens at a stretch."""
+    from daemon import stops
+    from daemon.repetition import RepetitionGuard
+
+    monkeypatch.setattr(stops, "RepetitionGuard", functools.partial(RepetitionGuard, min_span=48))
+
+
+def test_tiny_a_looping_answer_stops_at_the_same_token_both_ways(tiny_completer, tiny_runtime, monkeypatch):
+    """The loop guard (daemon/repetition.py) reads only the generated tokens, so speculative
+    and plain decoding stop at the same one; ``stop_loops=False`` lets the answer run on."""
+    short_loops(monkeypatch)
     start = SRC.index("    lo =")
     spec = _edit(tiny_completer, tiny_runtime, True, start, len(SRC), max_tokens=300)
     plain = _edit(tiny_completer, tiny_runtime, False, start, len(SRC), max_tokens=300)
@@ -77,6 +88,8 @@ def test_tiny_a_looping_answer_stops_at_the_same_token_both_ways(tiny_completer,
     assert spec.token_ids == plain.token_ids and len(plain.token_ids) < 300
     assert spec.text == plain.text
     assert spec.stats.forward_passes < plain.stats.forward_passes
+    on = _edit(tiny_completer, tiny_runtime, True, start, len(SRC), max_tokens=300, stop_loops=False)
+    assert on.stop_reason == "max_tokens" and on.token_ids[:len(plain.token_ids)] == plain.token_ids
 
 
 def test_tiny_sampling_is_seeded_identically(tiny_completer, tiny_runtime):

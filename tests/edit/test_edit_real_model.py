@@ -77,8 +77,8 @@ def test_real_model_edit_identical_and_fewer_passes(src, first, after, instructi
 @pytest.mark.real_model
 def test_real_model_a_looping_answer_is_stopped_early_and_identically():
     """A case of bench/cases/edits_wide.jsonl (edit-wsgiref-hints-02) on which the model writes
-    ``# Server.py`` over and over until its length limit: the loop guard ends it after the
-    run covers 48 tokens, at the same token with and without speculation."""
+    ``# Server.py`` over and over until its length limit: the loop guard ends it once it has
+    repeated 96 tokens the prompt does not hold, at the same token with and without speculation."""
     import wsgiref
 
     from daemon.completer import Completer
@@ -99,4 +99,4 @@ def test_real_model_a_looping_answer_is_stopped_early_and_identically():
     spec, plain = results[True], results[False]
     assert spec.token_ids == plain.token_ids
     assert plain.stop_reason == spec.stop_reason == "repetition"
-    assert len(plain.token_ids) < 100  # of the 300 it ran to before the guard
+    assert len(plain.token_ids) < 150  # of the 300 it ran to before the guard (98 when written)

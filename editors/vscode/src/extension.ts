@@ -427,7 +427,7 @@ function askInstruction(uri: unknown, lspRange: unknown, version: unknown): Prom
     };
     box.onDidChangeValue((value) => {
       box.validationMessage = value.length > 0 ? validateInstruction(value) : undefined;
-      typing.typed(value);
+      typing.changed(value);
     });
     box.onDidAccept(() => {
       const problem = validateInstruction(box.value);

@@ -26,21 +26,25 @@ export class InstructionPreparer {
     private readonly delayMs: number = PREPARE_DELAY_MS,
   ) {}
 
-  /** The input box's text changed to `typed`: sent once the typing has paused delayMs. */
-  typed(typed: string): void {
-    this.dispose();
-    if (typed.trim().length === 0 || typed === this.sent) {
+  /** The input box's text changed to `text`: sent once the typing has paused delayMs. */
+  changed(text: string): void {
+    this.clearTimer();
+    if (text.trim().length === 0 || text === this.sent) {
       return; // nothing typed yet: the prompt up to the instruction is prepared already
     }
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.sent = typed;
-      this.send(typed);
+      this.sent = text;
+      this.send(text);
     }, this.delayMs);
   }
 
   /** The input box closed: the pending prepare is dropped. */
   dispose(): void {
+    this.clearTimer();
+  }
+
+  private clearTimer(): void {
     if (this.timer !== undefined) {
       clearTimeout(this.timer);
     }

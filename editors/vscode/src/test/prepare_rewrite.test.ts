@@ -12,13 +12,13 @@ test("only the text the typing paused on is sent", () => {
   const sent: string[] = [];
   const preparer = new InstructionPreparer((t) => sent.push(t));
   for (const typed of ["r", "re", "ren", "rename"]) {
-    preparer.typed(typed);
+    preparer.changed(typed);
     mock.timers.tick(PREPARE_DELAY_MS - 1);
   }
   assert.deepEqual(sent, []);
   mock.timers.tick(1);
   assert.deepEqual(sent, ["rename"]);
-  preparer.typed("rename x");
+  preparer.changed("rename x");
   mock.timers.tick(PREPARE_DELAY_MS);
   assert.deepEqual(sent, ["rename", "rename x"]);
 });
@@ -26,11 +26,11 @@ test("only the text the typing paused on is sent", () => {
 test("blank text and the text last sent are not sent", () => {
   const sent: string[] = [];
   const preparer = new InstructionPreparer((t) => sent.push(t));
-  preparer.typed("   ");
+  preparer.changed("   ");
   mock.timers.tick(PREPARE_DELAY_MS * 2);
-  preparer.typed("add types");
+  preparer.changed("add types");
   mock.timers.tick(PREPARE_DELAY_MS);
-  preparer.typed("add types");
+  preparer.changed("add types");
   mock.timers.tick(PREPARE_DELAY_MS * 2);
   assert.deepEqual(sent, ["add types"]);
 });
@@ -38,7 +38,7 @@ test("blank text and the text last sent are not sent", () => {
 test("a closed input box sends nothing more", () => {
   const sent: string[] = [];
   const preparer = new InstructionPreparer((t) => sent.push(t));
-  preparer.typed("add types");
+  preparer.changed("add types");
   preparer.dispose();
   mock.timers.tick(PREPARE_DELAY_MS * 3);
   assert.deepEqual(sent, []);
