@@ -18,8 +18,8 @@ hundred zeros) is cut: ``stop_loops=False`` (the ``edit`` method's ``stopLoops``
 ``ngramd edit --no-loop-stop``) turns the guard off.
 
 Measured on the recorded answers of three bench runs (docs/benchmarks.md, "Answers
-caught in a loop stop early"): it stops 33 of the 43 looping answers, after 96-271
-tokens (median ~140 of 300), and none of the 66 that finished.
+caught in a loop stop early"): it stops 33 of the 43 looping answers, after 98-271
+tokens (median 143 of 300), and none of the 66 that finished.
 
 The rule reads the generated tokens only, so speculative and plain decoding stop at
 the same token: the output stays identical to plain decoding under the same rules.
