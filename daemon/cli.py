@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most this many tokens (default: enough for the range and then some)")
     p.add_argument("--no-loop-stop", action="store_true",
                    help="let an answer that repeats itself run to --max-tokens (by default it stops "
-                        "once it repeats ~100 tokens the file does not hold)")
+                        "once it repeats ~100 tokens the prompt, the selection and the file around it, "
+                        "does not hold)")
     _add_model_args(p)
     _add_position_args(p)
 

@@ -28,6 +28,7 @@ class FakeCompleter:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.typed: list[str | None] = []  # each prepareEdit's instruction (None: not given)
+        self.edits: list[Any] = []  # each edit's EditRequest
         self.started = threading.Event()
 
     def complete(self, req: Any, cancel: threading.Event | None = None) -> CompletionResult:
@@ -44,8 +45,10 @@ class FakeCompleter:
                                 stop_reason="max_tokens")
 
     def edit(self, req: Any, cancel: threading.Event | None = None) -> CompletionResult:
-        """The selection upper-cased (blocks like ``complete`` on ``BLOCK``)."""
+        """The selection upper-cased (blocks like ``complete`` on ``BLOCK``); the request is kept
+        in ``edits``."""
         self.calls.append(req.uri)
+        self.edits.append(req)
         if "BLOCK" in req.text:
             self.started.set()
             assert cancel is not None

@@ -60,3 +60,15 @@ def test_the_edit_length_bound_is_found_when_the_service_is_built_not_on_the_fir
     service = Service(SimpleNamespace(runtime=runtime), None)
     assert sorted(reads) == [0, 1, 2]
     assert service._edit_bound.positions == 64 and service._edit_bound.longest_token == 2
+
+
+def test_stop_loops_reaches_the_engine_and_is_on_by_default(inproc):
+    with inproc.client() as c:
+        c.call("open", {"uri": "a", "text": "abc def", "version": 1})
+        edit = {"uri": "a", "start": 0, "end": 3, "instruction": "up"}
+        c.call("edit", edit)
+        c.call("edit", {**edit, "stopLoops": False})
+        assert [req.stop_loops for req in inproc.completer.edits] == [True, False]
+        resp = c.wait_response(c.send("edit", {**edit, "stopLoops": "no"}))
+        assert resp.error["code"] == INVALID_PARAMS and "stopLoops" in resp.error["message"]
+        assert len(inproc.completer.edits) == 2

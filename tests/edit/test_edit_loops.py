@@ -23,13 +23,14 @@ def token_bytes(tok_runtime):
     return table.__getitem__
 
 
-def _stops_at(tok_runtime, token_bytes, rows_in_file: int, rows_in_answer: int) -> int | None:
+def _stops_at(tok_runtime, token_bytes, rows_in_file: int, rows_in_answer: int,
+              prompt_counts: bool = True) -> int | None:
     src = _source(rows_in_file)
     ep = build_edit_prompt(tok_runtime, src, src.index("def cells"), len(src), "add type hints", "file:///w/g.py")
     # the answer the model would write, in the frame it is shown (the method dedented)
     answer = "\n" + ep.shown.replace(ROW[4:] * rows_in_file, ROW[4:] * rows_in_answer) + ep.fence
     assert answer.count(ROW[4:]) == rows_in_answer  # the table as shown: 4 columns less
-    guard = RepetitionGuard(ep.prompt.encode(), token_bytes)
+    guard = RepetitionGuard(ep.prompt.encode() if prompt_counts else b"", token_bytes)
     ids = tok_runtime.encode(answer)
     return next((i + 1 for i, t in enumerate(ids) if guard.push(t)), None)
 
@@ -41,4 +42,8 @@ def test_an_answer_repeating_the_selections_long_table_is_not_a_loop(tok_runtime
 
 def test_an_answer_that_repeats_rows_the_prompt_never_had_is_a_loop(tok_runtime, token_bytes):
     at = _stops_at(tok_runtime, token_bytes, 4, 60)
-    assert at is not None and at >= MIN_SPAN
+    ignoring_the_prompt = _stops_at(tok_runtime, token_bytes, 4, 60, prompt_counts=False)
+    assert ignoring_the_prompt is not None and ignoring_the_prompt >= MIN_SPAN
+    # the prompt's four rows count: the loop is found about four rows later
+    row_tokens = len(tok_runtime.encode(ROW[4:]))
+    assert 3 * row_tokens <= at - ignoring_the_prompt <= 4 * row_tokens

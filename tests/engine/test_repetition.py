@@ -80,31 +80,48 @@ def test_the_prompts_indentation_does_not_count():
     assert _stops_at([1] * 2 * MIN_SPAN, allowed=b"", token_bytes=table.__getitem__) == MIN_SPAN
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(min_value=0, max_value=2**32 - 1))
-def test_it_stops_where_a_brute_force_search_finds_the_first_loop(seed):
-    """With nothing allowed: the first token that ends a run of period p <= MAX_PERIOD over
-    max(MIN_SPAN, MIN_REPEATS * p) tokens, on random streams of cycles of random lengths."""
+# tokens with spaces, tabs and line breaks, so that indentation is in play
+_PIECES = [b"a", b"b", b" ", b"\n", b"\t", b"  c", b"\n    ", b"d\n", b"[0, ", b"0],\n"]
+
+
+def _brute_force_stop(tokens: list[int], allowed: bytes) -> int | None:
+    """The first token that ends a loop, straight from the definition: a run of period
+    p <= MAX_PERIOD over at least max(MIN_SPAN, MIN_REPEATS * p) tokens (its whole length L),
+    that goes MIN_SPAN tokens beyond the longest suffix of the output the prompt holds."""
+    prompt = without_indentation(allowed)
+    for k in range(1, len(tokens) + 1):
+        held = max(m for m in range(k + 1)
+                   if without_indentation(b"".join(_PIECES[t] for t in tokens[k - m:k])) in prompt)
+        for p in range(1, MAX_PERIOD + 1):
+            length = p
+            while length < k and tokens[k - 1 - length] == tokens[k - 1 - length + p]:
+                length += 1
+            if length >= max(MIN_SPAN, MIN_REPEATS * p) and length - min(length, held) >= MIN_SPAN:
+                return k
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32 - 1), st.booleans())
+def test_it_stops_where_a_brute_force_search_finds_the_first_loop(seed, prompt_holds_some):
+    """Random streams of cycles of random lengths; the prompt empty, or holding a stretch of
+    the stream at another indentation."""
     rng = random.Random(seed)
     tokens: list[int] = []
-    while len(tokens) < 500:
-        cycle = [rng.randrange(6) for _ in range(rng.randint(1, MAX_PERIOD + 8))]
+    while len(tokens) < 360:
+        cycle = [rng.randrange(len(_PIECES)) for _ in range(rng.randint(1, MAX_PERIOD + 8))]
         tokens += (cycle * 400)[:rng.choice([rng.randint(1, 60), rng.randint(60, 220)])]
-
-    def loop_ends_at(k: int) -> bool:
-        for p in range(1, MAX_PERIOD + 1):
-            need = max(MIN_SPAN, MIN_REPEATS * p)
-            if need + 0 <= k and all(tokens[i] == tokens[i - p] for i in range(k - need + p, k)):
-                return True
-        return False
-
-    want = next((k for k in range(1, len(tokens) + 1) if loop_ends_at(k)), None)
-    assert _stops_at(tokens) == want
+    allowed = b""
+    if prompt_holds_some:
+        lo = rng.randrange(len(tokens))
+        stretch = b"".join(_PIECES[t] for t in tokens[lo:lo + rng.randint(1, 250)])
+        allowed = b"x = 1\n" + stretch.replace(b"\n", b"\n" + b" " * rng.randint(0, 8))
+    assert _stops_at(tokens, allowed, _PIECES.__getitem__) == _brute_force_stop(tokens, allowed)
 
 
-def test_without_indentation_keeps_suffixes_suffixes():
-    text = b"a\n    b\n\tc  d\n  "
-    for i in range(len(text)):
+@given(st.binary(max_size=40).map(lambda b: bytes(b" \t\na"[x % 4] for x in b)))
+def test_without_indentation_keeps_suffixes_suffixes(text):
+    for i in range(len(text) + 1):
         assert without_indentation(text).endswith(without_indentation(text[i:]))
 
 
