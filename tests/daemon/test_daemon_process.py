@@ -200,43 +200,28 @@ def test_newer_request_supersedes_the_older(daemon):
         assert 1 <= len(c.wait(new)["token_ids"]) <= 4
 
 
-def test_a_prepared_edit_prefills_only_its_instruction_and_answers_as_unprepared(daemon):
-    """prepareEdit (sent when the editor asks for the instruction) fills the edit's KV cache up
-    to the instruction; the edit then reuses it and its answer is the same token for token."""
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_prepared_edit_prefills_only_what_was_not_prepared_and_answers_as_unprepared(daemon, typed):
+    """prepareEdit (sent when the editor asks for the instruction, and again with the instruction
+    typed so far when the typing pauses) fills the edit's KV cache up to the instruction, or
+    through it; the edit then reuses it, prefills nothing more in the second case, and its
+    answer is the same token for token."""
     with daemon.client() as c:
-        uri = "file:///tmp/ngd-prepare.py"
+        uri = f"file:///tmp/ngd-prepare-{'typed' if typed else 'opened'}.py"
         c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
         edit = {"uri": uri, "start": 0, "end": len(SOURCE), "instruction": "rename n to count",
                 "maxTokens": 12}
         cold = c.call("edit", edit)
         c.call("close", {"uri": uri})  # drops the document's KV caches
         c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
-        prepared = c.call("prepareEdit", {"uri": uri, "start": edit["start"], "end": edit["end"], "version": 1})
+        prepared = c.call("prepareEdit", {"uri": uri, "start": edit["start"], "end": edit["end"], "version": 1,
+                                          **({"instruction": edit["instruction"]} if typed else {})})
         assert prepared["prefilled"] == prepared["tokens"] - 1 > 40 and prepared["reused"] == 0
         warm = c.call("edit", edit)
         assert warm["token_ids"] == cold["token_ids"] and warm["text"] == cold["text"]
         assert warm["stats"]["reused_tokens"] == prepared["prefilled"]
         assert warm["stats"]["prefill_tokens"] == cold["stats"]["prefill_tokens"] - prepared["prefilled"]
-        c.call("close", {"uri": uri})
-
-
-def test_an_edit_prepared_through_its_typed_instruction_prefills_nothing_more(daemon):
-    """The editor prepares again with the instruction typed so far when the typing pauses; an
-    edit with that instruction then runs on the cached prompt, and answers as unprepared."""
-    with daemon.client() as c:
-        uri = "file:///tmp/ngd-prepare-typed.py"
-        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
-        edit = {"uri": uri, "start": 0, "end": len(SOURCE), "instruction": "rename n to count",
-                "maxTokens": 12}
-        cold = c.call("edit", edit)
-        c.call("close", {"uri": uri})  # drops the document's KV caches
-        c.call("open", {"uri": uri, "text": SOURCE, "version": 1})
-        typed = c.call("prepareEdit", {"uri": uri, "start": 0, "end": len(SOURCE), "version": 1,
-                                       "instruction": "rename n to count"})
-        assert typed["prefilled"] == typed["tokens"] - 1 and typed["reused"] == 0
-        warm = c.call("edit", edit)
-        assert warm["token_ids"] == cold["token_ids"] and warm["text"] == cold["text"]
-        assert warm["stats"]["reused_tokens"] == typed["prefilled"] and warm["stats"]["prefill_tokens"] == 0
+        assert (warm["stats"]["prefill_tokens"] == 0) == typed
         c.call("close", {"uri": uri})
 
 

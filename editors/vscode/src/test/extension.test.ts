@@ -280,14 +280,19 @@ test("a light-bulb rewrite asks the server to prepare it before the instruction 
   assert.deepEqual(prepare.params.arguments, ["file:///a.py", range, 3]);
 });
 
+/** An active editor on file:///a.py at `version`, its first three characters selected. */
+function selectInAnEditor(version: number): void {
+  h.window.activeTextEditor = {
+    document: { uri: { toString: () => "file:///a.py" }, version },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+}
+
 test("a pause in the typing prepares the rewrite through the instruction typed so far", async () => {
   await activate();
   const client = h.clients[0];
   h.answer = async () => null;
-  h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
-    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
-  };
+  selectInAnEditor(4);
   // typed quickly, then a pause longer than the debounce before Enter
   h.inputBoxAnswers.push({ typed: ["a", "ad", "add", "add types"], pauseMs: PREPARE_DELAY_MS + 100 });
   await h.commands.get("ngramd.rewrite")!();
@@ -302,10 +307,7 @@ test("an instruction accepted before the typing paused sends no typed prepare; a
   await activate();
   const client = h.clients[0];
   h.answer = async () => null;
-  h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
-    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
-  };
+  selectInAnEditor(4);
   h.inputBoxAnswers.push({ typed: ["add types"], pauseMs: 0 }, { typed: ["   "], pauseMs: 0 });
   await h.commands.get("ngramd.rewrite")!();
   await h.commands.get("ngramd.rewrite")!();
