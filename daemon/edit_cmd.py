@@ -11,8 +11,8 @@ and may equal the line's length (the end of the line).
 Exit status: 0, the rewrite finished; 2, bad input (nothing rewritten); 3
 (``EXIT_UNFINISHED``), the rewrite stopped before its end (at ``--max-tokens``, the
 model's positions, or in a loop: ``repetition``): the text is still printed, cut short,
-with a warning on stderr, because it must not replace the range. With ``--json`` the status is 0 and
-``stop_reason`` says it.
+with a warning on stderr, because it must not replace the range. With ``--json`` the
+status is 0 and ``stop_reason`` says it.
 """
 
 from __future__ import annotations
