@@ -426,7 +426,7 @@ function askInstruction(uri: unknown, lspRange: unknown, version: unknown): Prom
       }
     };
     box.onDidChangeValue((value) => {
-      box.validationMessage = value.length > 0 ? validateInstruction(value) : undefined;
+      box.validationMessage = validateInstruction(value); // as showInputBox's validateInput
       typing.changed(value);
     });
     box.onDidAccept(() => {

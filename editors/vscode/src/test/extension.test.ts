@@ -303,12 +303,13 @@ test("a pause in the typing prepares the rewrite through the instruction typed s
   assert.equal(rewrite.params.arguments![2], "add types");
 });
 
-test("an instruction accepted before the typing paused sends no typed prepare; a blank one is refused", async () => {
+test("an instruction accepted before the typing paused sends no typed prepare; an erased one is refused", async () => {
   await activate();
   const client = h.clients[0];
   h.answer = async () => null;
   selectInAnEditor(4);
-  h.inputBoxAnswers.push({ typed: ["add types"], pauseMs: 0 }, { typed: ["   "], pauseMs: 0 });
+  // the second: typed, then erased (the box says what to type, as showInputBox did)
+  h.inputBoxAnswers.push({ typed: ["add types"], pauseMs: 0 }, { typed: ["add", ""], pauseMs: 0 });
   await h.commands.get("ngramd.rewrite")!();
   await h.commands.get("ngramd.rewrite")!();
   mock.timers.tick(PREPARE_DELAY_MS + 100); // no prepare left pending
@@ -316,6 +317,10 @@ test("an instruction accepted before the typing paused sends no typed prepare; a
   assert.equal(prepares.length, 2, "one per input box, up to the instruction");
   assert.ok(prepares.every((args) => args!.length === 3));
   assert.equal(client.commandRequests(SERVER_COMMANDS.rewriteSelection).length, 1, "the blank one never runs");
+  assert.deepEqual(h.inputBoxesShown[0].messagesWhileTyping, [undefined]);
+  const [typing, erased] = h.inputBoxesShown[1].messagesWhileTyping;
+  assert.equal(typing, undefined);
+  assert.match(erased ?? "", /Type what the selection should become/);
 });
 
 test("a rewrite the user cancelled shows no error", async () => {

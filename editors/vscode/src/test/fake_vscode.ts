@@ -117,6 +117,8 @@ export interface Harness {
    */
   inputBoxAnswers: (string | undefined | InputScript)[];
   inputBoxes: number;
+  /** Every input box the extension created, as the user left it. */
+  inputBoxesShown: { value: string; messagesWhileTyping: (string | undefined)[] }[];
   window: { focused: boolean; activeTextEditor: unknown };
   /** The server's answer to a request; replace it in a test. */
   answer: (req: SentRequest, client: FakeClient) => Promise<unknown>;
@@ -143,6 +145,7 @@ export function loadExtension(): Harness {
     messages: [] as { kind: string; text: string }[],
     inputBoxAnswers: [] as (string | undefined | InputScript)[],
     inputBoxes: 0,
+    inputBoxesShown: [],
     window: { focused: true, activeTextEditor: undefined as unknown },
     answer: async () => ({ connected: true, daemon: { generation: { drafted: 0, accepted: 0 } } }),
   } as unknown as Harness;
@@ -219,6 +222,7 @@ export function loadExtension(): Harness {
           prompt: "",
           placeholder: "",
           validationMessage: undefined as string | undefined,
+          messagesWhileTyping: [] as (string | undefined)[], // the message after each keystroke
           onDidChangeValue: (f: (value: string) => void) => (on.change.push(f), disposable),
           onDidAccept: (f: () => void) => (on.accept.push(f), disposable),
           onDidHide: (f: () => void) => (on.hide.push(f), disposable),
@@ -235,6 +239,7 @@ export function loadExtension(): Harness {
               for (const typed of script.typed) {
                 box.value = typed;
                 on.change.forEach((f) => f(typed));
+                box.messagesWhileTyping.push(box.validationMessage);
               }
               if (script.pauseMs > 0) {
                 mock.timers.tick(script.pauseMs); // the extension's tests run on mocked timers
@@ -246,6 +251,7 @@ export function loadExtension(): Harness {
           hide,
           dispose: hide,
         };
+        h.inputBoxesShown.push(box);
         return box;
       },
       withProgress: async (_opts: unknown, task: (p: unknown, token: unknown) => Promise<unknown>) =>
