@@ -272,9 +272,9 @@ class Service:
             self._check_edit_length(text, start, end, instruction if typed else "")
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, str(exc)) from None
-        typed_so_far = (instruction,) if typed else ()  # nothing typed yet: the prompt up to the instruction
+        typed_so_far = instruction if typed else None  # None: the prompt up to the instruction
         return await self._run_job(PREPARE_EDIT, conn, p,
-                                   lambda cancel: prepare(uri, text, start, end, cancel, *typed_so_far))
+                                   lambda cancel: prepare(uri, text, start, end, cancel, typed_so_far))
 
     def _check_edit_length(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError for an edit too long for the model, judged from characters (nothing is

@@ -59,10 +59,10 @@ class FakeCompleter:
                                 stop_reason="eos")
 
     def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None,
-                     *typed: str) -> Prepared:
+                     instruction: str | None = None) -> Prepared:
         """What the real one reports, by characters (blocks like ``complete`` on ``BLOCK``); the
-        instruction typed so far, when one is given, is noted in ``typed``."""
-        self.typed.append(typed[0] if typed else None)
+        instruction typed so far (None: none) is noted in ``typed``."""
+        self.typed.append(instruction)
         return self._prepare(uri, text, end, cancel)
 
     def prepare_complete(self, uri: str, text: str, offset: int, cancel: Any = None) -> Prepared:

@@ -426,8 +426,9 @@ function askInstruction(uri: unknown, lspRange: unknown, version: unknown): Prom
       }
     };
     box.onDidChangeValue((value) => {
-      box.validationMessage = validateInstruction(value); // as showInputBox's validateInput
-      typing.changed(value);
+      const problem = validateInstruction(value);
+      box.validationMessage = problem; // as showInputBox's validateInput
+      typing.changed(problem === undefined ? value : ""); // an unusable instruction prepares nothing
     });
     box.onDidAccept(() => {
       const problem = validateInstruction(box.value);

@@ -303,6 +303,18 @@ test("a pause in the typing prepares the rewrite through the instruction typed s
   assert.equal(rewrite.params.arguments![2], "add types");
 });
 
+test("a pause on an instruction too long to use prepares nothing", async () => {
+  await activate();
+  const client = h.clients[0];
+  h.answer = async () => null;
+  selectInAnEditor(4);
+  h.inputBoxAnswers.push({ typed: ["x".repeat(2001)], pauseMs: PREPARE_DELAY_MS + 100 }); // refused, then dismissed
+  await h.commands.get("ngramd.rewrite")!();
+  const prepares = client.commandRequests(SERVER_COMMANDS.prepareRewrite).map((r) => r.params.arguments);
+  assert.deepEqual(prepares.map((args) => args!.length), [3], "only the one as the box opened");
+  assert.equal(client.commandRequests(SERVER_COMMANDS.rewriteSelection).length, 0);
+});
+
 test("an instruction accepted before the typing paused sends no typed prepare; an erased one is refused", async () => {
   await activate();
   const client = h.clients[0];
