@@ -17,7 +17,10 @@ through untouched both ways, so ``reindent(dedent(original)) == original`` for
 every selection: an answer that repeats what the model was shown gives back the
 original exactly. A selection of nothing but blank lines (an empty one, where
 code is to be written) has the lead's indentation as its base: the answer's
-lines land at the cursor's indentation.
+lines land at the cursor's indentation. At column 0 (an editor trims the
+whitespace of empty lines, so a click on an empty line in a function body is
+there) the base is the indentation of the code that follows: the answer lands
+in the block it is written into, not at the top level.
 
 A selection that starts after code on its line (``x = <a + b>``) has no
 indentation of its own to reason about and is shown as it is.
@@ -75,6 +78,17 @@ def line_before(text: str, start: int) -> str:
     return text[text.rfind("\n", 0, start) + 1:start]
 
 
+def indentation_after(text: str, at: int) -> str:
+    """The indentation of the first non-blank line from the line holding ``at`` on ("" if none).
+
+    Example: indentation_after("def f():\n\n    return 1\n", 9) == "    "
+    """
+    for line in text[text.rfind("\n", 0, at) + 1:].split("\n"):
+        if not _is_blank(line):
+            return line[:len(line) - len(line.lstrip(_SPACE))]
+    return ""
+
+
 def frame_of(text: str, start: int, end: int) -> IndentFrame:
     """The frame of the selection ``text[start:end]`` (no change when it starts after code)."""
     lead = line_before(text, start)
@@ -82,6 +96,6 @@ def frame_of(text: str, start: int, end: int) -> IndentFrame:
         return IndentFrame()
     filled = [line for line in (lead + text[start:end]).split("\n") if not _is_blank(line)]
     if not filled:  # nothing but blank lines (an empty selection): the answer goes in at the lead's indentation
-        return IndentFrame(lead, lead)
+        return IndentFrame(lead, lead or indentation_after(text, end))
     shared = os.path.commonprefix(filled)
     return IndentFrame(lead, shared[:len(shared) - len(shared.lstrip(_SPACE))])

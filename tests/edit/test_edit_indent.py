@@ -108,7 +108,24 @@ def test_an_empty_selection_takes_the_answer_at_the_cursors_indentation():
     written = frame.reindent("for item in items:\n    print(item)\n")
     assert written == "for item in items:\n        print(item)\n"
     compile(_apply(text, at, at, written), "edited.py", "exec")
-    assert frame_of("x = 1\n", 6, 6) == IndentFrame()  # at column 0: nothing to put back
+    assert frame_of("x = 1\n", 6, 6) == IndentFrame()  # at the end, at column 0: nothing to put back
+
+
+def test_an_empty_selection_at_column_zero_takes_the_indentation_of_the_code_after_it():
+    """An editor trims an empty line's whitespace: a click there, in a body, is at column 0."""
+    text = "def f(items):\n    total = 0\n\n    return total\n"
+    at = text.index("\n\n") + 1  # the empty line
+    frame = frame_of(text, at, at)
+    assert frame == IndentFrame(lead="", base="    ")
+    edited = _apply(text, at, at, frame.reindent("for item in items:\n    total += item\n"))
+    assert "    total = 0\n    for item in items:\n        total += item\n\n    return total" in edited
+    compile(edited, "edited.py", "exec")
+    # the cursor at column 0 of an indented line: the answer goes in before it, at its indentation
+    at = text.index("    return")
+    assert frame_of(text, at, at) == IndentFrame(lead="", base="    ")
+    # empty lines selected whole, then top-level code: the top level
+    two = "def f():\n    pass\n\n\ndef g():\n    pass\n"
+    assert frame_of(two, two.index("\n\n") + 1, two.index("def g")) == IndentFrame()
 
 
 _LINE = st.tuples(st.sampled_from(["", " ", "  ", "    ", "\t", "\t ", "        ", "\f", "\xa0"]),
