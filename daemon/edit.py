@@ -33,8 +33,8 @@ import numpy as np
 
 from daemon.adaptive import DraftPolicy, best_count, cut_branches, ema_acceptance
 from daemon.context_lookup import ContextLookup, prompt_lookup
-from daemon.edit_indent import frame_of, line_before
-from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range, clean_answer
+from daemon.edit_indent import frame_of, line_before, split_layout
+from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.proposer import IndexProposer, NullProposer
 from daemon.requests import CompletionResult, EditRequest, Prepared, check_instruction, check_sampling
@@ -135,7 +135,7 @@ class LengthBound:
     def check(self, text: str, start: int, end: int, instruction: str) -> None:
         """ValueError when rewriting ``text[start:end]`` certainly needs more positions than the model has."""
         original = text[start:end]
-        trailing = len(original) - len(original.rstrip("\n"))  # the prompt leaves them out; so does shown
+        trailing = len(split_layout(original)[1])  # the prompt and the draft leave the layout out
         # the selection as the prompt and the draft show it (dedented) is at most the lead longer
         # than the original, and at least the original without its spaces and tabs; dedenting is
         # a pass over the selection in Python (~15 ms per MB of code here), done only where those
@@ -152,9 +152,9 @@ class LengthBound:
 
     def _need(self, shown_chars: int, trailing: int, instruction: str) -> int:
         """Positions the prompt and the draft take at least: the selection shown in ``shown_chars``
-        characters, ``trailing`` of them final newlines (the prompt leaves them out, the draft one)."""
+        characters, ``trailing`` of them its layout (which neither holds)."""
         in_prompt = shown_chars - trailing + len(instruction.strip())
-        as_draft = shown_chars - (trailing > 0)
+        as_draft = shown_chars - trailing
         return -(-in_prompt // self.longest_token) + -(-as_draft // self.longest_token)  # ceilings
 
 
@@ -187,8 +187,8 @@ def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
 
 def closed_answer(text: str, stop_reason: str, fence: str) -> str:
     """The answer with its closing fence when the model finished it: at the stop string (which
-    the output leaves out) or at eos without writing the fence. Either way ``clean_answer`` then
-    gives back the original's trailing newline; an answer cut at max_tokens stays open."""
+    the output leaves out) or at eos without writing the fence; an answer cut at max_tokens
+    stays open (``EditPrompt.replacement`` reads which)."""
     if stop_reason == "stop_string" or (stop_reason == "eos" and not text.endswith("\n")):
         return text + "\n" + fence
     return text + fence if stop_reason == "eos" else text  # eos after the last line's own newline
@@ -271,8 +271,7 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
                                   ep.prompt_ids, proposer, policy, stopper, req.sampling, None, cancel,
                                   propose_k=pcfg.k_max, t0=t0,
                                   sync=(req.uri, req.text) if req.speculate else None)
-    text = "" if out.cancelled else ep.frame.reindent(
-        clean_answer(closed_answer(out.text, out.stop_reason, ep.fence), ep.shown, ep.fence))
+    text = "" if out.cancelled else ep.replacement(closed_answer(out.text, out.stop_reason, ep.fence))
     result = CompletionResult(text=text, token_ids=out.tokens, prompt=ep.prompt, stats=stats,
                               cancelled=out.cancelled, stop_reason=out.stop_reason)
     return completer.record(result, t0)

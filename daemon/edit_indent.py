@@ -24,6 +24,14 @@ in the block it is written into, not at the top level.
 
 A selection that starts after code on its line (``x = <a + b>``) has no
 indentation of its own to reason about and is shown as it is.
+
+The selection's *layout*, its trailing whitespace from the first line break on
+(the blank lines after a function, the next line's indentation where a
+selection ends there), is not shown either: the model answers with the code,
+and the layout is put back after it (``split_layout``). A selection of spaces
+alone on a line with code after it (a cursor in that line's indentation) is
+given a line break and that indentation as its layout, so that the code written
+there goes in as lines of its own before the line's code (``layout_of``).
 """
 
 from __future__ import annotations
@@ -89,13 +97,52 @@ def indentation_after(text: str, at: int) -> str:
     return ""
 
 
+def _line_at(text: str, at: int) -> tuple[int, int]:
+    """(start, end) of the line holding offset ``at``, its line break excluded."""
+    end = text.find("\n", at)
+    return text.rfind("\n", 0, at) + 1, len(text) if end < 0 else end
+
+
 def frame_of(text: str, start: int, end: int) -> IndentFrame:
     """The frame of the selection ``text[start:end]`` (no change when it starts after code)."""
     lead = line_before(text, start)
     if lead.strip(_SPACE):
         return IndentFrame()
     filled = [line for line in (lead + text[start:end]).split("\n") if not _is_blank(line)]
-    if not filled:  # nothing but blank lines (an empty selection): the answer goes in at the lead's indentation
-        return IndentFrame(lead, lead or indentation_after(text, end))
+    if not filled:  # nothing but blank lines (an empty selection): the answer goes in at the lead's indentation,
+        # or, before code on the selection's last line, at that code's
+        line_start, line_end = _line_at(text, end)
+        before_code = not _is_blank(text[line_start:line_end])
+        return IndentFrame(lead, indentation_after(text, end) if before_code or not lead else lead)
     shared = os.path.commonprefix(filled)
     return IndentFrame(lead, shared[:len(shared) - len(shared.lstrip(_SPACE))])
+
+
+_BREAKS = "\r\n"
+
+
+def split_layout(original: str) -> tuple[str, str]:
+    """(code, layout): ``original``'s trailing whitespace from its first line break on is layout.
+
+    Example: split_layout("x = 1  \n\n    ") == ("x = 1  ", "\n\n    ")
+    """
+    code = original.rstrip(_SPACE + _BREAKS)
+    trailing = original[len(code):]
+    cut = min((i for i in (trailing.find("\n"), trailing.find("\r")) if i >= 0), default=len(trailing))
+    return original[:len(code) + cut], original[len(code) + cut:]
+
+
+def layout_of(text: str, start: int, end: int) -> str:
+    """The layout put back after the answer that replaces ``text[start:end]``: the selection's
+    own (``split_layout``), or, for spaces alone before code on their line, a line break and the
+    indentation the code had.
+
+    Example: layout_of("if a:\n    return\n", 6, 6) == "\n    "
+    """
+    code, layout = split_layout(text[start:end])
+    if layout or code.strip(_SPACE):
+        return layout
+    line_start, line_end = _line_at(text, end)
+    if text[line_start:end].strip(_SPACE) or _is_blank(text[end:line_end]):
+        return ""
+    return ("\r\n" if text.endswith("\r", 0, line_end) else "\n") + text[line_start:end]

@@ -36,12 +36,13 @@ at the stop string ``STOP`` (newline + closing fence) or at ``max_tokens``.
 
 The selection is shown in its own indentation frame (daemon/edit_indent.py):
 a method selected from its ``def`` on is shown dedented, as the model writes a
-function, and the answer is indented back before it is applied. ``shown`` below
-is the selection so dedented.
+function, and the answer is indented back before it is applied. Its layout (the
+trailing blank lines, the next line's indentation where the selection ends in it)
+is not shown, and is put back after the answer. ``shown`` below is the selection
+so dedented, without its layout.
 
 The draft is the shown selection exactly as the model would write it back
-unchanged: ``"\\n" + body + "\\n" + fence`` then eos, where ``body`` is
-``shown`` without one trailing newline. The prompt ends right after ``python`` (a non-space), so
+unchanged: ``"\\n" + shown + "\\n" + fence`` then eos. The prompt ends right after ``python`` (a non-space), so
 the newline and the first line's indentation form one token (``"\\n   "``) just as
 they did in training text; the prompt's and the draft's token ids concatenate to
 the ids of the concatenated text (tested).
@@ -52,11 +53,13 @@ the user's text (file, selection, instruction) is encoded as plain text
 is text to the model and in the draft, never an end of sequence.
 
 Cleaning (``clean_answer``): drop the leading newline, cut at the first closing
-fence line, and give back the original's trailing newline if it had one. The
+fence line and drop the answer's own trailing line breaks; ``EditPrompt.replacement``
+then indents it back and puts the selection's layout after it. The
 end-of-sequence token is never part of the answer's text, so a ``<|im_end|>``
 in it is the code's own and kept. The fence is three backticks, or more when
-the original itself contains a run of three or more (as Markdown does), so
-that the original cannot close it.
+the original itself contains a run of three or more, so that the original
+cannot close it; four at least in Markdown, whose answers often hold a code
+block of their own (a three-backtick line in the answer would end it).
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.edit_indent import IndentFrame, frame_of
+from daemon.edit_indent import IndentFrame, frame_of, layout_of, split_layout
 from daemon.model import encode_template
 
 SELECTION = "<selection/>"
@@ -101,10 +104,25 @@ class EditPrompt:
     prompt_ids: list[int]
     draft_ids: list[int]  # the answer if the model repeated the shown selection: the proposer's source
     original: str  # text[start:end]
-    shown: str  # the original as the prompt shows it, in its indentation frame
+    shown: str  # the original's code as the prompt shows it, in its indentation frame
     frame: IndentFrame  # puts the cleaned answer back into the file's indentation
+    layout: str  # put back after the answer's code (daemon/edit_indent.py layout_of)
     fence: str
     stop: tuple[str, ...]  # stop strings on the answer text
+
+    def replacement(self, answer: str) -> str:
+        """The text that replaces the selection, from the model's answer (the text after the
+        opening fence, closed by ``daemon/edit.closed_answer`` when the model finished it).
+
+        An answer with no code deletes the selection, layout and all (a selection with no
+        code of its own stays as it is); an unfinished one is given indented back as written.
+        """
+        code, finished = clean_answer(answer, self.fence)
+        if not finished:
+            return self.frame.reindent(code)
+        if not code.strip():
+            return "" if self.shown.strip() else self.original
+        return self.frame.reindent(code) + self.layout
 
 
 def check_range(text: str, start: int, end: int) -> None:
@@ -125,10 +143,10 @@ def language_of(uri: str) -> str:
     return _LANGS.get(ext, "")
 
 
-def fence_for(original: str) -> str:
-    """Three backticks, or one more than the longest run of backticks in ``original``."""
+def fence_for(original: str, lang: str = "") -> str:
+    """Three backticks (four in Markdown), or one more than the longest run of backticks in ``original``."""
     longest = max((len(m) for m in re.findall(r"`{3,}", original)), default=0)
-    return "`" * max(3, longest + 1)
+    return "`" * max(4 if lang == "markdown" else 3, longest + 1)
 
 
 def excerpt(text: str, start: int, end: int) -> str:
@@ -144,29 +162,26 @@ def excerpt(text: str, start: int, end: int) -> str:
     return before + SELECTION + after
 
 
-def draft_text(original: str, fence: str) -> str:
-    """The answer that repeats ``original`` unchanged (see the module docstring)."""
-    body = original[:-1] if original.endswith("\n") else original
-    return "\n" + body + "\n" + fence
+def draft_text(shown: str, fence: str) -> str:
+    """The answer that repeats the ``shown`` selection unchanged (see the module docstring)."""
+    return "\n" + shown + "\n" + fence
 
 
-def clean_answer(answer: str, original: str, fence: str) -> str:
-    """The replacement text from the model's answer (the text after the opening fence).
+def clean_answer(answer: str, fence: str) -> tuple[str, bool]:
+    """(code, finished): the code of the model's answer (the text after the opening fence), in
+    the frame it was shown, without its trailing line breaks; finished when the closing fence
+    came (the code is then all there is before it).
 
-    Example: clean_answer("\\n    y = 1\\n```", "    x = 1\\n", "```") == "    y = 1\\n".
+    Example: clean_answer("\\n    y = 1\\n\\n```", "```") == ("    y = 1", True).
     """
     if answer.startswith("\n"):
         answer = answer[1:]
-    if answer.startswith(fence):  # empty replacement
-        return ""
+    if answer.startswith(fence):  # no code
+        return "", True
     closing = answer.find("\n" + fence)
-    if closing >= 0:
-        answer = answer[:closing]
-        if original.endswith("\n"):
-            answer += "\n"  # after a CRLF answer's \r: the original's \r\n
-        elif answer.endswith("\r") and not original.endswith("\r"):  # a CRLF answer's last line break
-            answer = answer[:-1]
-    return answer
+    if closing < 0:
+        return answer, False
+    return split_layout(answer[:closing])[0], True  # a CRLF answer's last \r included
 
 
 def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction: str,
@@ -181,9 +196,9 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
         raise ValueError("the instruction is empty")
     original = text[start:end]
     frame = frame_of(text, start, end)
-    shown = frame.dedent(original)
+    shown = frame.dedent(split_layout(original)[0])
     lang = language_of(uri)
-    fence = fence_for(original)
+    fence = fence_for(original, lang)
     name = uri.rsplit("/", 1)[-1] or "untitled"
     context = excerpt(text, start, end)
     tokenizer = getattr(runtime, "tokenizer", None)
@@ -191,7 +206,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
         style = "chat"
         user = (f"File `{name}` (excerpt; the selection is shown as {SELECTION}):\n"
                 f"{fence}{lang}\n{context}\n{fence}\n\n"
-                f"Selection:\n{fence}{lang}\n{shown.rstrip(chr(10))}\n{fence}\n\n"
+                f"Selection:\n{fence}{lang}\n{shown}\n{fence}\n\n"
                 f"Instruction: {instruction.strip()}")
         before, after = _chat_template_around_user(tokenizer)
         after += fence + lang
@@ -203,7 +218,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
         style = "plain"
         prompt = (f"File: {name} (excerpt, the selection replaced by {SELECTION})\n"
                   f"{fence}{lang}\n{context}\n{fence}\n"
-                  f"Selection:\n{fence}{lang}\n{shown.rstrip(chr(10))}\n{fence}\n"
+                  f"Selection:\n{fence}{lang}\n{shown}\n{fence}\n"
                   f"Instruction: {instruction.strip()}\n"
                   f"Rewritten selection:\n{fence}{lang}")
         prompt_ids = list(runtime.encode(prompt))
@@ -212,7 +227,8 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     if eos is not None:
         draft_ids.append(int(eos))
     return EditPrompt(style=style, prompt=prompt, prompt_ids=prompt_ids,
-                      draft_ids=draft_ids, original=original, shown=shown, frame=frame, fence=fence,
+                      draft_ids=draft_ids, original=original, shown=shown, frame=frame,
+                      layout=layout_of(text, start, end), fence=fence,
                       stop=("\n" + fence,))
 
 

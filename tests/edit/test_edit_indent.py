@@ -153,7 +153,7 @@ def test_the_prompt_shows_the_dedented_method_and_drafts_it(tok_runtime, start_t
 
     start = CLASS_SRC.index(start_text)
     ep = build_edit_prompt(tok_runtime, CLASS_SRC, start, METHOD_END, "Add type hints.", uri="file:///w/m.py")
-    assert "Selection:\n```python\n" + ep.shown.rstrip("\n") + "\n```" in ep.prompt
+    assert "Selection:\n```python\n" + ep.shown + "\n```" in ep.prompt
     assert "\ndef display_name(self):\n    if self[0]" in ep.prompt
-    assert tok_runtime.decode(ep.draft_ids[:-1]) == "\n" + ep.shown[:-1] + "\n```"
-    assert ep.frame.reindent(ep.shown) == ep.original
+    assert tok_runtime.decode(ep.draft_ids[:-1]) == "\n" + ep.shown + "\n```"
+    assert ep.frame.reindent(ep.shown) + ep.layout == ep.original

@@ -51,27 +51,87 @@ def test_language_fence_and_excerpt():
     assert "x = w * h" not in ex
 
 
-def test_clean_answer_cuts_at_the_closing_fence_and_keeps_the_trailing_newline():
-    assert clean_answer("\n    y = 1\n```", "    x = 1\n", "```") == "    y = 1\n"
-    assert clean_answer("\n    y = 1\n```", "    x = 1", "```") == "    y = 1"
-    assert clean_answer("\n    y = 1\n```\n<|im_end|>", "x\n", "```") == "    y = 1\n"
-    assert clean_answer("\n```", "x\n", "```") == ""
-    # no closing fence (max_tokens reached): everything that came
-    assert clean_answer("\n    y = 1\n    z", "x\n", "```") == "    y = 1\n    z"
-    # the original's blank last line survives
-    assert clean_answer("\na\n\n```", "a\n\n", "```") == "a\n\n"
+def test_clean_answer_cuts_at_the_closing_fence_without_the_answers_line_breaks():
+    assert clean_answer("\n    y = 1\n```", "```") == ("    y = 1", True)
+    assert clean_answer("\n    y = 1\n```\n<|im_end|>", "```") == ("    y = 1", True)
+    assert clean_answer("\na\n\n```", "```") == ("a", True)  # the layout is the selection's, not the answer's
+    assert clean_answer("\na = 1\r\nb = 2\r\n```", "```") == ("a = 1\r\nb = 2", True)  # CRLF: no stray \r
+    assert clean_answer("\n```", "```") == ("", True)
+    # no closing fence (max_tokens reached): everything that came, unfinished
+    assert clean_answer("\n    y = 1\n    z", "```") == ("    y = 1\n    z", False)
 
 
-def test_clean_answer_of_a_crlf_file_keeps_its_line_ends_and_adds_no_stray_cr():
-    assert clean_answer("\na = 1\r\nb = 2\r\n```", "a = 0\r\nb = 2\r\n", "```") == "a = 1\r\nb = 2\r\n"
-    assert clean_answer("\na = 1\r\nb = 2\r\n```", "a = 0\r\nb = 2", "```") == "a = 1\r\nb = 2"
+def _edit(text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py") -> str:
+    """The file after the rewrite of text[start:end] by the model's finished ``answer``."""
+    from daemon.edit import closed_answer
+    from daemon.model import load_runtime
+
+    ep = build_edit_prompt(load_runtime("tiny", device="cpu"), text, start, end, "change it", uri)
+    return text[:start] + ep.replacement(closed_answer(answer, "stop_string", ep.fence)) + text[end:]
 
 
-@pytest.mark.parametrize("original", ["    x = w * h\n    return x\n", "x = 1", "\tif a:\n\t\tb()\n\n", "",
-                                      "a = 1\r\nb = 2\r\n", "a = 1\r\nb = 2", "a = 1\r"])
-def test_clean_answer_of_the_draft_gives_back_the_original(original):
-    fence = fence_for(original)
-    assert clean_answer(draft_text(original, fence) + "\n", original, fence) == original
+def test_the_selections_trailing_blank_lines_stay():
+    """Whole lines selected down past the blank lines after them: the model is shown the code,
+    and the blank lines come back after its answer."""
+    text = "def size(path):\n    return len(path)\n\n\ndef name(path):\n    return path\n"
+    edited = _edit(text, 0, text.index("def name"), "\ndef size(path: str) -> int:\n    return len(path)")
+    assert edited == text.replace("def size(path)", "def size(path: str) -> int")
+
+
+def test_a_selection_ending_in_the_next_lines_indentation_keeps_the_lines_apart():
+    text = "def f():\n    a = 1\n    b = 2\n"
+    edited = _edit(text, text.index("a = 1"), text.index("b = 2"), "\na: int = 1")
+    assert edited == "def f():\n    a: int = 1\n    b = 2\n"
+
+
+@pytest.mark.parametrize("at", ["\n    return", "return"], ids=["column 0", "after the indentation"])
+def test_code_written_before_code_on_its_line_goes_in_as_lines_of_its_own(at):
+    text = "def f(items):\n    return items\n\n\nx = 1\n"
+    cursor = text.index(at) + (1 if at.startswith("\n") else 0)
+    edited = _edit(text, cursor, cursor, "\nif not items:\n    items = []")
+    assert edited == "def f(items):\n    if not items:\n        items = []\n    return items\n\n\nx = 1\n"
+    compile(edited, "edited.py", "exec")
+    crlf = text.replace("\n", "\r\n")
+    cursor = crlf.index("    return")
+    assert _edit(crlf, cursor, cursor, "\nprint(items)").startswith("def f(items):\r\n    print(items)\r\n    return")
+
+
+def test_an_answer_without_code_deletes_the_selection_with_its_layout():
+    text = "def f():\n    a = 1\n    b = 2\n"
+    assert _edit(text, text.index("    a"), text.index("    b"), "") == "def f():\n    b = 2\n"
+    assert _edit(text, text.index("a = 1"), text.index("b = 2"), "") == "def f():\n    b = 2\n"
+    empty = text.index("    b")
+    assert _edit(text, empty, empty, "") == text  # nothing selected, nothing written: nothing changes
+
+
+def test_a_markdown_answer_may_hold_a_code_block_of_its_own():
+    text = "# Tool\n\nInstall with pip.\n\nThen run it.\n"
+    start = text.index("Install")
+    answer = "\nInstall with pip:\n\n```sh\npip install tool\n```\n\nThen run it."
+    edited = _edit(text, start, len(text), answer, uri="file:///w/README.md")
+    assert edited == "# Tool\n\nInstall with pip:\n\n```sh\npip install tool\n```\n\nThen run it.\n"
+    assert fence_for("x", "markdown") == "````" and fence_for("x", "python") == "```"
+
+
+_LINE = st.tuples(st.sampled_from(["", " ", "    ", "\t", "        "]),
+                  st.sampled_from(["", "x = 1", "def f(a):", "# note", "return a", " \t", "```", "y\rz"]),
+                  st.sampled_from(["\n", "\r\n"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(_LINE, min_size=1, max_size=8), data=st.data())
+def test_an_answer_that_repeats_the_draft_gives_back_the_original(tok_runtime, lines, data):
+    """Whatever the file and the range: the model repeating what it was shown changes nothing,
+    finished at the stop string or at eos after the fence."""
+    from daemon.edit import closed_answer
+
+    text = "".join(indent + body + end for indent, body, end in lines)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    ep = build_edit_prompt(tok_runtime, text, start, end, "keep it", "file:///w/m.py")
+    draft = draft_text(ep.shown, ep.fence)
+    assert ep.replacement(closed_answer(draft[:-len(ep.fence) - 1], "stop_string", ep.fence)) == ep.original
+    assert ep.replacement(closed_answer(draft, "eos", ep.fence)) == ep.original
 
 
 def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
@@ -84,7 +144,8 @@ def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
     assert ep.stop == ("\n```",)
     assert ep.prompt_ids[0] == tok_runtime.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert ep.draft_ids[-1] == tok_runtime.eos_token_id
-    assert ep.shown == "x = w * h\nreturn x\n\n\n"  # the selection, its shared indentation taken off
+    assert ep.shown == "x = w * h\nreturn x"  # the selection's code, its shared indentation taken off
+    assert ep.layout == "\n\n\n"  # its blank lines, put back after the answer
     assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(ep.shown, "```")
 
 
@@ -100,7 +161,7 @@ def test_prompt_and_draft_tokens_concatenate(tok_runtime, start, end):
 def test_clean_answer_keeps_a_special_token_literal_of_the_code():
     # eos ends the generation as a token; "<|im_end|>" in the answer's text is the code's own
     answer = "\nx = '<|im_end|>'\ny = 1\n```"
-    assert clean_answer(answer, "x = 'a'\ny = 1\n", "```") == "x = '<|im_end|>'\ny = 1\n"
+    assert clean_answer(answer, "```") == ("x = '<|im_end|>'\ny = 1", True)
 
 
 def test_special_token_literals_in_the_selection_are_plain_text(tok_runtime):
@@ -110,7 +171,7 @@ def test_special_token_literals_in_the_selection_are_plain_text(tok_runtime):
     special = set(tok.all_special_ids)
     # the draft holds the literals as text and ends with the one real eos
     assert not special & set(ep.draft_ids[:-1]) and ep.draft_ids[-1] == tok_runtime.eos_token_id
-    assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(src, "```")
+    assert tok_runtime.decode(ep.draft_ids[:-1]) == draft_text(src.rstrip("\n"), "```")
     # the prompt's special tokens are the template's alone: the same as for a selection without literals
     plain = build_edit_prompt(tok_runtime, "marker = 'x'\n", 0, 13, "add a docstring", uri="m.py")
     assert [i for i in ep.prompt_ids if i in special] == [i for i in plain.prompt_ids if i in special]
