@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from daemon.requests import check_temperature  # torch-free: the daemon's own rule
@@ -52,7 +53,15 @@ _FIELDS = {
 _NULLABLE = {"model", "socket"}
 # Rules the daemon applies to a request: checked here too, so that a value the daemon
 # would refuse on every completion is refused once, when the editor sets it.
-_CHECKS: dict[str, Callable[[Any], Any]] = {"temperature": check_temperature}
+def _check_socket(value: str) -> None:
+    """A path the LSP can resolve as ``ngramd serve`` does (``~user`` must be a known user)."""
+    try:
+        Path(value).expanduser()
+    except RuntimeError as exc:  # "Could not determine home directory"
+        raise ValueError(f"must be a path whose ~ can be resolved, got {value!r} ({exc})") from None
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {"temperature": check_temperature, "socket": _check_socket}
 _DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -116,7 +125,12 @@ def _coerce(key: str, value: Any, kind: type, lo: Any, hi: Any, nullable: bool) 
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        if ok:
+            try:
+                value = float(value)
+            except OverflowError:  # an int past float's range (JSON allows it)
+                raise ValueError(f"setting {key!r} must be a finite number, got an integer of "
+                                 f"{len(str(abs(value)))} digits") from None
     else:
         ok = isinstance(value, str) and value != ""
     if not ok:

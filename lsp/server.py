@@ -89,6 +89,9 @@ class NgramdServer(LanguageServer):
         self._generations = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._inflight: dict[str, str] = {}
+        # the rewrites running on each document, told (set) when it changes or closes: their
+        # answer would replace the wrong text, so they stop at once and free the daemon
+        self._rewrites: dict[str, set[asyncio.Event]] = {}
         _quiet_pygls_for_closed_documents()
         self._refusals_shown: set[str] = set()  # the daemon's refusals shown to the user
         self.limits = DaemonLimits()  # the connected daemon's, once it says
@@ -155,6 +158,7 @@ class NgramdServer(LanguageServer):
         """Called by the protocol, after applying them, with offsets into the text before each edit."""
         self._generation[uri] = next(self._generations)
         self.cancel_inflight(uri)
+        self._stop_rewrites(uri)
         doc = self.open_document(uri)
         was_too_large = uri in self._too_large
         if doc is not None and not self._fits_daemon(doc):
@@ -168,6 +172,7 @@ class NgramdServer(LanguageServer):
 
     def document_closed(self, uri: str) -> None:
         self.cancel_inflight(uri)
+        self._stop_rewrites(uri)
         if self._resting is not None and self._resting[0] == uri:
             self._resting = None
         self._generation.pop(uri, None)
@@ -182,6 +187,10 @@ class NgramdServer(LanguageServer):
         request_id = self._inflight.pop(uri, None)
         if request_id is not None:
             self.link.send("cancel", {"uri": uri, "requestId": request_id})
+
+    def _stop_rewrites(self, uri: str) -> None:
+        for moved in self._rewrites.pop(uri, ()):
+            moved.set()
 
     @staticmethod
     def _open_params(doc: TextDocument) -> dict[str, Any]:
@@ -403,7 +412,8 @@ class NgramdServer(LanguageServer):
 
         ``version``: the document version ``rng`` was taken from (a code action's), if
         known. Raises JsonRpcContentModified when the document is at another version,
-        before or after the daemon's work: the range would then replace the wrong text.
+        before or after the daemon's work: the range would then replace the wrong text (a
+        change or close while the daemon works stops the rewrite there, and in the daemon).
         Raises JsonRpcException(RequestFailed) for a rewrite that did not finish (never
         applied: it would delete the rest of the selection). Raises DaemonError /
         DaemonUnavailable; an abandoned rewrite (cancelled by the editor, or past its
@@ -419,32 +429,57 @@ class NgramdServer(LanguageServer):
                 f"{uri} changed since the rewrite was offered (version {version}, now {at}); ask again")
         start, end = self.range_of(doc, rng)
         replaced = types.Range(start=self.position_of(doc, start), end=self.position_of(doc, end))
-        request_id = f"{os.getpid()}-{next(self._ids)}"
         params = {"uri": uri, "start": start, "end": end, "instruction": instruction,
-                  "version": at or 0, "requestId": request_id}
+                  "version": at or 0, "requestId": f"{os.getpid()}-{next(self._ids)}"}
+        moved = asyncio.Event()  # set when the document changes or closes
+        self._rewrites.setdefault(uri, set()).add(moved)
+        call = asyncio.ensure_future(self._edit_call(doc, params))
+        watch = asyncio.ensure_future(moved.wait())
+        try:
+            await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when the editor cancels the request
+            watch.cancel()
+            if not call.done():
+                call.cancel()  # it tells the daemon to stop
+            running = self._rewrites.get(uri)
+            if running is not None:
+                running.discard(moved)
+                if not running:
+                    del self._rewrites[uri]
+        if moved.is_set() and call.done() and not call.cancelled():
+            call.exception()  # whatever it was, the answer is moot
+        if not moved.is_set():
+            result = call.result()
+            if not isinstance(result, dict) or not isinstance(result.get("text"), str):
+                raise DaemonError(rpc.INTERNAL_ERROR, f"unexpected edit result: {str(result)[:200]}", "edit")
+            if result.get("stop_reason") not in FINISHED_EDIT_STOPS:
+                raise JsonRpcException(code=types.LSPErrorCodes.RequestFailed, message=_unfinished(result))
+        if self.open_document(uri) is not doc:
+            raise JsonRpcContentModified(f"{uri} was closed while ngramd rewrote it")
+        if moved.is_set() or doc.version != at:
+            raise JsonRpcContentModified(
+                f"{uri} changed while ngramd rewrote it (version {at}, now {doc.version}); ask again")
+        return Rewrite(uri, at, replaced, result["text"])
+
+    async def _edit_call(self, doc: TextDocument, params: dict[str, Any]) -> Any:
+        """The daemon's ``edit`` answer; a rewrite abandoned (cancelled, or the daemon away) is
+        cancelled in the daemon."""
+        uri = params["uri"]
         timeout = max(self.settings.timeout_ms / 1000, 30.0)
         deadline = time.monotonic() + timeout  # the retry below gets what is left, not more
         try:
             try:
-                result = await self.link.call("edit", params, timeout)
+                return await self.link.call("edit", params, timeout)
             except DaemonError as exc:
                 if not _is_out_of_date(exc):  # the daemon's copy is stale or gone: re-send it, once
                     raise
                 if uri in self._too_large:  # it grew too large meanwhile: that is why, not "not open"
                     raise self._too_large_refusal(doc) from exc
                 self.resync(uri)
-                result = await self.link.call("edit", params, max(0.01, deadline - time.monotonic()))
+                return await self.link.call("edit", params, max(0.01, deadline - time.monotonic()))
         except (asyncio.CancelledError, DaemonUnavailable):
-            self.link.send("cancel", {"uri": uri, "requestId": request_id})
+            self.link.send("cancel", {"uri": uri, "requestId": params["requestId"]})
             raise
-        if not isinstance(result, dict) or not isinstance(result.get("text"), str):
-            raise DaemonError(rpc.INTERNAL_ERROR, f"unexpected edit result: {str(result)[:200]}", "edit")
-        if result.get("stop_reason") not in FINISHED_EDIT_STOPS:
-            raise JsonRpcException(code=types.LSPErrorCodes.RequestFailed, message=_unfinished(result))
-        if self.open_document(uri) is not doc or doc.version != at:
-            raise JsonRpcContentModified(
-                f"{uri} changed while ngramd rewrote it (version {at}, now {doc.version}); ask again")
-        return Rewrite(uri, at, replaced, result["text"])
 
     async def prepare_edit(self, uri: str, rng: types.Range, version: int | None = None,
                            instruction: str | None = None) -> dict[str, Any] | None:

@@ -29,6 +29,8 @@ def test_settings_defaults_and_updates():
     ({"multiline": 1}, "multiline"), ({"temperature": -1}, "temperature"),
     ({"debounceMs": True}, "debounceMs"), ({"device": "tpu"}, "device"),
     ({"model": 3}, "model"), ([1, 2], "object"),
+    ({"temperature": 10**400}, "temperature"),  # past float's range: refused, not an OverflowError
+    ({"socket": "~no-such-user-here/d.sock"}, "socket"),  # ~ that cannot be resolved
 ])
 def test_settings_reject_bad_values_naming_the_key(bad, key):
     with pytest.raises(ValueError, match=key):

@@ -651,21 +651,31 @@ def _rewrite_params(line: int, end_character: int, *extra) -> types.ExecuteComma
         URI, {"start": {"line": line, "character": 0}, "end": {"line": line, "character": end_character}}, *extra])
 
 
-async def test_rewrite_of_a_document_changed_meanwhile_is_refused(fake, sock, lsp_client):
+@pytest.mark.parametrize("how", ["change", "close"])
+async def test_rewrite_of_a_document_changed_meanwhile_is_refused_at_once(fake, sock, lsp_client, how):
     """The daemon rewrites the text of version 1; typing meanwhile makes it version 2.
-    Applying that answer at version 2 would replace the wrong text (data loss): refused."""
+    Applying that answer at version 2 would replace the wrong text (data loss): refused, and
+    at once: the rewrite is cancelled in the daemon (which runs one request at a time), not
+    waited for (the fake's would take 30 s, past the 10 s allowed here)."""
     client = await lsp_client(sock)
     applied = _record_apply_edit(client)
     text = "keep_me = 1\nrewrite_me = 2\n"
     open_doc(client, URI, text, version=1)
     await until(lambda: fake.docs.get(URI), what="open")
-    fake.edit_delay = 1.0
+    fake.edit_delay = 30
     task = asyncio.ensure_future(client.workspace_execute_command_async(_rewrite_params(1, 14)))
     await until(lambda: fake.methods("edit"), what="edit sent")
-    change(client, URI, 2, (rng(0, 0, 0, 0), "# header\n"))
+    if how == "change":
+        change(client, URI, 2, (rng(0, 0, 0, 0), "# header\n"))
+    else:
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=URI)))
     with pytest.raises(JsonRpcException) as err:
         await asyncio.wait_for(task, 10)
-    assert err.value.code == types.LSPErrorCodes.ContentModified and "changed while" in err.value.message
+    said = "changed while ngramd rewrote it (version 1, now 2)" if how == "change" else "was closed while"
+    assert err.value.code == types.LSPErrorCodes.ContentModified and said in err.value.message
+    rid = fake.methods("edit")[-1]["requestId"]
+    await until(lambda: rid in fake.cancelled, what="daemon-side cancel of the rewrite")
     assert applied == []
 
 
