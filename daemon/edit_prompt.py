@@ -81,6 +81,7 @@ CONTEXT_LINES_BEFORE = 40
 CONTEXT_LINES_AFTER = 15
 CONTEXT_CHARS = 3000  # per side, after the line limit
 _USER_PLACEHOLDER = "\x00ngramd-user-message\x00"  # stands for the user message while rendering the template
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\r?\n)+")
 
 _LANGS = {
     "py": "python", "pyi": "python", "js": "javascript", "mjs": "javascript", "ts": "typescript",
@@ -115,13 +116,18 @@ class EditPrompt:
         opening fence, closed by ``daemon/edit.closed_answer`` when the model finished it).
 
         An answer with no code deletes the selection, layout and all (a selection with no
-        code of its own stays as it is); an unfinished one is given indented back as written.
+        code of its own stays as it is); blank lines the answer opens with are dropped unless
+        the shown selection opens with one (they would leave the lead, kept in the file, as
+        trailing whitespace); an unfinished answer is given indented back as written.
         """
         code, finished = clean_answer(answer, self.fence)
         if not finished:
             return self.frame.reindent(code)
         if not code.strip():
             return "" if self.shown.strip() else self.original
+        first, newline, _ = self.shown.partition("\n")
+        if not newline or first.strip(" \t\r"):  # the selection does not open with a blank line
+            code = _LEADING_BLANK_LINES.sub("", code)
         return self.frame.reindent(code) + self.layout
 
 

@@ -104,6 +104,16 @@ def test_an_answer_without_code_deletes_the_selection_with_its_layout():
     assert _edit(text, empty, empty, "") == text  # nothing selected, nothing written: nothing changes
 
 
+def test_blank_lines_an_answer_opens_with_leave_no_trailing_whitespace():
+    text = "class A:\n    def f(self):\n        return 1\n"
+    start = text.index("def f")
+    assert _edit(text, start, len(text), "\n\n  \ndef f(self) -> int:\n    return 1") == \
+        "class A:\n    def f(self) -> int:\n        return 1\n"
+    blank_first = "def g():\n\n    return 2\n"
+    start = blank_first.index("\n\n") + 1  # the selection opens with its blank line: kept
+    assert _edit(blank_first, start, len(blank_first), "\n\nreturn 3") == "def g():\n\n    return 3\n"
+
+
 def test_a_markdown_answer_may_hold_a_code_block_of_its_own():
     text = "# Tool\n\nInstall with pip.\n\nThen run it.\n"
     start = text.index("Install")
