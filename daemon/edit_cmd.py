@@ -27,7 +27,7 @@ from typing import Any
 from daemon.cli_inputs import InputError, check_generation_args, make_index, offset_of, read_source
 from daemon.requests import FINISHED_EDIT_STOPS
 
-_POS = re.compile(r"\s*(\d+)\s*:\s*(\d+)\s*")
+_POS = re.compile(r"\s*(-?\d+)\s*:\s*(-?\d+)\s*")  # a negative one is said to be outside the file
 EXIT_UNFINISHED = 3
 
 
@@ -53,11 +53,18 @@ def position_to_offset(text: str, line: int, col: int) -> int:
 
 def resolve_range(text: str, start: str, end: str) -> tuple[int, int]:
     """Offsets of the ``L:C`` strings ``start`` and ``end``; start must not be after end."""
-    s = position_to_offset(text, *parse_position(start))
-    e = position_to_offset(text, *parse_position(end))
+    s, e = (_offset_for(option, spec, text) for option, spec in (("--start", start), ("--end", end)))
     if s > e:
         raise PositionError(f"--start {start} is after --end {end}")
     return s, e
+
+
+def _offset_for(option: str, spec: str, text: str) -> int:
+    """``spec``'s offset, an error naming ``option`` when it is not a position in ``text``."""
+    try:
+        return position_to_offset(text, *parse_position(spec))
+    except PositionError as exc:
+        raise PositionError(f"{option}: {exc}") from None
 
 
 def _error(message: str) -> int:

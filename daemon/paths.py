@@ -127,9 +127,12 @@ class SocketLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lock; raises AlreadyRunning when a daemon holds it, NotASocket when the lock
+        path holds a file that is not an ngramd lock (never written over: it may be the user's)."""
         for _ in range(LOCK_ATTEMPTS):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = self._open()
             try:
+                self._check_is_lock_file(fd)
                 self._lock_exclusive(fd)
             except BaseException:
                 os.close(fd)
@@ -141,6 +144,28 @@ class SocketLock:
                 return
             os.close(fd)  # its holder removed it on exit after we opened it: take the new file
         raise OSError(f"could not lock {self.path}: it was removed {LOCK_ATTEMPTS} times while locking")
+
+    def _open(self) -> int:
+        """The lock file opened read-write (created if missing), never through a symbolic link."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotASocket(f"{self.path} is a symbolic link; ngramd will not write through it: "
+                                 f"remove it or choose another --socket") from None
+            if exc.errno == errno.EISDIR:
+                raise NotASocket(f"{self.path} exists and is not an ngramd lock file (a directory): "
+                                 f"choose another --socket") from None
+            raise
+
+    def _check_is_lock_file(self, fd: int) -> None:
+        """NotASocket unless ``fd`` is a regular file holding nothing or a pid (what ngramd writes)."""
+        st = os.fstat(fd)
+        content = os.pread(fd, 64, 0) if stat.S_ISREG(st.st_mode) else b""
+        holds_a_pid_or_nothing = st.st_size <= 20 and (not content.strip() or content.strip().isdigit())
+        if not stat.S_ISREG(st.st_mode) or not holds_a_pid_or_nothing:
+            raise NotASocket(f"{self.path} exists and is not an ngramd lock file; ngramd will not "
+                             f"overwrite it: choose another --socket")
 
     def _lock_exclusive(self, fd: int) -> None:
         """flock ``fd`` exclusively; AlreadyRunning when a daemon (an exclusive holder) has it.
@@ -188,7 +213,9 @@ def lock_holder(sock: Path) -> int | None:
     lock = SocketLock(sock)
     try:
         fd = os.open(lock.path, os.O_RDONLY)
-    except FileNotFoundError:  # no daemon, or its lock file was just removed at its exit
+    except (FileNotFoundError, NotADirectoryError):  # no daemon, or its lock file was just removed at its exit
+        return None
+    except PermissionError:  # not ours to read: no daemon of this user's
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

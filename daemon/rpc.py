@@ -204,6 +204,7 @@ class FrameReader:
                 raise FrameTooLarge(self._limit)
         except msgpack.BufferFull as exc:
             raise FrameTooLarge(self._limit) from exc
-        except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError,
+                TypeError) as exc:  # TypeError: a map key that is an array or a map (unhashable)
             raise RpcError(PARSE_ERROR, f"malformed msgpack: {str(exc) or type(exc).__name__}") from exc
         return out

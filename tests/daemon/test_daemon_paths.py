@@ -230,3 +230,35 @@ def test_a_stale_socket_removed_while_it_is_checked_is_not_called_a_non_socket(t
     real_exists = Path.exists
     monkeypatch.setattr(Path, "exists", lambda self, *a, **k: True if self == sock else real_exists(self, *a, **k))
     claim_socket(sock).release()
+
+
+def test_a_lock_path_holding_the_users_file_or_a_link_is_never_written(tmp_path):
+    """`--socket ./Cargo` would make `./Cargo.lock` the lock: a file ngramd did not write is
+    refused, not truncated (and then removed at exit); a symbolic link is not followed."""
+    from daemon.paths import NotASocket
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\nline 2\n")
+    (tmp_path / "a.sock.lock").symlink_to(notes)
+    with pytest.raises(NotASocket, match="symbolic link"):
+        claim_socket(tmp_path / "a.sock")
+    cargo = tmp_path / "Cargo.lock"
+    cargo.write_text("[[package]]\nname = \"x\"\n")
+    with pytest.raises(NotASocket, match="not an ngramd lock file"):
+        claim_socket(tmp_path / "Cargo")
+    (tmp_path / "d.sock.lock").mkdir()
+    with pytest.raises(NotASocket, match="not an ngramd lock file"):
+        claim_socket(tmp_path / "d.sock")
+    assert notes.read_text() == "my notes\nline 2\n" and cargo.read_text() == "[[package]]\nname = \"x\"\n"
+    # what ngramd leaves (a pid, or nothing) is its own: claimed again
+    (tmp_path / "e.sock.lock").write_text("12345")
+    (tmp_path / "f.sock.lock").write_text("")
+    claim_socket(tmp_path / "e.sock").release()
+    claim_socket(tmp_path / "f.sock").release()
+
+
+def test_status_probe_of_a_socket_under_a_file_finds_no_daemon(tmp_path):
+    from daemon.paths import lock_holder
+
+    (tmp_path / "afile").write_text("hi")
+    assert lock_holder(tmp_path / "afile" / "x.sock") is None

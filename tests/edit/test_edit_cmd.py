@@ -13,7 +13,8 @@ TEXT = "ab\ncdé\n\nx"
 def test_parse_position():
     assert parse_position("12:4") == (12, 4)
     assert parse_position(" 0 : 0 ") == (0, 0)
-    for bad in ("12", "a:b", "-1:2", "1:2:3", ""):
+    assert parse_position("-1:2") == (-1, 2)  # a position, outside any file: position_to_offset says so
+    for bad in ("12", "a:b", "1:2:3", "", "--1:2"):
         with pytest.raises(PositionError, match="LINE:COL"):
             parse_position(bad)
 
@@ -35,9 +36,10 @@ def test_resolve_range_rejects_start_after_end():
 
 
 @pytest.mark.parametrize("start,end,message", [
-    ("2:0", "1:0", "after"), ("0:0", "9:0", "outside the file"), ("0:x", "1:0", "LINE:COL"),
-    ("0:0", "0:7", "column 7"),
-    ("-1:0", "1:0", "LINE:COL"), ("0:0", "0:-2", "LINE:COL"),  # negative: not taken for an option
+    ("2:0", "1:0", "after"), ("0:0", "9:0", "--end: line 9 is outside the file"),
+    ("0:x", "1:0", "--start: position '0:x' is not LINE:COL"), ("0:0", "0:7", "--end: column 7"),
+    # negative: not taken for an option, and said to be outside the file
+    ("-1:0", "1:0", "--start: line -1 is outside the file"), ("0:0", "0:-2", "--end: column -2 is outside"),
 ])
 def test_cli_bad_ranges_exit_2_with_a_clear_message(tmp_path, capsys, start, end, message):
     f = tmp_path / "t.py"
