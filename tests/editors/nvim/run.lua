@@ -65,6 +65,18 @@ if suite == "unit" then
   local text = require("ngramd.text")
   local config = require("ngramd.config")
 
+  test("suggestions in Insert and Replace mode and their completion submodes, not Virtual Replace", function()
+    local ghost = require("ngramd.ghost")
+    for _, mode in ipairs({ "i", "ic", "ix", "R", "Rc", "Rx" }) do
+      eq(ghost.insert_like(mode), true, mode)
+    end
+    for _, mode in ipairs({ "Rv", "Rvc", "Rvx", "n", "niI", "v", "c" }) do -- gR: vim.fn.mode() says "R"
+      eq(ghost.insert_like(mode), false, mode)
+    end
+    eq({ ghost.is_replace("R"), ghost.is_replace("Rx"), ghost.is_replace("Rv"), ghost.is_replace("i") },
+      { true, true, false, false }, "is_replace")
+  end)
+
   test("text.byte_col and lsp_col agree on UTF-16, UTF-32 and UTF-8", function()
     local line = "x = '\240\159\152\128\195\169' #"   -- x = '😀é' #
     -- bytes: "x = '" 5, 😀 4, é 2, "' #" 3 -> 14; UTF-16: 5 + 2 + 1 + 3 = 11; UTF-32: 10
@@ -770,6 +782,40 @@ if suite == "fake" then
     eq(status.commands[#status.commands - 1], "ngramd.prepareRewrite", "the rewrite's prepare")
   end)
 
+  test(":NgramdRewrite cancelled with <C-c> at its prompt says nothing and asks no rewrite", function()
+    set_lines({ "alpha beta", "gamma" }, 1, 0)
+    local before = #execute("ngramd.status", {}).commands
+    notes = {}
+    local uv = vim.uv or vim.loop
+    local typing = uv.new_timer()
+    typing:start(20, 0, vim.schedule_wrap(function()
+      vim.api.nvim_input("abc<C-c>")
+    end))
+    local ok, err = pcall(ngramd.rewrite, { line1 = 2, line2 = 2, callback = function()
+      error("a cancelled rewrite called back")
+    end })
+    typing:close()
+    assert(ok, "the cancel raised: " .. tostring(err))
+    local status = execute("ngramd.status", {})
+    eq({ unpack(status.commands, before + 1) }, { "ngramd.prepareRewrite" }, "commands")
+    eq(notes, {}, "messages")
+    eq(lines(), { "alpha beta", "gamma" })
+  end)
+
+  test("a buffer with no file name gets no client; a rewrite there says why", function()
+    -- its URI would be "file://", one document on the server for every such buffer
+    local scratch = vim.api.nvim_create_buf(true, false)
+    vim.api.nvim_set_current_buf(scratch)
+    vim.bo[scratch].filetype = "python"
+    vim.api.nvim_buf_set_lines(scratch, 0, -1, false, { "x = 1" })
+    eq(client_mod.get(scratch), nil, "client of an unnamed buffer")
+    notes = {}
+    ngramd.rewrite({ line1 = 1, line2 = 1, instruction = "return-only up" })
+    vim.cmd("buffer " .. buf)
+    vim.cmd("bwipeout! " .. scratch)
+    assert(notes[1] and notes[1]:find("no file name", 1, true), vim.inspect(notes))
+  end)
+
   test(":NgramdRewrite with a range past the last line rewrites up to the last line", function()
     set_lines({ "alpha", "beta" }, 1, 0)
     eq(rewrite_and_wait({ line1 = 2, line2 = 9, instruction = "return-only up" }), true, "rewrite error")
@@ -934,6 +980,13 @@ if suite == "native" then
         local ok, err = pcall(function()
           eq(vim.fn.mode(), "n", "mode after <Esc>")
           eq(ngramd.suggest(), false, "suggest() in Normal mode (the built-in suggests in Insert mode only)")
+          -- :NgramdToggle switches ngramd's client alone, not the buffer's for other servers
+          local id = client_mod.get(buf).id
+          ngramd.toggle(false)
+          eq(vim.lsp.inline_completion.is_enabled({ bufnr = buf, client_id = id }), false, "ngramd's, off")
+          eq(vim.lsp.inline_completion.is_enabled({ bufnr = buf }), true, "the buffer's, for other servers")
+          ngramd.toggle(true)
+          eq(vim.lsp.inline_completion.is_enabled({ bufnr = buf, client_id = id }), true, "ngramd's, on again")
         end)
         if ok then
           passed = passed + 1

@@ -174,7 +174,7 @@ function M.request(bufnr, trigger)
       return
     end
     local r, c = cursor()
-    if r ~= row or c ~= col or M.require_insert and not M.insert_like(vim.fn.mode()) then
+    if r ~= row or c ~= col or M.require_insert and not M.insert_like(M.mode()) then
       return
     end
     local items = result and (result.items or result) or {}
@@ -225,6 +225,9 @@ function M.on_change(bufnr)
   end
   stop_timer(s)
   cancel_request(s)
+  if M.require_insert and not M.insert_like(M.mode()) then -- Virtual Replace: no suggestion
+    return
+  end
   local timer = uv.new_timer()
   s.timer = timer
   timer:start(M.options.debounce_ms, 0, vim.schedule_wrap(function()
@@ -298,7 +301,7 @@ end
 --- Is the cursor still at the end of the text accepted in Replace mode, nothing else changed?
 local function at_accepted_end(bufnr)
   local a = accepted[bufnr]
-  if not a or vim.api.nvim_get_current_buf() ~= bufnr or vim.fn.mode() ~= "R" then
+  if not a or vim.api.nvim_get_current_buf() ~= bufnr or not M.is_replace(M.mode()) then
     return false
   end
   local row, col = cursor()
@@ -376,7 +379,7 @@ function M.accept(bufnr)
   vim.api.nvim_buf_set_text(bufnr, srow, scol, erow, ecol, lines)
   local crow, ccol = text.end_of_insert(srow, scol, lines)
   vim.api.nvim_win_set_cursor(0, { crow + 1, ccol })
-  if vim.fn.mode() == "R" then
+  if M.is_replace(M.mode()) then
     remember_accepted(bufnr, row, col) -- the text after the cursor it was accepted at
   end
   if item.command then
@@ -389,10 +392,22 @@ function M.accept(bufnr)
   return true
 end
 
---- Modes in which suggestions are drawn and accepted: Insert and Replace ("R": accepting
---- inserts the suggestion before the text after the cursor, it overwrites nothing).
+--- The current mode in full ("Rv" for Virtual Replace, where vim.fn.mode() says "R").
+function M.mode()
+  return vim.api.nvim_get_mode().mode
+end
+
+--- Replace mode (not Virtual Replace), `mode` in full: "R", or "Rc"/"Rx" (its completion submodes).
+function M.is_replace(mode)
+  return mode:sub(1, 1) == "R" and mode:sub(2, 2) ~= "v"
+end
+
+--- Modes in which suggestions are drawn and accepted, `mode` in full: Insert and Replace
+--- ("R": accepting inserts the suggestion before the text after the cursor, it overwrites
+--- nothing); not Virtual Replace ("Rv": it replaces screen cells, which an inserted line break
+--- or tab would not respect).
 function M.insert_like(mode)
-  return mode == "i" or mode == "R"
+  return mode:sub(1, 1) == "i" or M.is_replace(mode)
 end
 
 --- Autocommands of one buffer.
@@ -415,11 +430,11 @@ function M.attach(bufnr)
     forget_accepted(bufnr)
   end)
   on("ModeChanged", function()
-    local new = vim.v.event and vim.v.event.new_mode or vim.fn.mode()
-    if not new:match("^[iR]") then
+    local new = vim.v.event and vim.v.event.new_mode or M.mode()
+    if not M.insert_like(new) then
       M.dismiss(bufnr)
     end
-    if new ~= "R" then
+    if not M.is_replace(new) then
       forget_accepted(bufnr)
     end
   end)

@@ -138,7 +138,10 @@ end
 
 local function on_attach(client, bufnr)
   if M.native then
-    vim.lsp.inline_completion.enable(M.config.enabled, { bufnr = bufnr })
+    -- The built-in's switch is per buffer (every server's in it) and per client: the buffer's is
+    -- on, ngramd's own client follows the toggle, and no other server's is touched.
+    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+    vim.lsp.inline_completion.enable(M.config.enabled, { client_id = client.id })
   else
     ghost.attach(bufnr)
   end
@@ -155,6 +158,10 @@ function M.start(bufnr)
   local existing = client_mod.get(bufnr)
   if existing then
     return existing.id
+  end
+  if vim.api.nvim_buf_get_name(bufnr) == "" then
+    -- no file name: its URI would be "file://", the same for every such buffer (one document to the server)
+    return nil
   end
   local root = client_mod.root_dir(vim.api.nvim_buf_get_name(bufnr), M.config.root_markers)
   local cmd, err = config.server_cmd(M.config, root)
@@ -290,7 +297,9 @@ function M.suggest()
     -- own autocommand group where it has the name 0.12 gives it (else for the buffer's).
     local bufnr = vim.api.nvim_get_current_buf()
     local insert = vim.api.nvim_get_mode().mode:match("^[iR]") ~= nil -- it suggests there only
-    if not insert or not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+    local client = client_mod.get(bufnr)
+    if not insert or not client
+      or not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr, client_id = client.id }) then
       return false
     end
     local event = { buffer = bufnr, modeline = false, group = "nvim.lsp.inline_completion:" .. bufnr }
@@ -361,7 +370,9 @@ function M.toggle(enabled)
     end
   end
   if M.native then
-    vim.lsp.inline_completion.enable(enabled)
+    for _, c in ipairs(client_mod.all()) do -- ngramd's clients only: not another server's inline completion
+      vim.lsp.inline_completion.enable(enabled, { client_id = c.id })
+    end
   end
   push_config()
   return enabled
@@ -486,7 +497,11 @@ function M.rewrite(opts)
   local bufnr = vim.api.nvim_get_current_buf()
   local client = client_mod.get(bufnr)
   if not client then
-    notify("no ngramd client is attached to this buffer", vim.log.levels.WARN)
+    if vim.api.nvim_buf_get_name(bufnr) == "" then
+      notify("this buffer has no file name: write it to a file first", vim.log.levels.WARN)
+    else
+      notify("no ngramd client is attached to this buffer", vim.log.levels.WARN)
+    end
     return
   end
   -- The range and the document version it belongs to, taken before the prompt: if the
@@ -513,7 +528,10 @@ function M.rewrite(opts)
       }, function() end, bufnr)
     end)
   end
-  if instruction == nil or vim.trim(instruction) == "" then
+  if instruction == nil then -- the prompt was cancelled (<C-c>): nothing to say
+    return
+  end
+  if vim.trim(instruction) == "" then
     notify("no instruction given", vim.log.levels.WARN)
     return
   end

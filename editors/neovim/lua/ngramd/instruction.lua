@@ -14,7 +14,8 @@ local uv = vim.uv or vim.loop
 
 --- Asks for the instruction with input(); `send(typed)` sends a prepare: typed nil when the
 --- prompt opens, then the text the typing paused on (never blank, never the same twice in a
---- row). Returns input()'s answer; an interrupted input() raises as input() does.
+--- row). Returns input()'s answer, or nil when the user interrupted it (<C-c>), as
+--- vim.ui.input does; any other error raises.
 function M.ask(send)
   send(nil)
   local timer = uv.new_timer()
@@ -43,6 +44,9 @@ function M.ask(send)
   timer:close()
   vim.api.nvim_del_augroup_by_id(group)
   if not ok then
+    if tostring(answer):find("Keyboard interrupt", 1, true) then
+      return nil -- <C-c>: the user cancelled
+    end
     error(answer, 0)
   end
   return answer
