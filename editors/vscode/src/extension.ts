@@ -49,6 +49,8 @@ import { CompletionPreparer, Spot } from "./prepare_completion";
 import { InstructionPreparer } from "./prepare_rewrite";
 
 const STATUS_POLL_MS = 5000;
+/** The URI schemes whose documents the client sends the server (its document selector). */
+const SERVED_SCHEMES = ["file", "untitled"];
 
 let client: LanguageClient | undefined;
 // Disposes the current client's state listener with the client (one per client).
@@ -164,9 +166,10 @@ async function startClient(): Promise<void> {
     args: serverArgs(settings),
     transport: TransportKind.stdio,
   };
+  const startOptions = serverInitializationOptions();
   const clientOptions: LanguageClientOptions = {
-    documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: serverInitializationOptions(),
+    documentSelector: SERVED_SCHEMES.map((scheme) => ({ scheme })),
+    initializationOptions: startOptions,
     outputChannel: output,
     middleware: {
       workspace: {
@@ -206,19 +209,36 @@ async function startClient(): Promise<void> {
             return item;
           }
           data["instruction"] = instruction;
-          try {
-            return await next(item, token);
-          } catch (err) {
-            // vscode-languageclient turns the server's ContentModified (the document was
-            // edited while the daemon rewrote it) into a CancellationError, which VS Code
-            // drops without a word: the user's instruction would vanish unexplained.
-            if (err instanceof vscode.CancellationError && !token.isCancellationRequested) {
-              void vscode.window.showWarningMessage(
-                "ngramd: the document changed while it was rewritten; nothing was replaced. Ask again.");
-              return item;
-            }
-            throw err;
-          }
+          // VS Code waits on the resolve without a word: the rewrite shows its progress, with
+          // a Cancel that stops it in the daemon, as the palette's does
+          return vscode.window.withProgress(
+            { location: vscode.ProgressLocation.Notification, title: "ngramd: rewriting…", cancellable: true },
+            async (_progress, progressToken) => {
+              const cancel = new vscode.CancellationTokenSource();
+              const links = [token, progressToken].map((t) => t.onCancellationRequested(() => cancel.cancel()));
+              try {
+                return await next(item, cancel.token);
+              } catch (err) {
+                if (cancel.token.isCancellationRequested) {
+                  return item; // the user cancelled: no edit, nothing to say
+                }
+                // vscode-languageclient turns the server's ContentModified (the document was
+                // edited while the daemon rewrote it) into a CancellationError, which VS Code
+                // drops without a word: the user's instruction would vanish unexplained.
+                if (err instanceof vscode.CancellationError) {
+                  void vscode.window.showWarningMessage(
+                    "ngramd: the document changed while it was rewritten; nothing was replaced. Ask again.");
+                  return item;
+                }
+                // VS Code would say only "Request codeAction/resolve failed": say the server's reason
+                void vscode.window.showErrorMessage(`ngramd: ${err instanceof Error ? err.message : String(err)}`);
+                return item;
+              } finally {
+                links.forEach((link) => link.dispose());
+                cancel.dispose();
+              }
+            },
+          );
         }
         return next(item, token);
       },
@@ -247,6 +267,11 @@ async function startClient(): Promise<void> {
   client.registerProposedFeatures();
   clientStateListener = client.onDidChangeState((e) => {
     if (e.newState === State.Running) {
+      // settings changed while it started (or before a restart after a crash, which sends the
+      // first options again) did not reach it: sendServerSettings sends only to a running server
+      if (JSON.stringify(serverInitializationOptions()) !== JSON.stringify(startOptions)) {
+        void sendServerSettings();
+      }
       void refreshStatus();
       // a file just opened: its first completion is the slowest. The server keeps this place
       // for its daemon if none is connected yet, and prepares it again for every daemon that
@@ -458,6 +483,12 @@ async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, version
   if (!uri || !range) {
     if (!editor || editor.selection.isEmpty) {
       void vscode.window.showInformationMessage("ngramd: select the code to rewrite first.");
+      return;
+    }
+    const scheme = editor.document.uri.scheme;
+    if (!SERVED_SCHEMES.includes(scheme)) { // the server never gets the document: asking would be for nothing
+      void vscode.window.showInformationMessage(
+        `ngramd: rewrites work in files and untitled documents, not in ${scheme}: documents.`);
       return;
     }
     uri = editor.document.uri.toString();

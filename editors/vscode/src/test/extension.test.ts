@@ -149,6 +149,19 @@ test("the server's enabled flag follows the workspace folders: added or removed,
   assert.equal(sent()?.settings.ngramd.enabled, false);
 });
 
+test("settings changed while the server starts reach it once it runs", async () => {
+  h.whileStarting = async () => {
+    h.config.global.maxTokens = 99;
+    await h.changeConfig(); // not sent yet: the server is not running
+  };
+  await activate();
+  const client = h.clients[0];
+  assert.equal((client.clientOptions.initializationOptions as { maxTokens: number }).maxTokens !== 99, true,
+    "the start's options were taken before the change");
+  const sent = client.notifications.at(-1) as { settings: { ngramd: { maxTokens: number } } } | undefined;
+  assert.equal(sent?.settings.ngramd.maxTokens, 99);
+});
+
 test("toggle without a workspace value writes the user settings and says so", async () => {
   h.config.global.enable = false;
   await activate();
@@ -194,7 +207,7 @@ test("rewrite without a running server says so before asking for an instruction"
   await activate();
   assert.equal(h.clients.length, 0);
   h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 1 },
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 1 },
     selection: { isEmpty: false, start: {}, end: {} },
   };
   h.inputBoxAnswers.push("add types");
@@ -218,7 +231,7 @@ test("a rewrite can be cancelled from its progress notification", async () => {
   };
   h.answer = async () => null;
   h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 4 },
     selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
   };
   h.inputBoxAnswers.push("add types");
@@ -251,7 +264,7 @@ test("a rewrite asks the server to prepare it before the instruction is asked, a
     return null;
   };
   h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 4 },
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 4 },
     selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
   };
   h.inputBoxAnswers.push("add types");
@@ -275,7 +288,7 @@ test("a light-bulb rewrite asks the server to prepare it before the instruction 
   const item = { kind: { value: "refactor.rewrite" }, data: { uri: "file:///a.py", range, instruction: null, version: 3 } };
   h.answer = async () => null;
   h.inputBoxAnswers.push(undefined); // dismissed: the prepare was still sent
-  await middleware.resolveCodeAction(item, { isCancellationRequested: false }, async () => item);
+  await middleware.resolveCodeAction(item, idleToken(), async () => item);
   const [prepare] = client.commandRequests(SERVER_COMMANDS.prepareRewrite);
   assert.deepEqual(prepare.params.arguments, ["file:///a.py", range, 3]);
 });
@@ -283,7 +296,7 @@ test("a light-bulb rewrite asks the server to prepare it before the instruction 
 /** An active editor on file:///a.py at `version`, its first three characters selected. */
 function selectInAnEditor(version: number): void {
   h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version },
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version },
     selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
   };
 }
@@ -345,7 +358,7 @@ test("a rewrite the user cancelled shows no error", async () => {
     throw Object.assign(new Error("Request got cancelled"), { code: -32800 });
   };
   h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 1 },
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 1 },
     selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
   };
   h.inputBoxAnswers.push("add types");
@@ -361,10 +374,9 @@ test("a light-bulb rewrite refused because the document changed tells the user",
     data: { uri: "file:///a.py", range: { start: {}, end: {} }, instruction: null, version: 3 },
   };
   h.inputBoxAnswers.push("add types");
-  const token = { isCancellationRequested: false };
   // vscode-languageclient turns the server's ContentModified on codeAction/resolve into a CancellationError
   const CancellationError = h.vscode.CancellationError as new () => Error;
-  const result = await middleware.resolveCodeAction(item, token, async () => {
+  const result = await middleware.resolveCodeAction(item, idleToken(), async () => {
     throw new CancellationError();
   });
   assert.equal(result, item, "the action is left without an edit");
@@ -372,11 +384,76 @@ test("a light-bulb rewrite refused because the document changed tells the user",
   assert.match(h.messages[0].text, /changed/);
 });
 
+/** A cancellation token nobody cancels. */
+function idleToken() {
+  return { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) };
+}
+
+function lightBulbItem() {
+  return {
+    kind: { value: "refactor.rewrite" },
+    data: { uri: "file:///a.py", range: { start: {}, end: {} }, instruction: null, version: 3 },
+  };
+}
+
+test("a light-bulb rewrite shows its progress and the server's reason when it fails", async () => {
+  await activate();
+  const middleware = h.clients[0].clientOptions.middleware as Record<string, Function>;
+  const titles: string[] = [];
+  const window = h.vscode.window as Record<string, unknown>;
+  const withProgress = window.withProgress as Function;
+  window.withProgress = (opts: { title: string }, task: unknown) => {
+    titles.push(opts.title);
+    return withProgress(opts, task);
+  };
+  const item = lightBulbItem();
+  h.inputBoxAnswers.push("add types");
+  const result = await middleware.resolveCodeAction(item, idleToken(), async () => {
+    throw new Error("the rewrite did not finish (it reached its token limit), so nothing was changed");
+  });
+  assert.equal(result, item, "the action is left without an edit");
+  assert.deepEqual(titles, ["ngramd: rewriting…"]);
+  assert.equal(h.messages.length, 1, `messages: ${JSON.stringify(h.messages)}`);
+  assert.match(h.messages[0].text, /^ngramd: the rewrite did not finish/);
+});
+
+test("a light-bulb rewrite cancelled from its progress stops the request and says nothing", async () => {
+  await activate();
+  const middleware = h.clients[0].clientOptions.middleware as Record<string, Function>;
+  const progressCancel = new (h.vscode.CancellationTokenSource as new () => { token: unknown; cancel(): void })();
+  (h.vscode.window as Record<string, unknown>).withProgress = (_o: unknown, task: (p: unknown, t: unknown) => unknown) =>
+    task({ report() {} }, progressCancel.token);
+  h.inputBoxAnswers.push("add types");
+  let sentToken: { isCancellationRequested: boolean } | undefined;
+  const CancellationError = h.vscode.CancellationError as new () => Error;
+  const item = lightBulbItem();
+  const result = await middleware.resolveCodeAction(item, idleToken(), async (_i: unknown, t: typeof sentToken) => {
+    sentToken = t;
+    progressCancel.cancel(); // the user presses Cancel on the notification
+    throw new CancellationError();
+  });
+  assert.equal(result, item);
+  assert.equal(sentToken?.isCancellationRequested, true, "the request's token is cancelled");
+  assert.deepEqual(h.messages, []);
+});
+
+test("a rewrite asked in a document the server never gets is refused before the instruction", async () => {
+  await activate();
+  h.window.activeTextEditor = {
+    document: { uri: { scheme: "git", toString: () => "git:/a.py?ref" }, version: 1 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  await h.commands.get("ngramd.rewrite")!();
+  assert.equal(h.inputBoxesShown.length, 0, "no instruction asked");
+  assert.equal(h.clients[0].commandRequests(SERVER_COMMANDS.rewriteSelection).length, 0);
+  assert.match(h.messages[0].text, /files and untitled documents, not in git: documents/);
+});
+
 test("rewrite from the editor's context menu (a Uri argument) rewrites the selection", async () => {
   await activate();
   h.answer = async () => null;
   h.window.activeTextEditor = {
-    document: { uri: { toString: () => "file:///a.py" }, version: 2 },
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 2 },
     selection: { isEmpty: false, start: { line: 1, character: 0 }, end: { line: 1, character: 5 } },
   };
   h.inputBoxAnswers.push("add types");

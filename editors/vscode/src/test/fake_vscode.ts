@@ -56,6 +56,7 @@ export class FakeClient {
   async start(): Promise<void> {
     this.setState(State.Starting);
     await new Promise((r) => setImmediate(r));
+    await this.harness.whileStarting?.(this);
     this.setState(State.Running);
   }
 
@@ -124,6 +125,8 @@ export interface Harness {
   answer: (req: SentRequest, client: FakeClient) => Promise<unknown>;
   /** Fires onDidChangeConfiguration for `ngramd` (after a test changed `config`). */
   changeConfig: () => Promise<void>;
+  /** Run by a client's start() between Starting and Running, when set. */
+  whileStarting?: (client: FakeClient) => Promise<void>;
   dispose: () => Promise<void>;
 }
 
@@ -192,6 +195,23 @@ export function loadExtension(): Harness {
       constructor(readonly id: string) {}
     },
     CodeAction,
+    CancellationTokenSource: class {
+      private listeners: Array<() => void> = [];
+      readonly token = {
+        isCancellationRequested: false,
+        onCancellationRequested: (listener: () => void) => {
+          this.listeners.push(listener);
+          return { dispose: () => {} };
+        },
+      };
+      cancel(): void {
+        if (!this.token.isCancellationRequested) {
+          this.token.isCancellationRequested = true;
+          this.listeners.forEach((l) => l());
+        }
+      }
+      dispose(): void {}
+    },
     CancellationError: class extends Error {
       constructor() {
         super("Canceled");
