@@ -157,8 +157,11 @@ def register(server: NgramdServer) -> None:
         edit = await _rewrite(ls, *_rewrite_args(ls, list(args)))
         applied = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
             edit=edit, label=REWRITE_TITLE))
-        if not getattr(applied, "applied", False):
-            log.warning("the editor did not apply the rewrite: %s", getattr(applied, "failure_reason", None))
+        if not getattr(applied, "applied", False):  # the editor refused it (the document changed, say)
+            reason = getattr(applied, "failure_reason", None) or "no reason given"
+            log.warning("the editor did not apply the rewrite: %s", reason)
+            raise JsonRpcException(code=types.LSPErrorCodes.RequestFailed,
+                                   message=f"the editor did not apply the rewrite ({reason}); ask again")
         return _unstructure(ls, edit)
 
     @server.command(PREPARE_REWRITE)

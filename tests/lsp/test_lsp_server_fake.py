@@ -235,6 +235,22 @@ async def test_code_action_and_rewrite_command(fake, sock, lsp_client):
     assert not none
 
 
+async def test_a_rewrite_the_editor_refuses_to_apply_fails_with_its_reason(fake, sock, lsp_client):
+    """An editor may refuse the server's workspace/applyEdit (its document changed in between):
+    the command fails saying so, rather than returning as if the rewrite had been made."""
+    client = await lsp_client(sock)
+
+    @client.feature(types.WORKSPACE_APPLY_EDIT)
+    def refuse(params: types.ApplyWorkspaceEditParams):
+        return types.ApplyWorkspaceEditResult(applied=False, failure_reason="the document changed")
+
+    open_doc(client, URI, "abc\n")
+    with pytest.raises(JsonRpcException) as err:
+        await client.workspace_execute_command_async(_rewrite_params(0, 3))
+    assert err.value.code == types.LSPErrorCodes.RequestFailed
+    assert "did not apply the rewrite (the document changed)" in err.value.message
+
+
 async def test_code_action_resolve(fake, sock, lsp_client):
     from lsp_helpers import client_capabilities
 
