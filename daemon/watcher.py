@@ -425,14 +425,17 @@ class WorkspaceWatcher:
         if ignored is None:  # git's answer is out of date: the path waits for the next one
             self._ask_git(root, waiting=path)
             return
+        if path.name == ".gitignore" and (not ignored or ignorer.ignored_now(path.parent, is_dir=True) is False):
+            # what the folder ignores changed: the scan decides again (git reads the .gitignore of
+            # every folder it walks, one that names itself too). After git's answer only: the
+            # rescan reads the rules again, which makes that answer out of date once more.
+            self._rescan(root)
         if ignored:
             self._count("ignored")
             if ignorer.in_nested_repository(path) and not os.path.lexists(path):
                 # a delete leaves nothing behind, even of a file indexed before git named the repository
                 self.index.remove_tree(path)
             return
-        if path.name == ".gitignore":  # what the folder ignores changed: the scan decides again
-            self._rescan(root)
         if self.is_open(path):
             self._count("shadowed")
             return
@@ -460,8 +463,10 @@ class WorkspaceWatcher:
                 self.index.remove_file(path)
                 if holder_ignores is None:  # the other folder decides once git answers it
                     self._ask_git(holder, waiting=path)
-        elif path.is_dir():
-            return  # its files get their own events (watchdog emits them for moves too)
+        elif path.is_dir():  # its files get their own events (watchdog emits them for moves too)
+            if self.index.has_file(path):  # a file replaced by a folder in one burst (a checkout)
+                self.index.remove_file(path)
+                self._count("removed")
         else:
             # A file, or a whole folder: one moved out of the tree gets a lone delete
             # event for itself and none for its files.

@@ -110,6 +110,10 @@ class FakeIndex:
             self.log.append(("index", str(path)))
         return True
 
+    def has_file(self, path: Path) -> bool:
+        with self.lock:
+            return str(path) in self.files
+
     def remove_file(self, path: Path) -> None:
         with self.lock:
             self.files.pop(str(path), None)

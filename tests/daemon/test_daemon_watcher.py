@@ -400,6 +400,30 @@ def test_a_gitignore_change_rescans_the_folder(watched):
     wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
 
 
+def test_a_gitignore_that_ignores_itself_still_rescans_the_folder(watched):
+    """git reads a .gitignore that names itself: its change decides again what the folder holds."""
+    w, index, root, _ = watched
+    (root / "secret.py").write_text("s = 1\n")
+    (root / "b_log.py").write_text("log = 1\n")
+    wait_until(lambda: str(root / "b_log.py") in index.files and str(root / "secret.py") in index.files)
+    (root / ".gitignore").write_text(".gitignore\nignored/\nsecret.py\n")
+    wait_until(lambda: str(root / "secret.py") not in index.files)
+    (root / ".gitignore").write_text(".gitignore\nignored/\n*_log.py\n")  # itself ignored now
+    wait_until(lambda: str(root / "b_log.py") not in index.files and str(root / "secret.py") in index.files)
+
+
+def test_a_file_replaced_by_a_folder_in_one_burst_leaves_the_index(watched):
+    """A checkout that turns the file util into the package util/ (delete and create merge)."""
+    w, index, root, _ = watched
+    (root / "util").write_text("OLD = 1\n")
+    wait_until(lambda: str(root / "util") in index.files)
+    (root / "util").unlink()
+    (root / "util").mkdir()
+    (root / "util" / "__init__.py").write_text("NEW = 1\n")
+    wait_until(lambda: str(root / "util" / "__init__.py") in index.files)
+    wait_until(lambda: str(root / "util") not in index.files)
+
+
 def test_ignorer_applies_a_folder_only_pattern_to_a_folder_asked_as_one(tmp_path):
     (tmp_path / ".gitignore").write_text("deps/\n")
     ig = Ignorer(tmp_path)
