@@ -68,6 +68,7 @@ from watchdog.observers import Observer
 from daemon.excludes_watch import ExcludesFileWatch
 from daemon.folder_git import FolderGit
 from daemon.ignorer import Ignorer
+from daemon.overflow_alarm import OverflowAlarm
 from daemon.priority import lower_this_thread
 from index.workspace import links_outside
 
@@ -129,6 +130,8 @@ class WorkspaceWatcher:
         self._observer.daemon = True
         self._observer.start()
         self._excludes = ExcludesFileWatch(self._observer, self._on_event, CHANGE_EVENTS)
+        self._overflow_alarm = OverflowAlarm(self._on_overflow)
+        self._overflow_alarm.install()
         self._pending: set[str] = set()
         self._first_pending = 0.0
         self._last_event = 0.0
@@ -139,7 +142,7 @@ class WorkspaceWatcher:
         self._stop = threading.Event()
         # Bumped from watchdog's thread, the flusher and the forget threads: only through _count.
         self.counts = {"events": 0, "flushes": 0, "reindexed": 0, "removed": 0,
-                       "ignored": 0, "shadowed": 0, "forgotten": 0}
+                       "ignored": 0, "shadowed": 0, "forgotten": 0, "overflows": 0}
         self._counts_lock = threading.Lock()
         self._flusher = threading.Thread(target=self._flush_loop, name="ngramd-watch", daemon=True)
         self._flusher.start()
@@ -398,10 +401,7 @@ class WorkspaceWatcher:
 
     def _apply(self, path: Path) -> None:
         if path in self._excludes:  # as a .gitignore: every folder's scan decides again
-            with self._folders_lock:
-                states = [(root, state) for root, state in self.folders.items() if root not in self._gone]
-            for root, state in states:
-                self._scan(root, state)
+            self._rescan_all()
             return
         with self._folders_lock:
             root = self._root_of(path)
@@ -568,7 +568,24 @@ class WorkspaceWatcher:
         """A buffer closed: its file's disk contents count again."""
         self._on_event(str(path))
 
+    def _on_overflow(self) -> None:
+        """The kernel dropped file events (daemon/overflow_alarm.py): every folder is scanned
+        again once the burst has had time to end (a scan during one is scanned again after it)."""
+        self._count("overflows")
+        timer = threading.Timer(max(2 * self.debounce_s, 0.5), self._rescan_all)
+        timer.daemon = True
+        timer.start()
+
+    def _rescan_all(self) -> None:
+        if self._stop.is_set():
+            return
+        with self._folders_lock:
+            states = [(root, state) for root, state in self.folders.items() if root not in self._gone]
+        for root, state in states:
+            self._scan(root, state)
+
     def stop(self) -> None:
+        self._overflow_alarm.uninstall()
         self._stop.set()
         with self._cond:
             self._cond.notify_all()

@@ -424,6 +424,26 @@ def test_a_file_replaced_by_a_folder_in_one_burst_leaves_the_index(watched):
     wait_until(lambda: str(root / "util") not in index.files)
 
 
+def test_events_the_kernel_dropped_are_made_up_for_by_a_rescan(watched):
+    """inotify's queue overflowed (a big checkout): watchdog only logs it, and the files whose
+    events were lost must still reach the index. A file the index missed (its event lost) is
+    indexed by the rescan the warning brings."""
+    import logging
+
+    from daemon.overflow_alarm import WATCHDOG_INOTIFY_LOGGER
+
+    w, index, root, _ = watched
+    (root / "lost.py").write_text("lost = 1\n")
+    wait_until(lambda: str(root / "lost.py") in index.files)
+    with index.lock:
+        del index.files[str(root / "lost.py")]  # as if its event had been dropped
+    logging.getLogger(WATCHDOG_INOTIFY_LOGGER).warning("Inotify queue overflowed; filesystem events were lost")
+    wait_until(lambda: str(root / "lost.py") in index.files)
+    assert w.counts["overflows"] == 1
+    logging.getLogger(WATCHDOG_INOTIFY_LOGGER).warning("some other warning")
+    assert w.counts["overflows"] == 1
+
+
 def test_ignorer_applies_a_folder_only_pattern_to_a_folder_asked_as_one(tmp_path):
     (tmp_path / ".gitignore").write_text("deps/\n")
     ig = Ignorer(tmp_path)
