@@ -423,8 +423,15 @@ class Service:
         loop = asyncio.get_running_loop()
         job = Job(kind=kind, uri=p["uri"], fn=fn, future=loop.create_future(), loop=loop,
                   conn=conn, request_id=request_id)
+        was_open = job.uri in self.docs
         self.worker.submit(job)
-        result = await job.future
+        try:
+            result = await job.future
+        finally:
+            if kind == "edit" and was_open and job.uri not in self.docs:
+                # its document closed while it waited or ran (a rewrite runs on): the cache it
+                # built after the close dropped the document's goes too
+                self._drop_caches(job.uri)
         stats = getattr(result, "stats", None)
         if isinstance(stats, GenerationStats):
             self.totals.merge(stats)
@@ -457,12 +464,16 @@ class Service:
         fut = self._index_submit("close_buffer", uri)
         if fut is not None:
             fut.add_done_callback(_log_failure)
-        drop = getattr(self.completer, "drop_cache", None)
-        if callable(drop):  # its KV cache; waits for the engine's lock, so off the loop
-            self._misc_exec.submit(drop, uri).add_done_callback(_log_failure)
+        self._drop_caches(uri)
         path = self._track_path(uri, -1)
         if path is not None and self.watcher is not None:
             self.watcher.reindex_from_disk(path)  # the disk counts again
+
+    def _drop_caches(self, uri: str) -> None:
+        """Have the engine forget ``uri``'s KV caches (it waits for the engine's lock: off the loop)."""
+        drop = getattr(self.completer, "drop_cache", None)
+        if callable(drop):
+            self._misc_exec.submit(drop, uri).add_done_callback(_log_failure)
 
     def _track_path(self, uri: str, delta: int) -> Path | None:
         path = uri_to_path(uri)

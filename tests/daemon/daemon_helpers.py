@@ -58,6 +58,9 @@ class FakeCompleter:
         return CompletionResult(text, [ord(c) for c in text], "", GenerationStats(generated=len(text)),
                                 stop_reason="eos")
 
+    def drop_cache(self, uri: str) -> None:
+        self.calls.append(f"drop {uri}")
+
     def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: Any = None,
                      instruction: str | None = None) -> Prepared:
         """What the real one reports, by characters (blocks like ``complete`` on ``BLOCK``); the

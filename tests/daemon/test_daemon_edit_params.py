@@ -72,3 +72,21 @@ def test_stop_loops_reaches_the_engine_and_is_on_by_default(inproc):
         resp = c.wait_response(c.send("edit", {**edit, "stopLoops": "no"}))
         assert resp.error["code"] == INVALID_PARAMS and "stopLoops" in resp.error["message"]
         assert len(inproc.completer.edits) == 2
+
+
+def test_a_rewrite_whose_document_closes_while_it_waits_leaves_no_cache_behind(inproc):
+    """A rewrite runs on after its document closes (the editor may still apply it), so the
+    close's cache drop comes before it, and the cache it builds must be dropped after it."""
+    with inproc.client() as c:
+        c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
+        c.call("open", {"uri": "a", "text": "abc def", "version": 1})
+        running = c.send("complete", {"uri": "b", "offset": 0})
+        wait_until(lambda: inproc.completer.started.is_set())
+        queued = c.send("edit", {"uri": "a", "start": 0, "end": 3, "instruction": "up"})
+        c.call("close", {"uri": "a"})
+        assert c.call("cancel", {"uri": "b"}) == {"cancelled": 1}
+        c.wait_response(running)
+        assert c.wait_response(queued).result["text"] == "ABC"
+        wait_until(lambda: inproc.completer.calls[-1:] == ["drop a"])
+        calls = inproc.completer.calls
+        assert calls.index("a") < len(calls) - 1  # a drop after the rewrite ran
