@@ -107,13 +107,21 @@ class Worker:
             if self._stopped:
                 job.resolve(error=RpcError(REQUEST_CANCELLED, "the daemon is shutting down"))
                 return
-            self._cancel_where(lambda j: j.uri == job.uri and j.kind == job.kind, "superseded")
             deference = DEFERENCE.get(job.kind, 0)
-            self._cancel_where(lambda j: DEFERENCE.get(j.kind, 0) > deference, "preempted")
-            if len(self._queue) >= self.max_queued:  # a flood of distinct uris
+
+            def superseded(j: Job) -> bool:
+                return j.uri == job.uri and j.kind == job.kind
+
+            def preempted(j: Job) -> bool:
+                return DEFERENCE.get(j.kind, 0) > deference
+
+            staying = sum(1 for j in self._queue if not superseded(j) and not preempted(j))
+            if staying >= self.max_queued:  # a flood of distinct uris: refused, and it displaces nothing
                 self.counts["refused"] += 1
                 job.resolve(error=RpcError(INTERNAL_ERROR, f"busy: {len(self._queue)} requests queued"))
                 return
+            self._cancel_where(superseded, "superseded")
+            self._cancel_where(preempted, "preempted")
             self._queue.append(job)
             self._cond.notify()
 

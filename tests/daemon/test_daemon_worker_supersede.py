@@ -11,10 +11,10 @@ from daemon.rpc import REQUEST_CANCELLED, RpcError
 from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 
-async def _outcomes(kinds_and_uris):
-    """Submit jobs while the first one runs; the outcome of each: "done" or the cancel message."""
+async def _outcomes(kinds_and_uris, max_queued: int | None = None):
+    """Submit jobs while the first one runs; the outcome of each: "done" or the error's message."""
     loop = asyncio.get_running_loop()
-    worker = Worker()
+    worker = Worker() if max_queued is None else Worker(max_queued=max_queued)
     started, release = threading.Event(), threading.Event()
 
     def run(cancel: threading.Event) -> str:
@@ -35,7 +35,7 @@ async def _outcomes(kinds_and_uris):
             await asyncio.wait_for(job.future, 5)
             out.append("done")
         except RpcError as exc:
-            assert exc.code == REQUEST_CANCELLED
+            assert exc.code == REQUEST_CANCELLED or exc.message.startswith("busy")
             out.append(exc.message)
     worker.stop()
     return out
@@ -80,3 +80,15 @@ def test_a_prepare_job_does_not_preempt_another_documents_prepare_of_its_kind(pr
     out = asyncio.run(_outcomes([(prepare, "file:///a.py"), (prepare, "file:///b.py"),
                                  (prepare, "file:///b.py")]))
     assert out == ["done", "request superseded", "done"]
+
+
+def test_a_request_refused_as_busy_displaces_nothing():
+    """The queue full of other documents' requests: the new request is refused, and the running
+    request of its own document (which it would have superseded) runs on."""
+    out = asyncio.run(_outcomes([("complete", "file:///a.py"), ("complete", "file:///b.py"),
+                                 ("complete", "file:///c.py"), ("complete", "file:///a.py")], max_queued=2))
+    assert out == ["done", "done", "done", "busy: 2 requests queued"]
+    # a slot its own superseded request frees counts: that one is taken, not refused
+    out = asyncio.run(_outcomes([("complete", "file:///a.py"), ("complete", "file:///b.py"),
+                                 ("complete", "file:///c.py"), ("complete", "file:///c.py")], max_queued=2))
+    assert out == ["done", "done", "request superseded", "done"]
