@@ -21,6 +21,13 @@ function M.request(client, method, params, handler, bufnr)
   return client.request(method, params, handler, bufnr)
 end
 
+function M.stop(client)
+  if method_calls then
+    return client:stop()
+  end
+  return client.stop()
+end
+
 function M.cancel(client, request_id)
   if method_calls then
     return client:cancel_request(request_id)

@@ -83,13 +83,17 @@ local function notify(msg, level)
 end
 
 --- The client's on_exit (a libuv callback on 0.7: the work is scheduled).
-local function on_client_exit(_, _, client_id)
+local function on_client_exit(code, _, client_id)
   vim.schedule(function()
     prepare.detach_unserved()
     local waiting = rewrites_waiting[client_id] or {}
     rewrites_waiting[client_id] = nil
     for finish in pairs(waiting) do
       finish({ message = "the ngramd language server exited before answering" }, nil)
+    end
+    if code ~= 0 then -- not stopped on purpose: say how to get it back
+      notify("the language server exited (code " .. tostring(code) .. "); :NgramdRestart starts it again",
+        vim.log.levels.WARN)
     end
   end)
 end
@@ -259,6 +263,9 @@ function M.setup(opts)
     M.toggle()
     notify(M.config.enabled and "completions on" or "completions off")
   end, { desc = "ngramd: turn inline completions on or off" })
+  vim.api.nvim_create_user_command("NgramdRestart", function()
+    M.restart()
+  end, { desc = "ngramd: start the language server again" })
   vim.api.nvim_create_user_command("NgramdRewrite", function(args)
     local bufnr = vim.api.nvim_get_current_buf()
     -- a two-address range from the selection just left (:'<,'>): its columns count
@@ -357,6 +364,31 @@ end
 
 --- Turns completions on or off (all buffers); the server is told through
 --- workspace/didChangeConfiguration (enabled).
+--- Starts the language server again for every loaded buffer it serves (after it exited, or
+--- to run a new `cmd`); running ngramd clients are stopped first.
+function M.restart()
+  for _, c in ipairs(client_mod.all()) do
+    client_mod.stop(c)
+  end
+  local function start_all()
+    for _, b in ipairs(vim.api.nvim_list_bufs()) do
+      if vim.api.nvim_buf_is_loaded(b) and filetype_enabled(vim.bo[b].filetype) and vim.bo[b].buftype == "" then
+        M.start(b)
+      end
+    end
+  end
+  -- vim.lsp.start would reuse a client still stopping: wait (at most 3 s) for them to go
+  local deadline = vim.loop.now() + 3000
+  local function when_stopped()
+    if #client_mod.all() == 0 or vim.loop.now() > deadline then
+      start_all()
+    else
+      vim.defer_fn(when_stopped, 50)
+    end
+  end
+  when_stopped()
+end
+
 function M.toggle(enabled)
   if enabled == nil then
     enabled = not M.config.enabled
