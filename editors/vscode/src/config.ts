@@ -7,7 +7,8 @@
  *   (out-of-range numbers clamped, wrong types replaced by the default);
  * - initialization options: the object sent to `ngramd lsp` in `initialize` and again
  *   in `workspace/didChangeConfiguration`; its keys are the server's contract
- *   (maxTokens, multiline, temperature, debounceMs, timeoutMs, device, model, socket, enabled);
+ *   (maxTokens, multiline, temperature, debounceMs, timeoutMs, device, model, socket, enabled,
+ *   prepareCompletions);
  * - server command: the executable and the arguments that start `ngramd lsp`.
  */
 
@@ -24,7 +25,7 @@ export interface NgramdSettings {
   timeoutMs: number;
   device: Device;
   socket: string;
-  /** Prefill the completion prompt where the cursor rests (client side only: not an option of the server). */
+  /** Prefill the completion prompt where the cursor rests (sent to the server too: it prepares for a daemon that comes). */
   prepareCompletions: boolean;
 }
 
