@@ -137,7 +137,7 @@ def layout_of(text: str, start: int, end: int) -> str:
     own (``split_layout``), or, for spaces alone before code on their line, a line break and the
     indentation the code had.
 
-    Example: layout_of("if a:\n    return\n", 6, 6) == "\n    "
+    Example: layout_of("if a:\n    return\n", 10, 10) == "\n    "  (the cursor before "return")
     """
     code, layout = split_layout(text[start:end])
     if layout or code.strip(_SPACE):

@@ -116,9 +116,10 @@ class EditPrompt:
         opening fence, closed by ``daemon/edit.closed_answer`` when the model finished it).
 
         An answer with no code deletes the selection, layout and all (a selection with no
-        code of its own stays as it is); blank lines the answer opens with are dropped unless
-        the shown selection opens with one (they would leave the lead, kept in the file, as
-        trailing whitespace); an unfinished answer is given indented back as written.
+        code of its own stays as it is); after an indentation lead, blank lines the answer opens
+        with are dropped unless the shown selection opens with one (they would leave the lead,
+        kept in the file, as trailing whitespace); an unfinished answer is given indented back
+        as written.
         """
         code, finished = clean_answer(answer, self.fence)
         if not finished:
@@ -126,7 +127,9 @@ class EditPrompt:
         if not code.strip():
             return "" if self.shown.strip() else self.original
         first, newline, _ = self.shown.partition("\n")
-        if not newline or first.strip(" \t\r"):  # the selection does not open with a blank line
+        if self.frame.lead and (not newline or first.strip(" \t\r")):
+            # after the indentation that stays in the file (not after code, whose line an opening
+            # line break ends), where the selection does not open with a blank line itself
             code = _LEADING_BLANK_LINES.sub("", code)
         return self.frame.reindent(code) + self.layout
 

@@ -212,10 +212,9 @@ def lock_holder(sock: Path) -> int | None:
     """The pid of the daemon holding ``sock``'s lock (running, or still loading its model), else None."""
     lock = SocketLock(sock)
     try:
-        fd = os.open(lock.path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):  # no daemon, or its lock file was just removed at its exit
-        return None
-    except PermissionError:  # not ours to read: no daemon of this user's
+        fd = os.open(lock.path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # none (no daemon, or its lock just removed at its exit), a link (never
+        # ngramd's: serve refuses one), a path under a file, or not ours to read: no daemon of ours
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

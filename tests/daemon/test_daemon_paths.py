@@ -262,3 +262,10 @@ def test_status_probe_of_a_socket_under_a_file_finds_no_daemon(tmp_path):
 
     (tmp_path / "afile").write_text("hi")
     assert lock_holder(tmp_path / "afile" / "x.sock") is None
+
+
+def test_status_probe_of_a_lock_that_is_a_link_loop_finds_no_daemon(tmp_path):
+    from daemon.paths import lock_holder
+
+    (tmp_path / "l.sock.lock").symlink_to(tmp_path / "l.sock.lock")
+    assert lock_holder(tmp_path / "l.sock") is None

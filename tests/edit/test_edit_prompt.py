@@ -112,6 +112,10 @@ def test_blank_lines_an_answer_opens_with_leave_no_trailing_whitespace():
     blank_first = "def g():\n\n    return 2\n"
     start = blank_first.index("\n\n") + 1  # the selection opens with its blank line: kept
     assert _edit(blank_first, start, len(blank_first), "\n\nreturn 3") == "def g():\n\n    return 3\n"
+    # after code on its line, the opening line break is what ends that line: kept
+    after_code = "def f():\n    a = 1\n    return a\n"
+    cursor = after_code.index("\n    return")
+    assert _edit(after_code, cursor, cursor, "\n\n    b = 2") == "def f():\n    a = 1\n    b = 2\n    return a\n"
 
 
 def test_a_markdown_answer_may_hold_a_code_block_of_its_own():

@@ -811,9 +811,13 @@ if suite == "fake" then
     eq(client_mod.get(scratch), nil, "client of an unnamed buffer")
     notes = {}
     ngramd.rewrite({ line1 = 1, line2 = 1, instruction = "return-only up" })
+    assert(notes[1] and notes[1]:find("no file name", 1, true), vim.inspect(notes))
+    vim.cmd("file " .. vim.fn.fnameescape(dir .. "/named_later.py")) -- named at last: served
+    wait(function()
+      return client_mod.get(scratch) ~= nil
+    end, "a client for the buffer once named")
     vim.cmd("buffer " .. buf)
     vim.cmd("bwipeout! " .. scratch)
-    assert(notes[1] and notes[1]:find("no file name", 1, true), vim.inspect(notes))
   end)
 
   test(":NgramdRewrite with a range past the last line rewrites up to the last line", function()

@@ -83,7 +83,9 @@ local function notify(msg, level)
 end
 
 --- The client's on_exit (a libuv callback on 0.7: the work is scheduled).
-local function on_client_exit(code, _, client_id)
+local stopping = {} -- client ids stopped on purpose (:NgramdRestart): their exit is expected
+
+local function on_client_exit(code, signal, client_id)
   vim.schedule(function()
     prepare.detach_unserved()
     local waiting = rewrites_waiting[client_id] or {}
@@ -91,9 +93,11 @@ local function on_client_exit(code, _, client_id)
     for finish in pairs(waiting) do
       finish({ message = "the ngramd language server exited before answering" }, nil)
     end
-    if code ~= 0 then -- not stopped on purpose: say how to get it back
-      notify("the language server exited (code " .. tostring(code) .. "); :NgramdRestart starts it again",
-        vim.log.levels.WARN)
+    local expected = stopping[client_id]
+    stopping[client_id] = nil
+    if not expected and (code ~= 0 or (signal or 0) ~= 0) then -- a crash, a kill: say how to get it back
+      notify(string.format("the language server exited (code %s, signal %s); :NgramdRestart starts it again",
+        tostring(code), tostring(signal)), vim.log.levels.WARN)
     end
   end)
 end
@@ -142,9 +146,12 @@ end
 
 local function on_attach(client, bufnr)
   if M.native then
-    -- The built-in's switch is per buffer (every server's in it) and per client: the buffer's is
-    -- on, ngramd's own client follows the toggle, and no other server's is touched.
-    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+    -- The built-in's switch is per buffer (shared by every server in it) and per client:
+    -- ngramd's client follows the toggle; the buffer's is turned on while ngramd is on (as any
+    -- server of the buffer needs it), never off.
+    if M.config.enabled then
+      vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+    end
     vim.lsp.inline_completion.enable(M.config.enabled, { client_id = client.id })
   else
     ghost.attach(bufnr)
@@ -227,6 +234,16 @@ function M.setup(opts)
     pattern = "*",
     callback = function(args)
       if filetype_enabled(args.match) and vim.bo[args.buf].buftype == "" then
+        M.start(args.buf)
+      end
+    end,
+  })
+
+  vim.api.nvim_create_autocmd("BufFilePost", { -- a buffer named at last (`:w name`, `:file name`)
+    group = group,
+    pattern = "*",
+    callback = function(args)
+      if filetype_enabled(vim.bo[args.buf].filetype) and vim.bo[args.buf].buftype == "" then
         M.start(args.buf)
       end
     end,
@@ -362,12 +379,11 @@ local function push_config()
   end
 end
 
---- Turns completions on or off (all buffers); the server is told through
---- workspace/didChangeConfiguration (enabled).
 --- Starts the language server again for every loaded buffer it serves (after it exited, or
 --- to run a new `cmd`); running ngramd clients are stopped first.
 function M.restart()
   for _, c in ipairs(client_mod.all()) do
+    stopping[c.id] = true
     client_mod.stop(c)
   end
   local function start_all()
@@ -389,6 +405,8 @@ function M.restart()
   when_stopped()
 end
 
+--- Turns completions on or off (all buffers); the server is told through
+--- workspace/didChangeConfiguration (enabled).
 function M.toggle(enabled)
   if enabled == nil then
     enabled = not M.config.enabled
@@ -403,6 +421,11 @@ function M.toggle(enabled)
   end
   if M.native then
     for _, c in ipairs(client_mod.all()) do -- ngramd's clients only: not another server's inline completion
+      if enabled then -- its buffers' switches on too (one attached while ngramd was off left them)
+        for b in pairs(c.attached_buffers or {}) do
+          vim.lsp.inline_completion.enable(true, { bufnr = b })
+        end
+      end
       vim.lsp.inline_completion.enable(enabled, { client_id = c.id })
     end
   end
