@@ -265,7 +265,8 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     stopper = StopChecker(StopConfig(max_tokens=max_tokens, stop_strings=ep.stop, eos_ids=completer.eos_ids,
                                      block_end=False,  # a rewritten range may dedent
                                      # a loop the prompt does not hold ends it
-                                     loop_allowed=ep.prompt.encode() if req.stop_loops else None),
+                                     loop_allowed=ep.prompt.encode() if req.stop_loops else None,
+                                     closing_fence=ep.fence if ep.code_blocks else None),
                           runtime.token_bytes)
     out, stats = completer.decode(edit_cache_key(req.uri),  # the edit prompt's KV, apart from completions'
                                   ep.prompt_ids, proposer, policy, stopper, req.sampling, None, cancel,

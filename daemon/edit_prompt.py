@@ -58,8 +58,11 @@ then indents it back and puts the selection's layout after it. The
 end-of-sequence token is never part of the answer's text, so a ``<|im_end|>``
 in it is the code's own and kept. The fence is three backticks, or more when
 the original itself contains a run of three or more, so that the original
-cannot close it; four at least in Markdown, whose answers often hold a code
-block of their own (a three-backtick line in the answer would end it).
+cannot close it. A Markdown answer often holds a code block of its own: there the
+answer ends at a bare fence line that closes no block it opened
+(daemon/stops.py ``FenceNesting``), not at the first fence line (`` ```sh ``
+would end it, and the rest of the selection be lost). The fence stays three
+backticks there too: the embedded model closes a longer one with three.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from typing import Any
 
 from daemon.edit_indent import IndentFrame, frame_of, layout_of, split_layout
 from daemon.model import encode_template
+from daemon.stops import FenceNesting
 
 SELECTION = "<selection/>"
 SYSTEM = ("You are a careful code editor. The user selects code in a file and gives an "
@@ -110,6 +114,7 @@ class EditPrompt:
     layout: str  # put back after the answer's code (daemon/edit_indent.py layout_of)
     fence: str
     stop: tuple[str, ...]  # stop strings on the answer text
+    code_blocks: bool = False  # the answer may hold fenced code blocks (Markdown): closed by FenceNesting
 
     def replacement(self, answer: str) -> str:
         """The text that replaces the selection, from the model's answer (the text after the
@@ -121,7 +126,7 @@ class EditPrompt:
         kept in the file, as trailing whitespace); an unfinished answer is given indented back
         as written.
         """
-        code, finished = clean_answer(answer, self.fence)
+        code, finished = clean_answer(answer, self.fence, self.code_blocks)
         if not finished:
             return self.frame.reindent(code)
         if not code.strip():
@@ -152,10 +157,10 @@ def language_of(uri: str) -> str:
     return _LANGS.get(ext, "")
 
 
-def fence_for(original: str, lang: str = "") -> str:
-    """Three backticks (four in Markdown), or one more than the longest run of backticks in ``original``."""
+def fence_for(original: str) -> str:
+    """Three backticks, or one more than the longest run of backticks in ``original``."""
     longest = max((len(m) for m in re.findall(r"`{3,}", original)), default=0)
-    return "`" * max(4 if lang == "markdown" else 3, longest + 1)
+    return "`" * max(3, longest + 1)
 
 
 def excerpt(text: str, start: int, end: int) -> str:
@@ -176,18 +181,26 @@ def draft_text(shown: str, fence: str) -> str:
     return "\n" + shown + "\n" + fence
 
 
-def clean_answer(answer: str, fence: str) -> tuple[str, bool]:
+def clean_answer(answer: str, fence: str, code_blocks: bool = False) -> tuple[str, bool]:
     """(code, finished): the code of the model's answer (the text after the opening fence), in
     the frame it was shown, without its trailing line breaks; finished when the closing fence
-    came (the code is then all there is before it).
+    came (the code is then all there is before it). ``code_blocks``: the answer may hold
+    fenced blocks of its own (Markdown), so the closing fence is the first bare fence line
+    that closes none of them.
 
     Example: clean_answer("\\n    y = 1\\n\\n```", "```") == ("    y = 1", True).
     """
     if answer.startswith("\n"):
         answer = answer[1:]
-    if answer.startswith(fence):  # no code
+    if code_blocks:
+        start = FenceNesting(fence).closing_line(answer + "\n")
+        closing = -1 if start is None else start - 1  # the line break before it (-1: the first line)
+        if start == 0:
+            return "", True
+    elif answer.startswith(fence):  # no code
         return "", True
-    closing = answer.find("\n" + fence)
+    else:
+        closing = answer.find("\n" + fence)
     if closing < 0:
         return answer, False
     return split_layout(answer[:closing])[0], True  # a CRLF answer's last \r included
@@ -207,7 +220,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     frame = frame_of(text, start, end)
     shown = frame.dedent(split_layout(original)[0])
     lang = language_of(uri)
-    fence = fence_for(original, lang)
+    fence = fence_for(original)
     name = uri.rsplit("/", 1)[-1] or "untitled"
     context = excerpt(text, start, end)
     tokenizer = getattr(runtime, "tokenizer", None)
@@ -238,7 +251,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     return EditPrompt(style=style, prompt=prompt, prompt_ids=prompt_ids,
                       draft_ids=draft_ids, original=original, shown=shown, frame=frame,
                       layout=layout_of(text, start, end), fence=fence,
-                      stop=("\n" + fence,))
+                      stop=() if lang == "markdown" else ("\n" + fence,), code_blocks=lang == "markdown")
 
 
 def _chat_template_around_user(tokenizer: Any) -> tuple[str, str]:

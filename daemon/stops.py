@@ -16,7 +16,10 @@ Rules, checked after each token (the stop reason names the first that fires):
   closed), or a blank line is followed by a line indented less than the line
   before the blank (cut before the blank/dedented line);
 - ``repetition`` (with ``loop_allowed``, edits): the output is caught in a loop that
-  the given text does not hold (daemon/repetition.py); the text is kept whole.
+  the given text does not hold (daemon/repetition.py); the text is kept whole;
+- ``stop_string`` also (with ``closing_fence``, a Markdown edit's answer): a line of that
+  fence's backticks alone that does not close a code block the text opened (a fence line
+  with an info string, `` ```sh ``) ends it (cut before the line break before it).
 
 ``skip`` bytes at the start of the stream (the characters before the cursor
 that the prompt backed off, see prompt.py) are consumed but not part of the text.
@@ -45,6 +48,7 @@ class StopConfig:
     block_end: bool = True  # multi-line: stop where the block closes (False for edits: a rewritten range may dedent)
     # stop an output caught in a loop, unless these bytes hold the same run (an edit's prompt); None: off
     loop_allowed: bytes | None = None
+    closing_fence: str | None = None  # an answer fenced so, code blocks of its own allowed (Markdown edits)
 
 
 class StopChecker:
@@ -61,6 +65,7 @@ class StopChecker:
         self.num_tokens = 0
         self.reason = ""
         self._loops = None if config.loop_allowed is None else RepetitionGuard(config.loop_allowed, token_bytes)
+        self._fences = FenceNesting(config.closing_fence) if config.closing_fence else None
 
     def push(self, token: int) -> bool:
         """Add one generated token; returns True when generation must stop now."""
@@ -97,6 +102,12 @@ class StopChecker:
 
     def _check_text(self) -> None:
         text = self.text
+        if self._fences is not None:
+            closing = self._fences.closing_line(text)
+            if closing is not None:
+                self.text = text[: max(closing - 1, 0)]  # before the line break before it
+                self.reason = "stop_string"
+                return
         for s in self.cfg.stop_strings:
             if s and s in text:
                 self.text = text[: text.index(s)]
@@ -140,3 +151,35 @@ class StopChecker:
             prev_indent = ind
             blank_before = False
             offset += len(line) + 1
+
+
+class FenceNesting:
+    """Finds the line that closes a fenced answer which may hold code blocks of its own.
+
+    A line of the fence's backticks (or more) alone closes the innermost block open, or, with
+    none open, the answer; a fence line with an info string (`` ```sh ``) opens a block.
+    Lines are judged once complete (a line break after them).
+    Example: FenceNesting("```").closing_line("a\n```sh\nx\n```\nb\n```\n") == 16.
+    """
+
+    def __init__(self, fence: str) -> None:
+        self.fence = fence
+        self._judged = 0  # text before this offset is judged (complete lines)
+        self._open = 0  # code blocks the answer opened and did not close
+
+    def closing_line(self, text: str) -> int | None:
+        """Offset in ``text`` where the closing line starts; None while it has not come."""
+        while True:
+            end = text.find("\n", self._judged)
+            if end < 0:
+                return None
+            start, self._judged = self._judged, end + 1
+            line = text[start:end].strip(" \t\r")
+            if not line.startswith(self.fence):
+                continue
+            if line.strip("`"):  # an info string: a block of the answer's own
+                self._open += 1
+            elif self._open:
+                self._open -= 1
+            else:
+                return start

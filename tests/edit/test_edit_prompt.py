@@ -124,7 +124,27 @@ def test_a_markdown_answer_may_hold_a_code_block_of_its_own():
     answer = "\nInstall with pip:\n\n```sh\npip install tool\n```\n\nThen run it."
     edited = _edit(text, start, len(text), answer, uri="file:///w/README.md")
     assert edited == "# Tool\n\nInstall with pip:\n\n```sh\npip install tool\n```\n\nThen run it.\n"
-    assert fence_for("x", "markdown") == "````" and fence_for("x", "python") == "```"
+
+
+@pytest.mark.parametrize("after", ["", "\nNote: the instruction is done.\n"], ids=["eos", "text after"])
+def test_a_markdown_answer_ends_at_the_fence_that_closes_no_block_of_its_own(tok_runtime, after):
+    """The model's answer, streamed through the stop rules as generation does: the fence line
+    after ```sh opens a block, the next bare one closes it, the one after closes the answer
+    (three backticks, as the embedded model writes them); what follows it is not kept."""
+    from daemon.edit import closed_answer
+    from daemon.stops import StopChecker, StopConfig
+
+    text = "# Tool\n\nInstall with pip.\n\nThen run it.\n"
+    ep = build_edit_prompt(tok_runtime, text, text.index("Install"), len(text), "add the command",
+                           "file:///w/README.md")
+    assert ep.fence == "```" and ep.code_blocks and ep.stop == ()
+    out = "\nInstall with pip:\n\n```sh\npip install tool\n```\n\nThen run it.\n```" + after
+    stopper = StopChecker(StopConfig(max_tokens=10_000, closing_fence=ep.fence), lambda t: bytes([t]))
+    stopped = stopper.push_many(list(out.encode()))
+    reason = stopper.reason or "eos"  # no rule fired: the model's eos ends it
+    assert (reason == "stop_string") == bool(after) and stopped == len(out.encode()) - (len(after) - 1 if after else 0)
+    replacement = ep.replacement(closed_answer(stopper.text, reason, ep.fence))
+    assert replacement == "Install with pip:\n\n```sh\npip install tool\n```\n\nThen run it.\n"
 
 
 _LINE = st.tuples(st.sampled_from(["", " ", "    ", "\t", "        "]),
@@ -132,9 +152,10 @@ _LINE = st.tuples(st.sampled_from(["", " ", "    ", "\t", "        "]),
                   st.sampled_from(["\n", "\r\n"]))
 
 
+@pytest.mark.parametrize("uri", ["file:///w/m.py", "file:///w/notes.md"])
 @settings(max_examples=300, deadline=None)
 @given(lines=st.lists(_LINE, min_size=1, max_size=8), data=st.data())
-def test_an_answer_that_repeats_the_draft_gives_back_the_original(tok_runtime, lines, data):
+def test_an_answer_that_repeats_the_draft_gives_back_the_original(tok_runtime, uri, lines, data):
     """Whatever the file and the range: the model repeating what it was shown changes nothing,
     finished at the stop string or at eos after the fence."""
     from daemon.edit import closed_answer
@@ -142,7 +163,7 @@ def test_an_answer_that_repeats_the_draft_gives_back_the_original(tok_runtime, l
     text = "".join(indent + body + end for indent, body, end in lines)
     start = data.draw(st.integers(0, len(text)))
     end = data.draw(st.integers(start, len(text)))
-    ep = build_edit_prompt(tok_runtime, text, start, end, "keep it", "file:///w/m.py")
+    ep = build_edit_prompt(tok_runtime, text, start, end, "keep it", uri)
     draft = draft_text(ep.shown, ep.fence)
     assert ep.replacement(closed_answer(draft[:-len(ep.fence) - 1], "stop_string", ep.fence)) == ep.original
     assert ep.replacement(closed_answer(draft, "eos", ep.fence)) == ep.original

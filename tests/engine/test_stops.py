@@ -84,3 +84,20 @@ def test_nested_block_without_blank_line_continues():
 def test_skip_bytes_are_consumed_not_emitted():
     c, _ = _run([" ret", "urn", " x"], skip=b" retu", single_line=True)
     assert c.text == "rn x"
+
+
+def test_fence_nesting_finds_the_line_that_closes_the_answer_as_the_text_streams():
+    from daemon.stops import FenceNesting
+
+    text = "intro\n```python\nx = 1\n```\n\n```\nafter\n"
+    whole = FenceNesting("```").closing_line(text)
+    assert text[whole:] == "```\nafter\n"  # the first bare fence closes the block ```python opened
+    streamed, nesting = None, FenceNesting("```")
+    for end in range(len(text) + 1):  # as generation grows the text
+        streamed = nesting.closing_line(text[:end])
+        if streamed is not None:
+            break
+    assert streamed == whole and end == whole + 4  # judged once its line break came
+    assert FenceNesting("````").closing_line("a\n```\nb\n````\n") == 8  # a shorter run is text
+    assert FenceNesting("```").closing_line("```\n") == 0  # no text at all
+    assert FenceNesting("```").closing_line("a\n```") is None  # not complete yet
