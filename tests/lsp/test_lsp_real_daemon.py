@@ -119,6 +119,9 @@ async def test_a_completion_where_the_cursor_rested_is_prepared_and_answers_as_t
     client = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
     open_doc(client, uri, SOURCE)  # a document no other test uses: its KV cache is cold
     last = SOURCE.split("\n")[-1]
+    # connected first: a prepare never starts a connection, it waits for one 1 s at most (PROBE_S),
+    # which a loaded machine may not meet
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     prepared = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="ngramd.prepareCompletion", arguments=[uri, {"line": 5, "character": len(last)}, 1]))
     assert prepared is not None and prepared["prefilled"] == prepared["tokens"] - 1 > 10
