@@ -194,9 +194,9 @@ def clean_answer(answer: str, fence: str, code_blocks: bool = False) -> tuple[st
         answer = answer[1:]
     if code_blocks:
         start = FenceNesting(fence).closing_line(answer + "\n")
-        closing = -1 if start is None else start - 1  # the line break before it (-1: the first line)
-        if start == 0:
+        if start == 0:  # no code
             return "", True
+        closing = -1 if start is None else start - 1  # the line break before the closing line
     elif answer.startswith(fence):  # no code
         return "", True
     else:
