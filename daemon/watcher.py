@@ -268,6 +268,9 @@ class WorkspaceWatcher:
                 self._count("forgotten", self.index.forget_root(root, covered))
             except Exception:
                 log.exception("dropping the files of %s failed", root)
+            for holder, _ in others:  # a folder around it scanned around it: its files are the holder's now
+                if holder in root.parents:
+                    self._rescan(holder)
 
         threading.Thread(target=forget, name="ngramd-forget", daemon=True).start()
         return True

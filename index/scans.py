@@ -134,7 +134,9 @@ class WorkspaceScans:
         is no longer discovered (deleted, or ignored since), unless it was
         (re)indexed meanwhile (a file event during the scan) or lies under
         another scanned root nested in this one (a submodule that ``git
-        ls-files`` does not list).
+        ls-files`` does not list). Files under such a nested root are left to
+        its own scan, which applies its own rules (a nested repository's
+        ``.git/info/exclude``, say), whichever was added first.
         """
         prefix = _folder_prefix(root)
         with self._lock:
@@ -144,6 +146,10 @@ class WorkspaceScans:
             self._roots.add(prefix)
         counts: Counter = Counter()
         files = discover(root, counts)
+        with self._lock:  # a folder scanned as a root of its own decides for its files, by its own rules
+            inner = [r for r in self._roots if r != prefix and r.startswith(prefix)]
+        if inner:
+            files = [f for f in files if not os.path.abspath(f).startswith(tuple(inner))]
         total, done = len(files), 0
         stopped = False
         for i in range(0, total, self.cfg.batch_files):

@@ -329,3 +329,35 @@ def test_a_failing_git_listing_is_asked_again_by_the_periodic_check_not_by_each_
     _git(root, "add", "b.py")  # git's index file changes: a path asks again
     ignorer.ignored(root / "b.py")
     assert len(asked) == 3
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_folder_added_around_a_nested_repository_leaves_its_files_to_its_own_rules(tmp_path):
+    """A repository B watched as a folder, then the plain folder A around it: A's scan must not
+    index what B's own git excludes (.git/info/exclude, which A's walk knows nothing of)."""
+    from index import IndexConfig, NgramIndex
+
+    outer = (tmp_path / "A").resolve()
+    inner = outer / "B"
+    inner.mkdir(parents=True)
+    (inner / "code.py").write_text("c = 1\n")
+    (inner / "secret.txt").write_text("password = 1\n")
+    subprocess.run(["git", "-C", str(inner), "init", "-q"], check=True)
+    (inner / ".git" / "info").mkdir(exist_ok=True)
+    (inner / ".git" / "info" / "exclude").write_text("secret.txt\n")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    try:
+        w.add_folder(inner)
+        wait_until(lambda: all(f["state"] == "ready" for f in w.status()["folders"]))
+        w.add_folder(outer)
+        wait_until(lambda: len(w.status()["folders"]) == 2
+                   and all(f["state"] == "ready" for f in w.status()["folders"]))
+        assert sorted(index._files) == [str(inner / "code.py")]
+        # B no longer watched: A decides for its files, by A's rules, which keep the secret
+        w.remove_folder(inner)
+        wait_until(lambda: str(inner / "secret.txt") in index._files
+                   and all(f["state"] == "ready" for f in w.status()["folders"]))
+        assert sorted(index._files) == [str(inner / "code.py"), str(inner / "secret.txt")]
+    finally:
+        w.stop()
