@@ -491,6 +491,10 @@ async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, version
         `ngramd: rewrites work in files and untitled documents, not in ${scheme}: documents.`);
       return;
     }
+    if ((editor.selections?.length ?? 1) > 1) { // one rewrite, one range: say which, rather than drop the others silently
+      void vscode.window.showInformationMessage(
+        "ngramd: several selections: the primary one is rewritten, the others are left as they are.");
+    }
     uri = editor.document.uri.toString();
     range = editor.selection;
     version = editor.document.version; // before the prompt: typing meanwhile moves the range

@@ -437,6 +437,22 @@ test("a light-bulb rewrite cancelled from its progress stops the request and say
   assert.deepEqual(h.messages, []);
 });
 
+test("a rewrite with several selections rewrites the primary one and says so", async () => {
+  await activate();
+  h.answer = async () => null;
+  const primary = { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } };
+  h.window.activeTextEditor = {
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 1 },
+    selection: primary,
+    selections: [primary, { isEmpty: false, start: { line: 2, character: 0 }, end: { line: 2, character: 4 } }],
+  };
+  h.inputBoxAnswers.push("add types");
+  await h.commands.get("ngramd.rewrite")!();
+  const [req] = h.clients[0].commandRequests(SERVER_COMMANDS.rewriteSelection);
+  assert.deepEqual(req.params.arguments![1], primary);
+  assert.match(h.messages[0].text, /the primary one is rewritten/);
+});
+
 test("a rewrite asked in a document the server never gets is refused before the instruction", async () => {
   await activate();
   h.window.activeTextEditor = {
