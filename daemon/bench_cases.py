@@ -100,6 +100,9 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+
+
 def resolve_workspace(ref: str, base_dir: Path | None = None) -> Path:
     """``"stdlib:"``/``"stdlib:PKG"``/path -> an existing directory (see module doc)."""
     if ref.startswith(STDLIB_PREFIX):
@@ -107,7 +110,7 @@ def resolve_workspace(ref: str, base_dir: Path | None = None) -> Path:
         root = stdlib_root()
         if not name:
             return root
-        if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", name):
+        if not _MODULE_NAME.fullmatch(name):
             raise BenchCaseError(f"workspace {ref!r}: not a module name")
         path = root.joinpath(*name.split("."))
         if not path.is_dir():
@@ -129,9 +132,10 @@ def workspace_ref_for(path: Path) -> str:
         rel = path.relative_to(root)
     except ValueError:
         return str(path)
-    if "site-packages" in rel.parts:
-        return str(path)
-    return STDLIB_PREFIX + ".".join(rel.parts)
+    name = ".".join(rel.parts)
+    if "site-packages" in rel.parts or (name and not _MODULE_NAME.fullmatch(name)):
+        return str(path)  # not a package name (config-3.11-x86_64-linux-gnu): the loader takes the path
+    return STDLIB_PREFIX + name
 
 
 # --------------------------------------------------------------------------- loading

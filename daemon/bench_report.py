@@ -414,7 +414,7 @@ def check_plot_path(path: str) -> None:
 
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     formats = FigureCanvasBase.get_supported_filetypes()
-    if suffix and suffix not in formats:  # no suffix: savefig writes its default format (png)
+    if suffix and suffix not in formats:  # no suffix: plot writes png to the very path given
         raise PlotUnavailable(f"--plot {path}: matplotlib cannot write .{suffix} files "
                               f"(it writes {', '.join('.' + f for f in sorted(formats))})")
     folder = os.path.dirname(path) or "."
@@ -449,5 +449,6 @@ def plot(report: dict[str, Any], path: str) -> None:
     ax2.set_ylabel("passes")
     fig.suptitle(f"ngramd bench: {report['meta'].get('model')} on {report['meta'].get('device')}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # with no suffix savefig would write PATH.png, not the path reported: the format is said instead
+    fig.savefig(path, dpi=110, format=None if os.path.splitext(path)[1] else "png")
     plt.close(fig)

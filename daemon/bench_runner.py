@@ -136,15 +136,18 @@ def prompt_ids_from_plain(passes: list[Pass], generated: list[int]) -> list[int]
 def decode_trace(passes: list[Pass], prompt_len: int) -> list[dict[str, int]]:
     """Per decode pass: context length, tokens verified, tokens committed.
 
-    Decode passes are those that start at or after the last prompt token's
-    position (prefill passes feed only prompt tokens). ``committed`` is how far
-    the next pass starts beyond this one (the last pass: unknown, -1); for a
+    Decode passes are those that feed a token past the prompt (prefill passes feed only
+    prompt tokens; the first decode pass may feed the prompt's last piece too, the fused
+    prefill). ``committed`` is the tokens the pass generated (the last pass: unknown, -1),
+    how far the next pass starts beyond the pass's first generated position; for a
     speculative pass ``committed - 1`` is the number of accepted draft tokens.
     """
     out = []
     decode = [p for p in passes if p.start + p.n_new > prompt_len]
     for i, p in enumerate(decode):
-        committed = decode[i + 1].start - p.start if i + 1 < len(decode) else -1
+        # a fused pass's first generated token comes from the prompt's last row (prompt_len - 1)
+        first = max(p.start, prompt_len - 1)
+        committed = decode[i + 1].start - first if i + 1 < len(decode) else -1
         out.append({"ctx": p.start, "n": p.n_new, "committed": committed})
     return out
 

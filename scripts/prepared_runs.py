@@ -77,7 +77,10 @@ def parse_args(cases: Path, what: str, extra: Callable[[argparse.ArgumentParser]
     ap.add_argument("--ids", default="", help=f"comma-separated case ids (default: every {what} case)")
     if extra is not None:
         extra(ap)
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {args.repeat}")
+    return args
 
 
 def measure_cases(args: argparse.Namespace, mode: str,
@@ -95,6 +98,9 @@ def measure_cases(args: argparse.Namespace, mode: str,
 
     wanted = {i for i in args.ids.split(",") if i}
     cases = [c for c in load_cases(args.cases) if c.mode == mode and (not wanted or c.id in wanted)]
+    if not cases:  # before the model loads: nothing to measure is an error, not a report of nan
+        which = f" among --ids {args.ids}" if wanted else ""
+        raise SystemExit(f"no {mode} cases in {args.cases}{which}")
     rt = load_runtime(None, device="cpu")
     runner = BenchRunner(rt, hf=False)  # only for its per-workspace index
     for n, case in enumerate(cases):

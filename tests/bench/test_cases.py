@@ -151,3 +151,16 @@ def test_a_byte_order_mark_is_not_part_of_the_text_nor_counted_in_offsets(tmp_pa
     (tmp_path / "m.py").write_bytes("\ufeffa = 1\nb = 2\n".encode("utf-8"))
     case = parse_case(good(tmp_path, file="m.py", offset=6, anchor="b = 2"))
     assert case.text == "a = 1\nb = 2\n" and case.offset == 6
+
+
+def test_a_stdlib_folder_whose_name_is_no_module_name_is_written_as_its_path(tmp_path, monkeypatch):
+    """--make-cases on config-3.11-x86_64-linux-gnu wrote "stdlib:config-3.11-...", which the loader refuses."""
+    import daemon.bench_cases as bench_cases
+
+    odd = tmp_path / "config-3.11-x86_64-linux-gnu"
+    odd.mkdir()
+    (tmp_path / "json").mkdir()
+    monkeypatch.setattr(bench_cases, "stdlib_root", lambda: tmp_path)
+    assert workspace_ref_for(tmp_path / "json") == "stdlib:json"
+    ref = workspace_ref_for(odd)
+    assert ref == str(odd.resolve()) and resolve_workspace(ref) == odd.resolve()

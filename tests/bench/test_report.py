@@ -121,6 +121,14 @@ def test_plot_writes_a_png_when_matplotlib_is_there(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_plot_path_without_a_suffix_is_the_file_written(tmp_path):
+    """The CLI reports the path it was given: savefig alone would have written PATH.png."""
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "speedups"
+    plot(build_report(ROWS, {"model": "tiny", "device": "cpu"}), str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "speedups.png").exists()
+
+
 def test_plot_of_a_prepared_run_has_a_bar_per_case_for_each_of_three_speedups(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure

@@ -133,6 +133,11 @@ def test_prompt_recovery_and_trace_on_hand_written_passes():
     assert decode_trace(spec, len(prompt)) == [{"ctx": 4, "n": 3, "committed": 2},
                                                 {"ctx": 6, "n": 2, "committed": -1}]
     assert prompt_ids_from_plain([Pass(3, [1])], gen) is None  # a gap: not a cold plain run
+    # the prompt's last piece in the first decode pass (fused): [7, 8] then drafts [9, 12]; 9 is
+    # accepted, 12 not (10 instead): 2 generated, 1 accepted, not the prompt tokens it fed
+    fused = [Pass(0, [5, 6]), Pass(2, [7, 8, 9, 12]), Pass(5, [10, 11])]
+    assert decode_trace(fused, len(prompt)) == [{"ctx": 2, "n": 4, "committed": 2},
+                                                 {"ctx": 5, "n": 2, "committed": -1}]
 
 
 def test_a_failed_warm_up_is_tried_again_on_the_next_case(tmp_path):
