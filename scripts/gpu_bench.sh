@@ -51,6 +51,9 @@ if [ -z "$DRY" ]; then
     timeout 420 "$RUN_PY" -m daemon.cli bench --cases bench/cases/stdlib.jsonl --device cuda \
       ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} --repeat 3 --json > "$OUTDIR/bench_gpu.json" 2> "$OUTDIR/bench_gpu.log"
     BENCH_RC=$?
+    # how far a multi-token pass's logits drift from one-token passes in bf16 (README: exactness)
+    timeout 120 "$RUN_PY" -W ignore scripts/measure_pass_drift.py --device cuda ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
+      > "$OUTDIR/pass_drift.txt" 2>&1 || echo "gpu_bench: the pass-drift measurement failed (see pass_drift.txt)" >&2
   else
     echo "gpu_bench: no real model here (set NGRAMD_GPU_MODEL); the side-by-side bench is skipped" >&2
   fi

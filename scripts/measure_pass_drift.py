@@ -46,8 +46,10 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=600)
     ap.add_argument("--cursors", type=int, default=4, help="cursor positions per file")
     ap.add_argument("--files", default=",".join(DEFAULT_FILES))
+    ap.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"),
+                    help="where to measure (auto/cuda: bf16 on a GPU, as the daemon runs there)")
     args = ap.parse_args()
-    rt = load_runtime(args.model, device="cpu")
+    rt = load_runtime(args.model, device=args.device)
     worst, closest, n = 0.0, float("inf"), 0
     for name in args.files.split(","):
         ids = rt.encode((ROOT / name).read_text())
