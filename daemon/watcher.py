@@ -438,6 +438,7 @@ class WorkspaceWatcher:
             if ignorer.in_nested_repository(path) and not os.path.lexists(path):
                 # a delete leaves nothing behind, even of a file indexed before git named the repository
                 self.index.remove_tree(path)
+            self._follow_links_to(path)
             return
         if self.is_open(path):
             self._count("shadowed")
@@ -475,6 +476,17 @@ class WorkspaceWatcher:
             # event for itself and none for its files.
             self.index.remove_tree(path)
             self._count("removed")
+
+    def _follow_links_to(self, target: Path) -> None:
+        """An ignored file changed or went away: the files indexed under a link to it (the scan
+        indexes a link to a file in an ignored folder) get no event of their own."""
+        for link in self.index.links_to(target):
+            if os.path.isfile(link) and not self.is_open(Path(link)):
+                if self.index.index_file(link):
+                    self._count("reindexed")
+            elif not os.path.exists(link):  # dangling now
+                self.index.remove_file(link)
+                self._count("removed")
 
     def _follow_tracked(self, root: Path) -> None:
         """Have git asked once its index file changed or the rules are to be read again

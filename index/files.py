@@ -83,7 +83,29 @@ class WorkspaceFiles:
             self._remove(key)
         return n
 
+    def links_to(self, path: str | os.PathLike) -> list[str]:
+        """The indexed files whose path reaches the file ``path`` through a symlink (a link to a
+        file the workspace ignores: its changes come as the target's events only)."""
+        with self._lock:
+            return sorted(self._links_of.get(os.path.abspath(os.fspath(path)), ()))
+
+    def _note_link(self, key: str, real: str) -> None:
+        """``key`` was (re)indexed, its real path ``real`` (lock held)."""
+        self._forget_link(key)
+        if real != key:
+            self._link_target[key] = real
+            self._links_of.setdefault(real, set()).add(key)
+
+    def _forget_link(self, key: str) -> None:
+        real = self._link_target.pop(key, None)
+        if real is not None:
+            links = self._links_of[real]
+            links.discard(key)
+            if not links:
+                del self._links_of[real]
+
     def _remove(self, key: str) -> None:
+        self._forget_link(key)
         f = self._files.pop(key, None)
         if f is None:
             return

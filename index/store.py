@@ -117,6 +117,10 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         self._cache_epoch = 0
         # Workspace files (files.py).
         self._files: dict[str, _File] = {}
+        # files indexed under a path that reaches them through a symlink (a link to a file in an
+        # ignored folder: the scan indexes the link): key -> real path, and back
+        self._link_target: dict[str, str] = {}
+        self._links_of: dict[str, set[str]] = {}
         self._ws_tokens = 0  # live workspace tokens
         self._dyn_tokens = 0
         # Running totals for stats()["index_bytes"] (a walk over every file, under the lock, took

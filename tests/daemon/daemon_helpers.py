@@ -113,6 +113,9 @@ class FakeIndex:
             self.log.append(("index", str(path)))
         return True
 
+    def links_to(self, path: Path) -> list[str]:
+        return []
+
     def has_file(self, path: Path) -> bool:
         with self.lock:
             return str(path) in self.files

@@ -444,6 +444,35 @@ def test_events_the_kernel_dropped_are_made_up_for_by_a_rescan(watched):
     assert w.counts["overflows"] == 1
 
 
+def test_a_link_to_a_file_in_an_ignored_folder_follows_its_target(tmp_path):
+    """The scan indexes a link (a file link, or a file in a linked folder) to a file the folder
+    ignores, under the link's path; the target's edits and delete come as the ignored target's
+    events only, and must still reach the link's text."""
+    from index import IndexConfig, NgramIndex
+
+    root = tmp_path.resolve()
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    (root / "build" / "gen.py").write_text("GEN_V1 = 1\n")
+    (root / "link.py").symlink_to("build/gen.py")
+    (root / "lib").symlink_to("build")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    links = [str(root / "link.py"), str(root / "lib" / "gen.py")]
+    try:
+        w.add_folder(root)
+        wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
+        assert all(_indexed_text(index, k) == "GEN_V1 = 1\n" for k in links)
+        assert index.links_to(root / "build" / "gen.py") == sorted(links)
+        (root / "build" / "gen.py").write_text("GEN_V2 = 2\n")
+        wait_until(lambda: all(_indexed_text(index, k) == "GEN_V2 = 2\n" for k in links))
+        (root / "build" / "gen.py").unlink()
+        wait_until(lambda: not any(k in index._files for k in links))
+        assert index.links_to(root / "build" / "gen.py") == []
+    finally:
+        w.stop()
+
+
 def test_ignorer_applies_a_folder_only_pattern_to_a_folder_asked_as_one(tmp_path):
     (tmp_path / ".gitignore").write_text("deps/\n")
     ig = Ignorer(tmp_path)

@@ -596,3 +596,20 @@ def test_tracked_files_not_on_disk_are_not_listed(tmp_path):
     out = NgramIndex(char_tokenize).index_workspace(str(tmp_path))
     assert out["indexed"] == 2 and out["not_on_disk"] == 3 and "vanished" not in out
     assert out["symlink_loop"] == 2  # the reads say why loop and loop/y.py are not indexed
+
+
+def test_real_paths_agree_with_realpath_through_file_and_folder_links(tmp_path):
+    from index.scans import RealPaths
+
+    (tmp_path / "build" / "sub").mkdir(parents=True)
+    (tmp_path / "build" / "sub" / "gen.py").write_text("x\n")
+    (tmp_path / "link.py").symlink_to("build/sub/gen.py")
+    (tmp_path / "lib").symlink_to("build")
+    (tmp_path / "lib2").symlink_to("lib")  # a link to a link
+    (tmp_path / "build" / "back.py").symlink_to("../link.py")  # a file link through a file link
+    paths = [tmp_path / "build" / "sub" / "gen.py", tmp_path / "link.py", tmp_path / "lib" / "sub" / "gen.py",
+             tmp_path / "lib2" / "sub" / "gen.py", tmp_path / "lib2" / "back.py", tmp_path / "dangling.py"]
+    (tmp_path / "dangling.py").symlink_to("nowhere.py")
+    reals = RealPaths()
+    for path in paths:
+        assert reals.of(str(path)) == os.path.realpath(path), path
