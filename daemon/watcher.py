@@ -385,6 +385,7 @@ class WorkspaceWatcher:
             for path in sorted(batch):
                 try:
                     self._apply(Path(path))
+                    self._follow_links_to(Path(path))
                 except Exception:  # one bad file must not stop the others
                     log.exception("re-indexing %s failed", path)
 
@@ -438,7 +439,6 @@ class WorkspaceWatcher:
             if ignorer.in_nested_repository(path) and not os.path.lexists(path):
                 # a delete leaves nothing behind, even of a file indexed before git named the repository
                 self.index.remove_tree(path)
-            self._follow_links_to(path)
             return
         if self.is_open(path):
             self._count("shadowed")
@@ -478,9 +478,10 @@ class WorkspaceWatcher:
             self._count("removed")
 
     def _follow_links_to(self, target: Path) -> None:
-        """An ignored file changed or went away: the files indexed under a link to it (the scan
-        indexes a link to a file in an ignored folder) get no event of their own."""
-        for link in self.index.links_to(target):
+        """A file changed or went away (or a folder holding files): the files indexed under a link
+        to it (the scan indexes a link to a file in an ignored folder, or in a nested folder that
+        its listing leaves out) get no event of their own."""
+        for link in self.index.links_to(target, below=True):
             if os.path.isfile(link) and not self.is_open(Path(link)):
                 if self.index.index_file(link):
                     self._count("reindexed")

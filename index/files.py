@@ -83,11 +83,21 @@ class WorkspaceFiles:
             self._remove(key)
         return n
 
-    def links_to(self, path: str | os.PathLike) -> list[str]:
+    def links_to(self, path: str | os.PathLike, below: bool = False) -> list[str]:
         """The indexed files whose path reaches the file ``path`` through a symlink (a link to a
-        file the workspace ignores: its changes come as the target's events only)."""
+        file the workspace ignores: its changes come as the target's events only); ``below``: to
+        files under the folder ``path`` too (a folder moved away sends one event, for itself)."""
+        if not self._links_of:  # the common case, without the lock (file events call this for every path)
+            return []
+        key = os.path.abspath(os.fspath(path))
+        under = key.rstrip(os.sep) + os.sep
         with self._lock:
-            return sorted(self._links_of.get(os.path.abspath(os.fspath(path)), ()))
+            found = set(self._links_of.get(key, ()))
+            if below:
+                for real, links in self._links_of.items():
+                    if real.startswith(under):
+                        found |= links
+            return sorted(found)
 
     def _note_link(self, key: str, real: str) -> None:
         """``key`` was (re)indexed, its real path ``real`` (lock held)."""

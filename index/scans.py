@@ -212,9 +212,11 @@ class WorkspaceScans:
         with self._lock:
             if prefix not in self._roots:
                 return None
+            # a folder inside this one scanned as a root of its own since the listing: its files are its scan's
+            inner = tuple(r for r in self._roots if r != prefix and r.startswith(prefix))
             for key, arr, real in zip(keys, arrays, real_paths):
-                if self._changed_since(key, read_tick):  # a file event after the read: newer
-                    continue
+                if self._changed_since(key, read_tick) or (inner and key.startswith(inner)):
+                    continue  # a file event after the read is newer; a nested root decides
                 self._install(key, arr, read_tick)
                 self._note_link(key, real)
                 counts["indexed"] += 1

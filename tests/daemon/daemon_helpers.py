@@ -113,7 +113,7 @@ class FakeIndex:
             self.log.append(("index", str(path)))
         return True
 
-    def links_to(self, path: Path) -> list[str]:
+    def links_to(self, path: Path, below: bool = False) -> list[str]:
         return []
 
     def has_file(self, path: Path) -> bool:

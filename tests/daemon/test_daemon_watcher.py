@@ -469,6 +469,12 @@ def test_a_link_to_a_file_in_an_ignored_folder_follows_its_target(tmp_path):
         (root / "build" / "gen.py").unlink()
         wait_until(lambda: not any(k in index._files for k in links))
         assert index.links_to(root / "build" / "gen.py") == []
+        # the ignored folder moved out of the tree: one event, for the folder; its links go
+        (root / "build" / "gen.py").write_text("GEN_V3 = 3\n")
+        w._rescan(root)  # the file made again: the scan indexes the links again
+        wait_until(lambda: all(_indexed_text(index, k) == "GEN_V3 = 3\n" for k in links))
+        (root / "build").rename(tmp_path.parent / f"{tmp_path.name}-moved-build")
+        wait_until(lambda: not any(k in index._files for k in links))
     finally:
         w.stop()
 

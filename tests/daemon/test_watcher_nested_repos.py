@@ -361,3 +361,39 @@ def test_a_folder_added_around_a_nested_repository_leaves_its_files_to_its_own_r
         assert sorted(index._files) == [str(inner / "code.py"), str(inner / "secret.txt")]
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_link_into_a_nested_watched_repository_follows_its_target(tmp_path):
+    """A's listing leaves out the nested repository B's files, so A's scan indexes A/link.py (a
+    link to B/x.py) as a file of its own; B/x.py's events go to B, which indexes it: the link
+    must follow too."""
+    from index import IndexConfig, NgramIndex
+
+    outer = (tmp_path / "A").resolve()
+    inner = outer / "B"
+    inner.mkdir(parents=True)
+    for repo in (outer, inner):
+        subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    (inner / "x.py").write_text("X_V1 = 1\n")
+    (outer / "link.py").symlink_to("B/x.py")
+    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
+    link = str(outer / "link.py")
+    try:
+        w.add_folder(outer)
+        w.add_folder(inner)
+        wait_until(lambda: len(w.status()["folders"]) == 2
+                   and all(f["state"] == "ready" for f in w.status()["folders"]))
+        assert link in index._files
+        (inner / "x.py").write_text("X_V2 = 2\n")
+        wait_until(lambda: _text(index, link) == "X_V2 = 2\n")
+        (inner / "x.py").unlink()
+        wait_until(lambda: link not in index._files)
+    finally:
+        w.stop()
+
+
+def _text(index, key):
+    f = index._files.get(key)
+    return None if f is None else "".join(chr(int(t)) for t in f.tokens)
