@@ -149,9 +149,9 @@ class WorkspaceScans:
         counts: Counter = Counter()
         files = discover(root, counts)
         with self._lock:  # a folder scanned as a root of its own decides for its files, by its own rules
-            inner = [r for r in self._roots if r != prefix and r.startswith(prefix)]
+            inner = self._roots_inside(prefix)
         if inner:
-            files = [f for f in files if not os.path.abspath(f).startswith(tuple(inner))]
+            files = [f for f in files if not os.path.abspath(f).startswith(inner)]
         total, done = len(files), 0
         stopped = False
         reals = RealPaths()
@@ -176,11 +176,11 @@ class WorkspaceScans:
         if not stopped:
             found = {os.path.abspath(f) for f in files}
             with self._lock:
-                nested = [r for r in self._roots if r != prefix and r.startswith(prefix)]
+                nested = self._roots_inside(prefix)
                 counts["removed"] += self._remove_all(
                     k for k, f in before.items()
                     if k not in found and self._files.get(k) is f  # not re-indexed during the scan
-                    and not any(k.startswith(r) for r in nested))
+                    and not k.startswith(nested))
         self._after_write()
         with self._lock:
             for reason, n in counts.items():
@@ -188,6 +188,10 @@ class WorkspaceScans:
                     self._skipped[reason] += n
         out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
+
+    def _roots_inside(self, prefix: str) -> tuple[str, ...]:
+        """The scanned roots nested in ``prefix`` (lock held): each decides for its own files."""
+        return tuple(r for r in self._roots if r != prefix and r.startswith(prefix))
 
     def _scan_batch(self, files: list, prefix: str, read_tick: int, counts: Counter,
                     reals: RealPaths) -> int | None:
@@ -212,8 +216,7 @@ class WorkspaceScans:
         with self._lock:
             if prefix not in self._roots:
                 return None
-            # a folder inside this one scanned as a root of its own since the listing: its files are its scan's
-            inner = tuple(r for r in self._roots if r != prefix and r.startswith(prefix))
+            inner = self._roots_inside(prefix)  # one added since the listing too: its files are its scan's
             for key, arr, real in zip(keys, arrays, real_paths):
                 if self._changed_since(key, read_tick) or (inner and key.startswith(inner)):
                     continue  # a file event after the read is newer; a nested root decides

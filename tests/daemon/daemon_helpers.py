@@ -81,6 +81,13 @@ class FakeCompleter:
         return Prepared(end + 1, end, 0)
 
 
+def real_index():
+    """The real NgramIndex over one token per character (texts read back with ``chr``)."""
+    from index import IndexConfig, NgramIndex
+
+    return NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+
+
 class FakeIndex:
     """Records the calls the service makes; ``index_workspace`` lists files."""
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_helpers import FakeIndex, wait_until
+from daemon_helpers import FakeIndex, real_index, wait_until
 
 from daemon.ignorer import Ignorer
 from daemon.watcher import WorkspaceWatcher
@@ -176,15 +176,13 @@ def test_scan_and_events_skip_a_file_git_excludes_locally(tmp_path, git_home, mo
     """With the real index in a git work tree: a file ``info/exclude`` or the user's excludes file
     matches is not indexed by the scan, nor when it is edited or created (such files are often
     private: drafts would come from them); a rescan reads the rules again."""
-    from index import IndexConfig, NgramIndex
-
     root = (tmp_path / "repo").resolve()
     root.mkdir()
     (root / "a.py").write_text("a = 1\n")
     (root / "secret.py").write_text("password = 1\n")
     _git(root, "init", "-q")
     _exclude(root, where, "secret.py\n", monkeypatch)
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     try:
         w.add_folder(root)
@@ -448,15 +446,13 @@ def test_a_link_to_a_file_in_an_ignored_folder_follows_its_target(tmp_path):
     """The scan indexes a link (a file link, or a file in a linked folder) to a file the folder
     ignores, under the link's path; the target's edits and delete come as the ignored target's
     events only, and must still reach the link's text."""
-    from index import IndexConfig, NgramIndex
-
     root = tmp_path.resolve()
     (root / ".gitignore").write_text("build/\n")
     (root / "build").mkdir()
     (root / "build" / "gen.py").write_text("GEN_V1 = 1\n")
     (root / "link.py").symlink_to("build/gen.py")
     (root / "lib").symlink_to("build")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     links = [str(root / "link.py"), str(root / "lib" / "gen.py")]
     try:
@@ -569,13 +565,11 @@ def test_scan_and_events_agree_on_a_folder_linked_inside(tmp_path):
     """With the real index: the scan indexes ``src/a.py`` once, under its own path (not through
     the link ``zz`` that the walk also meets, nor the file link ``b_link.py``); an edit of it
     re-indexes that path, and an event under the link (a buffer of ``zz/a.py`` closed) adds no copy."""
-    from index import IndexConfig, NgramIndex
-
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("a = 1\n")
     (tmp_path / "zz").symlink_to("src")
     (tmp_path / "b_link.py").symlink_to("src/a.py")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     try:
         root = tmp_path.resolve()
@@ -685,8 +679,6 @@ def test_scan_and_events_agree_on_a_tracked_file_the_gitignore_matches(tmp_path)
     though .gitignore matches it, so the scan indexes it; an edit of it reaches the index, a link to
     it stays a duplicate, and an untracked file the rules match stays out. A .gitignore that comes
     to match a tracked file leaves it followed too."""
-    from index import IndexConfig, NgramIndex
-
     root = tmp_path.resolve()
     (root / ".gitignore").write_text("build/\n")
     (root / "build").mkdir()
@@ -697,7 +689,7 @@ def test_scan_and_events_agree_on_a_tracked_file_the_gitignore_matches(tmp_path)
     _git(root, "init", "-q")
     _git(root, "add", ".gitignore", "a.py")
     _git(root, "add", "-f", "build/keep.py")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     try:
         w.add_folder(root)
@@ -729,8 +721,6 @@ def test_git_add_force_and_rm_cached_reach_the_index_without_an_edit(tmp_path, g
     """With the real index in a git work tree: ``git add -f`` of a file the .gitignore matches makes
     the scan's ``git ls-files`` list it, ``git rm --cached`` unlists it; neither touches the file
     (no event comes for it, nor for git's index), yet the index follows both, whichever comes first."""
-    from index import IndexConfig, NgramIndex
-
     root = (tmp_path / "repo").resolve()
     (root / "build").mkdir(parents=True)
     (root / ".gitignore").write_text("build/\n")
@@ -740,7 +730,7 @@ def test_git_add_force_and_rm_cached_reach_the_index_without_an_edit(tmp_path, g
     _git(root, "add", ".gitignore", "a.py")
     if tracked_at_scan:
         _git(root, "add", "-f", "build/keep.py")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     keep = str(root / "build" / "keep.py")
     others = [str(root / ".gitignore"), str(root / "a.py")]
@@ -778,10 +768,8 @@ def test_a_failed_git_ls_files_leaves_the_tracked_ignored_files_indexed(tmp_path
     """git failing once (a timeout, no fork) is no answer: the files it listed before stay indexed,
     and the next check asks again (it took the failure for "none tracked" and removed them all)."""
     import daemon.ignorer as ignorer_module
-    from index import IndexConfig, NgramIndex
-
     root, forced = _repo_with_forced_files(tmp_path)
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         w.add_folder(root)
@@ -807,11 +795,9 @@ def test_a_failed_git_ls_files_leaves_the_tracked_ignored_files_indexed(tmp_path
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_one_file_that_fails_to_index_does_not_lose_the_others_git_added(tmp_path, git_home, monkeypatch):
-    from index import IndexConfig, NgramIndex
-
     root, forced = _repo_with_forced_files(tmp_path)
     _git(root, "rm", "-q", "--cached", "build/a.py", "build/b.py", "build/c.py")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         w.add_folder(root)
@@ -860,10 +846,8 @@ def _hang_git_ls_files(monkeypatch, release: threading.Event) -> threading.Event
 
 
 def _watch_repo_with_forced_files(tmp_path):
-    from index import IndexConfig, NgramIndex
-
     root, forced = _repo_with_forced_files(tmp_path)
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     w.add_folder(root)
     wait_until(lambda: w.status()["folders"][0]["state"] == "ready")
@@ -948,15 +932,13 @@ def test_stopping_the_watcher_while_git_hangs_does_not_wait_for_git(tmp_path, gi
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_an_edit_of_info_exclude_applies_its_rules_as_a_gitignore_edit_does(tmp_path, git_home, monkeypatch):
     """A file ``.git/info/exclude`` comes to match leaves the index (a rescan), and its edits stay out."""
-    from index import IndexConfig, NgramIndex
-
     root = (tmp_path / "repo").resolve()
     root.mkdir()
     (root / "a.py").write_text("a = 1\n")
     (root / "secret.py").write_text("password = 1\n")
     _git(root, "init", "-q")
     _exclude(root, "info/exclude", "", monkeypatch)  # there before the watch: its edit is an event
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         w.add_folder(root)
@@ -978,8 +960,6 @@ def test_an_edit_of_the_user_excludes_file_rescans_every_folder(tmp_path, git_ho
     """The user's excludes file (``~/.config/git/ignore`` here) lies outside every folder, so no
     folder's watch sees it: one watch on its directory does, and its edit (a rule added, the file
     deleted) re-applies the rules in every folder, as an edit of ``info/exclude`` does."""
-    from index import IndexConfig, NgramIndex
-
     roots = [(tmp_path / name).resolve() for name in ("one", "two")]
     for root in roots:
         root.mkdir()
@@ -987,7 +967,7 @@ def test_an_edit_of_the_user_excludes_file_rescans_every_folder(tmp_path, git_ho
         (root / "secret.py").write_text("password = 1\n")
         _git(root, "init", "-q")
     excludes = git_home / ".config" / "git" / "ignore"
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         for root in roots:
@@ -1019,8 +999,6 @@ def test_an_edit_of_a_symlinked_user_excludes_file_rescans(tmp_path, git_home, l
     or its folder (stow folds ``~/.config/git`` into one link). The user edits the target, in
     place or replaced at once (an editor's rename), which a watch on the link's folder never sees:
     the target's folder is watched too."""
-    from index import IndexConfig, NgramIndex
-
     dotfiles = tmp_path / "dotfiles" / "git"
     dotfiles.mkdir(parents=True)
     target = dotfiles / "ignore"
@@ -1036,7 +1014,7 @@ def test_an_edit_of_a_symlinked_user_excludes_file_rescans(tmp_path, git_home, l
     (root / "a.py").write_text("a = 1\n")
     (root / "secret.py").write_text("password = 1\n")
     _git(root, "init", "-q")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     secret = str(root / "secret.py")
     try:
@@ -1081,8 +1059,6 @@ def test_a_user_excludes_file_in_a_missing_directory_is_not_watched_and_fails_no
 def test_a_user_excludes_file_whose_directory_comes_later_is_watched_from_the_next_add_folder(tmp_path, git_home):
     """No watch while the excludes file's directory is missing; each add_folder tries again, so once
     it is there the next folder added sets the watch up, and its edit rescans every folder."""
-    from index import IndexConfig, NgramIndex
-
     excludes = tmp_path / "later" / "ignore"
     _git(tmp_path, "config", "--global", "core.excludesFile", str(excludes))
     roots = [(tmp_path / name).resolve() for name in ("one", "two")]
@@ -1090,7 +1066,7 @@ def test_a_user_excludes_file_whose_directory_comes_later_is_watched_from_the_ne
         root.mkdir()
         (root / "secret.py").write_text("password = 1\n")
         _git(root, "init", "-q")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     secrets = [str(root / "secret.py") for root in roots]
     try:

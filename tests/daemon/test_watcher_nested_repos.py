@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from daemon_helpers import wait_until
+from daemon_helpers import real_index, wait_until
 
 from daemon.watcher import WorkspaceWatcher
 
@@ -32,12 +32,6 @@ def git_home(tmp_path, monkeypatch):
 
 def _git(root, *args):
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
-
-
-def _real_index():
-    from index import IndexConfig, NgramIndex
-
-    return NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
 
 
 def _indexed_text(index, key):
@@ -99,7 +93,7 @@ def test_events_skip_the_files_of_an_untracked_nested_repository_as_the_scan_doe
     with them comes in. A delete there removes a file indexed before git named the repository."""
     root = _outer_with_untracked_repo(tmp_path)
     x, new = str(root / "inner" / "x.py"), str(root / "inner" / "new.py")
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         w.add_folder(root)
@@ -126,7 +120,7 @@ def test_a_repository_removed_from_an_untracked_folder_has_its_events_followed_a
     no repository there, so their edits come in again."""
     root = _outer_with_untracked_repo(tmp_path)
     x = str(root / "inner" / "x.py")
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         w.add_folder(root)
@@ -155,7 +149,7 @@ def test_a_folder_git_stops_tracking_that_holds_a_repository_leaves_the_index(tm
     _git(root, "init", "-q")
     _git(root, "add", ".")
     _git(root / "sub", "init", "-q")
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     key = str(root / "sub" / "t.py")
     try:
@@ -178,7 +172,7 @@ def test_a_nested_repository_added_as_a_folder_of_its_own_follows_its_events(tmp
     root = _repo_with_nested_repo_and_submodule(tmp_path)
     inner = root / "inner"
     x = str(inner / "x.py")
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     try:
         for folder in (root, inner):
@@ -204,7 +198,7 @@ def test_a_repository_made_or_removed_inside_the_folder_rescans_it(tmp_path):
     (root / "lib" / "y.py").write_text("y = 1\n")
     _git(root, "init", "-q")
     y = str(root / "lib" / "y.py")
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     try:
         w.add_folder(root)
@@ -230,7 +224,7 @@ def test_a_tracked_folder_that_becomes_a_repository_keeps_its_tracked_files_foll
     _git(root, "init", "-q")
     _git(root, "add", ".")
     _git(root, "commit", "-q", "-m", "x")
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     key = str(root / "sub" / "t.py")
     try:
@@ -290,7 +284,7 @@ def test_git_lists_a_submodule_as_one_gitlink_and_the_scan_indexes_none_of_its_f
 def test_events_skip_the_files_of_a_submodule_as_the_scan_does(tmp_path):
     """With the real index: an edit or a new file in the submodule stays out, as the scan left them."""
     root = _repo_with_nested_repo_and_submodule(tmp_path)
-    index = _real_index()
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
     try:
         w.add_folder(root)
@@ -335,8 +329,6 @@ def test_a_failing_git_listing_is_asked_again_by_the_periodic_check_not_by_each_
 def test_a_folder_added_around_a_nested_repository_leaves_its_files_to_its_own_rules(tmp_path):
     """A repository B watched as a folder, then the plain folder A around it: A's scan must not
     index what B's own git excludes (.git/info/exclude, which A's walk knows nothing of)."""
-    from index import IndexConfig, NgramIndex
-
     outer = (tmp_path / "A").resolve()
     inner = outer / "B"
     inner.mkdir(parents=True)
@@ -345,7 +337,7 @@ def test_a_folder_added_around_a_nested_repository_leaves_its_files_to_its_own_r
     subprocess.run(["git", "-C", str(inner), "init", "-q"], check=True)
     (inner / ".git" / "info").mkdir(exist_ok=True)
     (inner / ".git" / "info" / "exclude").write_text("secret.txt\n")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     try:
         w.add_folder(inner)
@@ -368,8 +360,6 @@ def test_a_link_into_a_nested_watched_repository_follows_its_target(tmp_path):
     """A's listing leaves out the nested repository B's files, so A's scan indexes A/link.py (a
     link to B/x.py) as a file of its own; B/x.py's events go to B, which indexes it: the link
     must follow too."""
-    from index import IndexConfig, NgramIndex
-
     outer = (tmp_path / "A").resolve()
     inner = outer / "B"
     inner.mkdir(parents=True)
@@ -377,7 +367,7 @@ def test_a_link_into_a_nested_watched_repository_follows_its_target(tmp_path):
         subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
     (inner / "x.py").write_text("X_V1 = 1\n")
     (outer / "link.py").symlink_to("B/x.py")
-    index = NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
+    index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.2)
     link = str(outer / "link.py")
     try:
