@@ -33,7 +33,10 @@ plain; 100% identical.
 An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
 compiles with the answer in place), counted in a group over the answers an editor applies
 (finished: not cut by max_tokens nor stopped in a loop) as ``still_compiles`` of
-``compile_checked``.
+``compile_checked``; and, where the instruction is one daemon/bench_followed.py can judge (a
+rename, type hints), ``followed`` per case and ``followed`` of ``follow_checked`` in a group:
+the answer does what was asked, no more (speed on an answer that ignores the instruction is
+still speed, but not a useful edit).
 """
 
 from __future__ import annotations
@@ -152,6 +155,11 @@ def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
     applied = [r["still_compiles"] for r in rows
                if r.get("still_compiles") is not None and r.get("stop_reason") in FINISHED_EDIT_STOPS]
     quality = {"still_compiles": sum(applied), "compile_checked": len(applied)} if applied else {}
+    # of those answers, the ones whose instruction can be judged (daemon/bench_followed.py): did it do that?
+    judged = [r["followed"] for r in rows
+              if r.get("followed") is not None and r.get("stop_reason") in FINISHED_EDIT_STOPS]
+    if judged:
+        quality.update({"followed": sum(judged), "follow_checked": len(judged)})
     return {**quality,
         "cases": len(rows),
         "vs_plain": _speedups(rows, "plain_ms"),
@@ -319,7 +327,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
                          f"passes {_fmt(group['passes_vs_plain'], 'x', 2)}; "
                          f"ceiling {_fmt(group['ceiling_vs_plain'], 'x', 2)}" + prepared(group)
                          + (f"; the file still compiles after {group['still_compiles']} of "
-                            f"{group['compile_checked']} finished answers" if "compile_checked" in group else ""))
+                            f"{group['compile_checked']} finished answers" if "compile_checked" in group else "")
+                         + (f"; the answer does what the instruction asks in {group['followed']} of "
+                            f"{group['follow_checked']} judged" if "follow_checked" in group else ""))
     for name, t in summary["targets"].items():
         met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         reach = _reach("cold ceiling" if "prepared" in t else "ceiling", t.get("ceiling"), t["goal"])

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from daemon.bench_cases import BenchCase
+from daemon.bench_followed import followed
 from daemon.bench_report import changed_lines, still_compiles
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
@@ -464,6 +465,9 @@ class BenchRunner:
             end = case.end or case.offset
             row["changed_lines"] = changed_lines(case.text[case.offset:end], spec.text)
             row["still_compiles"] = still_compiles(case.path.name, case.text, case.offset, end, spec.text)
+            lead = case.text[case.text.rfind("\n", 0, case.offset) + 1:case.offset]
+            row["followed"] = followed(case.instruction or "", case.path.name, case.text[case.offset:end], lead,
+                                       spec.text)
         if not identical:  # where the first run unlike plain's last departs from it
             unlike = next((ids for ids in spec_ids if ids != plain_ids), None)
             if unlike is None:  # plain's own runs disagree

@@ -29,7 +29,8 @@ def cases_file(tmp_path, workspace):
          "offset": shapes.index("result = self.width * self.height"), "max_tokens": 8, "mode": "complete",
          "kind": "repeat", "cut": len("result = self.width * self.height\n        return result\n")},
         {"id": "tiny-edit", "workspace": str(workspace), "file": "pkg/util.py", "offset": 0,
-         "end": len("def clamp(value, low, high):"), "instruction": "rename clamp to bound",
+         "end": (workspace / "pkg/util.py").read_text().index("\n\n") + 1,
+         "instruction": "Rename the function clamp to bound.",
          "max_tokens": 8, "mode": "edit"},
     ]
     path = tmp_path / "cases.jsonl"
@@ -52,6 +53,9 @@ def test_bench_on_two_tiny_cases(tiny_runtime, cases_file):
         assert row["forward_passes"] <= row["plain_forward_passes"]
         assert row["hf_generated"] <= row["generated"]
         assert 1 <= row["hf_forward_passes"] <= row["hf_generated"]  # each of HF's passes yields a token or more
+    edit = report["cases"][1]
+    # judged (a rename of a whole function), and not done: 8 tokens cannot hold the function renamed
+    assert edit["followed"] is False and edit["stop_reason"] == "max_tokens"
     summary = report["summary"]
     assert SUMMARY_KEYS <= summary.keys()
     assert summary["identical"] == summary["ok"] == 2 and summary["all_identical"]
