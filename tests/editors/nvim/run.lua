@@ -440,6 +440,18 @@ if suite == "fake" then
     ngramd.dismiss()
   end)
 
+  test("setup() again sends the new options to the running server", function()
+    local ok, err = pcall(function()
+      ngramd.setup(vim.tbl_extend("force", setup_opts, { max_tokens = 32 }))
+      local st = execute("ngramd.status", {})
+      eq(st.settings[#st.settings].ngramd.maxTokens, 32, "settings sent")
+    end)
+    ngramd.setup(setup_opts)
+    assert(ok, err)
+    local st = execute("ngramd.status", {})
+    eq(st.settings[#st.settings].ngramd.maxTokens, 64, "settings sent back")
+  end)
+
   -- Prepared completions: the autocommand a cursor move or an edit fires (the main loop
   -- fires them only between keys, not while a test runs) for this plugin's prepare only,
   -- then the wait for the cursor to rest. The server's status lists the prepares it got:

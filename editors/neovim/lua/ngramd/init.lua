@@ -206,6 +206,14 @@ function M.init_options()
   return config.init_options(M.config, (not M.native) and 0 or nil)
 end
 
+--- Sends the current options to every ngramd client.
+local function push_config()
+  local settings = { ngramd = M.init_options() }
+  for _, c in ipairs(client_mod.all()) do
+    client_mod.notify(c, "workspace/didChangeConfiguration", { settings = settings })
+  end
+end
+
 local function filetype_enabled(ft)
   if M.config.filetypes == "*" then
     return ft ~= ""
@@ -227,6 +235,9 @@ function M.setup(opts)
   prepare.options.enabled = M.config.enabled
   prepare.options.prepare_completions = M.config.prepare_completions
   vim.cmd("highlight default link NgramdGhost Comment")
+  -- setup() again (a changed option): servers already running take the new settings
+  -- (a new `cmd` or socket needs :NgramdRestart)
+  push_config()
 
   local group = vim.api.nvim_create_augroup("ngramd", { clear = true })
   vim.api.nvim_create_autocmd("FileType", {
@@ -370,14 +381,6 @@ function M.dismiss()
 end
 
 -- Commands.
-
---- Sends the current options to every ngramd client.
-local function push_config()
-  local settings = { ngramd = M.init_options() }
-  for _, c in ipairs(client_mod.all()) do
-    client_mod.notify(c, "workspace/didChangeConfiguration", { settings = settings })
-  end
-end
 
 --- Starts the language server again for every loaded buffer it serves (after it exited, or
 --- to run a new `cmd`); running ngramd clients are stopped first.
