@@ -56,6 +56,11 @@ class NotASocket(OSError):
     """Something other than a socket is at the socket's path (or the path is unusable)."""
 
 
+# What Path.resolve() raises for a path that names no real place: OSError (a symlink loop on
+# Python 3.13+), ValueError (a NUL byte), RuntimeError (a symlink loop on Python 3.10-3.12).
+UNRESOLVABLE = (OSError, ValueError, RuntimeError)
+
+
 def is_socket(path: Path) -> bool:
     """True when ``path`` itself (not a link's target) is a unix socket."""
     try:

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.paths import EXIT_ALREADY_RUNNING, AlreadyRunning, claim_socket, resolve_socket_path, socket_is_live
+from daemon.paths import (EXIT_ALREADY_RUNNING, UNRESOLVABLE, AlreadyRunning, claim_socket, resolve_socket_path,
+                          socket_is_live)
 from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES
 
 # The least --max-message-bytes: a negative limit breaks msgpack's reader (every connection
@@ -32,21 +33,28 @@ MIN_MAX_MESSAGE_BYTES = 4096
 log = logging.getLogger("ngramd")
 
 
+def _workspace(arg: str) -> Path:
+    """``--workspace``'s folder, resolved; ValueError naming it when it is not one."""
+    try:
+        path = Path(arg).expanduser().resolve()
+        if path.is_dir():
+            return path
+    except UNRESOLVABLE as exc:
+        raise ValueError(f"workspace {arg}: {exc}") from None
+    raise ValueError(f"workspace {path} is not a directory")
+
+
 def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sock = resolve_socket_path(args.socket)
-    workspaces = [Path(w).expanduser().resolve() for w in (args.workspace or [])]
-    try:  # a bad limit is reported now, not after the model's load
+    try:  # a bad folder or limit is reported now, not after the model's load
+        workspaces = [_workspace(w) for w in (args.workspace or [])]
         _index_config(args)
         _max_message_bytes(args)
     except ValueError as exc:
         print(f"ngramd: {exc}", file=sys.stderr)
         return 2  # bad input, as for argparse's own refusals and `ngramd complete`/`edit`
-    for w in workspaces:
-        if not w.is_dir():
-            print(f"ngramd: workspace {w} is not a directory", file=sys.stderr)
-            return 2
     try:
         lock = claim_socket(sock)
     except AlreadyRunning as exc:

@@ -33,6 +33,7 @@ from daemon.documents import DocumentStore, parse_changes
 from daemon.requests import (
     CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
+from daemon.paths import UNRESOLVABLE
 from daemon.rpc import CONTENT_MODIFIED, DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
 from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
@@ -481,7 +482,7 @@ class Service:
             return None
         try:
             path = path.resolve()  # the watcher reports resolved paths
-        except (OSError, ValueError):  # a NUL byte, a symlink loop
+        except UNRESOLVABLE:  # a NUL byte, a symlink loop
             return None
         n = self._open_paths.get(path, 0) + delta
         if n > 0:
@@ -573,7 +574,7 @@ def _folder_path(value: Any, i: int, must_exist: bool = True) -> Path:
         if must_exist and not path.is_dir():
             raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r} is not a directory")
         return path.resolve()
-    except (OSError, ValueError) as exc:
+    except UNRESOLVABLE as exc:
         raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r}: {exc}") from exc
 
 
