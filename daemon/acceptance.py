@@ -78,6 +78,7 @@ def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
         cum = torch.cumsum(sorted_p, dim=-1)
         # keep the smallest prefix whose mass reaches top_p (the crossing token included)
         drop_sorted = (cum - sorted_p) >= top_p
+        drop_sorted[..., 0] = False  # the likeliest token always: a top_p below float32's range rounds to 0
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)

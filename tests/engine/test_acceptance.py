@@ -23,6 +23,14 @@ def test_target_probs_top_p_keeps_crossing_token():
     assert torch.allclose(target_probs(logits, 1.0), torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=1e-6)
 
 
+def test_target_probs_keeps_the_likeliest_token_however_small_top_p():
+    """A top_p below float32's smallest number compared as 0: every token was dropped, the
+    row became NaN and token 0 (end of text) was drawn, an empty answer called finished."""
+    for top_p in (1e-300, 1e-46, 1e-30):
+        p = target_probs(torch.tensor([[3.0, 1.0, 0.5], [0.1, 2.0, 0.3]]), 1.0, top_p)
+        assert torch.equal(p, torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])), top_p
+
+
 def test_sampling_worked_example():
     """The module docstring's example: log p + G picks 4."""
     p = torch.tensor([0.0, 0.0, 0.0, 0.5, 0.3, 0.2])
