@@ -91,35 +91,67 @@ def apply_change(text: str, start: int | None, end: int | None, new: str) -> tup
     return text[:start] + new + text[end:], Edit(start, end, new, full=False)
 
 
+# Characters the one-by-one path may copy for one ``change`` (each edit copies the whole text,
+# ~5G characters a second here): past it a change is refused, as it would hold the event loop
+# for seconds; an editor sends such a change as one edit or in order, both one pass.
+MAX_COPIED_CHARS = 2_000_000_000
+
+
 def apply_changes(text: str, changes: list[tuple[int | None, int | None, str]]) -> tuple[str, list[Edit]]:
     """Apply ``changes`` in order (as ``apply_change`` one by one); returns the text and the edits.
 
-    Range edits that run back to front without overlapping (each ends at or before
-    the previous one's start, as an editor's "Replace All" sends them) all name
-    offsets of the original text, so they are spliced in one pass rather than
-    copying the whole text once per edit.
+    Range edits that do not overlap are spliced in one pass rather than copying the whole
+    text once per edit, whether they run back to front (each ends at or before the previous
+    one's start, as an editor's "Replace All" sends them: all name offsets of the original
+    text) or front to back (each starts at or after the end of the previous one's new text).
+    Other orders go one by one, within ``MAX_COPIED_CHARS``.
     """
-    if _back_to_front(changes, len(text)):
+    spans = _back_to_front(changes, len(text)) or _front_to_back(changes, len(text))
+    if spans is not None:
         pieces, pos = [], 0
-        for start, end, new in reversed(changes):
+        for start, end, new in spans:
             pieces += (text[pos:start], new)
             pos = end
         pieces.append(text[pos:])
         return "".join(pieces), [Edit(start, end, new, full=False) for start, end, new in changes]
     edits = []
+    copied = 0
     for start, end, new in changes:
+        copied += len(text) + len(new)
+        if copied > MAX_COPIED_CHARS:
+            raise RpcError(INVALID_PARAMS, f"{len(changes)} edits in one change of a {len(text)}-character "
+                                           f"document, out of order: send them in order or the whole text")
         text, edit = apply_change(text, start, end, new)
         edits.append(edit)
     return text, edits
 
 
-def _back_to_front(changes: list[tuple[int | None, int | None, str]], length: int) -> bool:
+Span = tuple[int, int, str]  # (start, end, new text) in the original text's offsets
+
+
+def _back_to_front(changes: list[tuple[int | None, int | None, str]], length: int) -> list[Span] | None:
+    """The changes as spans of the original text, in its order, when each ends at or before the
+    previous one's start (their offsets are the original's); else None."""
     bound = length
     for start, end, _ in changes:
         if start is None or end is None or not 0 <= start <= end <= bound:
-            return False  # a full replacement, an overlap or a bad range: the one-by-one path
+            return None  # a full replacement, an overlap or a bad range: another path
         bound = start
-    return True
+    return list(reversed(changes))  # type: ignore[arg-type]
+
+
+def _front_to_back(changes: list[tuple[int | None, int | None, str]], length: int) -> list[Span] | None:
+    """The changes as spans of the original text when each starts at or after the end of the
+    previous one's new text (its offsets are the original's shifted by the edits before it); else None."""
+    spans: list[Span] = []
+    shift, settled = 0, 0  # how far the text so far moved; where the previous new text ends
+    for start, end, new in changes:
+        if start is None or end is None or not settled <= start <= end <= length + shift:
+            return None
+        spans.append((start - shift, end - shift, new))
+        shift += len(new) - (end - start)
+        settled = start + len(new)
+    return spans
 
 
 DEFAULT_MAX_DOCUMENT_CHARS = 8 << 20  # a longer document is refused (initialize says the figure)

@@ -1,6 +1,8 @@
 """Documents: change application, versions, ranges, holders (pure)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.documents import DocumentStore, apply_change, apply_changes, parse_changes
 from daemon.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
@@ -51,7 +53,8 @@ def test_changes_apply_in_order_and_all_or_nothing():
 
 @pytest.mark.parametrize("changes", [
     [(7, 9, "A"), (4, 4, "B"), (4, 4, "C"), (0, 2, "")],  # back to front: spliced in one pass
-    [(0, 2, "AAAA"), (4, 4, "B"), (9, 11, "C")],  # front to back: one by one
+    [(0, 2, "AAAA"), (6, 6, "B"), (11, 13, "C")],  # front to back: spliced in one pass too
+    [(0, 2, "AAAA"), (3, 3, "B")],  # starts inside the previous edit's new text: one by one
     [(5, 8, "A"), (6, 9, "B")],  # overlapping
     [(3, 3, "x"), (None, None, "whole"), (2, 4, "y")],  # a full replacement in between
 ])
@@ -62,6 +65,43 @@ def test_apply_changes_equals_applying_them_one_by_one(changes):
         expected_text, edit = apply_change(expected_text, start, end, new)
         expected_edits.append(edit)
     assert apply_changes(text, changes) == (expected_text, expected_edits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.text("xy", max_size=3)), min_size=1, max_size=6),
+       st.booleans())
+def test_apply_changes_equals_applying_them_one_by_one_for_any_edits(edits, ascending):
+    """Range edits front to back (each a gap after the previous one's new text) or anywhere:
+    the one-pass paths give what one by one gives, or the same refusal."""
+    text = "0123456789ab"
+    changes, at = [], 0
+    for a, b, new in edits:
+        start, end = (at + a, at + a + b) if ascending else (min(a, b) * 3, max(a, b) * 3)
+        changes.append((start, end, new))
+        at = start + len(new)
+    try:
+        expected_text, expected_edits = text, []
+        for start, end, new in changes:
+            expected_text, edit = apply_change(expected_text, start, end, new)
+            expected_edits.append(edit)
+    except RpcError:
+        with pytest.raises(RpcError):
+            apply_changes(text, changes)
+        return
+    assert apply_changes(text, changes) == (expected_text, expected_edits)
+
+
+def test_many_edits_out_of_order_are_refused_past_the_copy_bound(monkeypatch):
+    from daemon import documents
+
+    monkeypatch.setattr(documents, "MAX_COPIED_CHARS", 1000)
+    text = "x" * 100
+    in_order = [(i, i + 1, "y") for i in range(0, 100, 2)]  # 50 edits front to back: one pass, no bound
+    assert apply_changes(text, in_order)[0] == "yx" * 50
+    shuffled = in_order[1::2] + in_order[::2]  # neither order: one by one, 100 characters a copy
+    with pytest.raises(RpcError) as err:
+        apply_changes(text, shuffled)
+    assert err.value.code == INVALID_PARAMS and "send them in order or the whole text" in err.value.message
 
 
 def test_stale_version_is_content_modified():
