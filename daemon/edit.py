@@ -37,7 +37,8 @@ from daemon.edit_indent import frame_of, line_before, split_layout
 from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range
 from daemon.edit_proposer import EditProposer, EditProposerConfig
 from daemon.proposer import IndexProposer, NullProposer
-from daemon.requests import CompletionResult, EditRequest, Prepared, check_instruction, check_sampling
+from daemon.requests import (FINISHED_EDIT_STOPS, CompletionResult, EditRequest, Prepared, check_instruction,
+                             check_sampling)
 from daemon.stops import StopChecker, StopConfig
 from index.draft import Draft, Source
 
@@ -185,15 +186,6 @@ def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:
     return min(max_tokens, limit - len(ep.prompt_ids))
 
 
-def closed_answer(text: str, stop_reason: str, fence: str) -> str:
-    """The answer with its closing fence when the model finished it: at the stop string (which
-    the output leaves out) or at eos without writing the fence; an answer cut at max_tokens
-    stays open (``EditPrompt.replacement`` reads which)."""
-    if stop_reason == "stop_string" or (stop_reason == "eos" and not text.endswith("\n")):
-        return text + "\n" + fence
-    return text + fence if stop_reason == "eos" else text  # eos after the last line's own newline
-
-
 # Two instructions whose first tokens differ: their prompts part where the instruction begins.
 _PLACEHOLDER_INSTRUCTIONS = ("a", "b")
 
@@ -262,17 +254,16 @@ def run_edit(completer: Completer, req: EditRequest, cancel: threading.Event | N
     else:
         proposer = edit_proposer(ep, index, req.uri, pcfg, runtime.token_bytes)
         policy = EditDraftPolicy(completer.policy, width=pcfg.branches)
-    stopper = StopChecker(StopConfig(max_tokens=max_tokens, stop_strings=ep.stop, eos_ids=completer.eos_ids,
-                                     block_end=False,  # a rewritten range may dedent
+    stopper = StopChecker(StopConfig(max_tokens=max_tokens, eos_ids=completer.eos_ids,
                                      # a loop the prompt does not hold ends it
                                      loop_allowed=ep.prompt.encode() if req.stop_loops else None,
-                                     closing_fence=ep.fence if ep.code_blocks else None),
+                                     **ep.stop_config()),
                           runtime.token_bytes)
     out, stats = completer.decode(edit_cache_key(req.uri),  # the edit prompt's KV, apart from completions'
                                   ep.prompt_ids, proposer, policy, stopper, req.sampling, None, cancel,
                                   propose_k=pcfg.k_max, t0=t0,
                                   sync=(req.uri, req.text) if req.speculate else None)
-    text = "" if out.cancelled else ep.replacement(closed_answer(out.text, out.stop_reason, ep.fence))
+    text = "" if out.cancelled else ep.replacement(out.text, out.stop_reason in FINISHED_EDIT_STOPS)
     result = CompletionResult(text=text, token_ids=out.tokens, prompt=ep.prompt, stats=stats,
                               cancelled=out.cancelled, stop_reason=out.stop_reason)
     return completer.record(result, t0)

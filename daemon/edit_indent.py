@@ -135,13 +135,16 @@ def split_layout(original: str) -> tuple[str, str]:
 def layout_of(text: str, start: int, end: int) -> str:
     """The layout put back after the answer that replaces ``text[start:end]``: the selection's
     own (``split_layout``), or, for spaces alone before code on their line, a line break and the
-    indentation the code had.
+    indentation the code had, or, at the end of a file that ends with a line break, that line break.
 
     Example: layout_of("if a:\n    return\n", 10, 10) == "\n    "  (the cursor before "return")
     """
     code, layout = split_layout(text[start:end])
     if layout or code.strip(_SPACE):
         return layout
+    if start == end == len(text) and text.endswith(("\n", "\r")):
+        # the cursor on the empty last line of a file that ends with a line break: it still will
+        return "\r\n" if text.endswith("\r\n") else text[-1]
     line_start, line_end = _line_at(text, end)
     if text[line_start:end].strip(_SPACE) or _is_blank(text[end:line_end]):
         return ""

@@ -31,8 +31,14 @@ Two prompt styles:
   (the last line without its newline: the model writes it).
 
 How the answer ends: the model writes the code, then a newline and the closing
-fence, then (chat) ``<|im_end|>``. Generation stops at the end-of-sequence token,
-at the stop string ``STOP`` (newline + closing fence) or at ``max_tokens``.
+fence, then (chat) ``<|im_end|>``. The answer ends at its closing line (daemon/stops.py
+``FenceNesting``: a bare fence line at column 0 that closes no fenced block the answer
+opened itself; a docstring's `` ```sh `` example does not end it), at the end-of-sequence
+token (all of it is then code) or at ``max_tokens`` (unfinished). The fence is three
+backticks, or more when the original itself contains a run of three or more, so that the
+original cannot close it; the model still closes such a fence with three, which then ends
+the answer too unless the original has a line of three at column 0 that a copy of it could
+repeat (``short_closes``).
 
 The selection is shown in its own indentation frame (daemon/edit_indent.py):
 a method selected from its ``def`` on is shown dedented, as the model writes a
@@ -52,17 +58,15 @@ the user's text (file, selection, instruction) is encoded as plain text
 (daemon/model.py ``encode_plain``), so a ``"<|im_end|>"`` literal in the code
 is text to the model and in the draft, never an end of sequence.
 
-Cleaning (``clean_answer``): drop the leading newline, cut at the first closing
-fence line and drop the answer's own trailing line breaks; ``EditPrompt.replacement``
-then indents it back and puts the selection's layout after it. The
-end-of-sequence token is never part of the answer's text, so a ``<|im_end|>``
-in it is the code's own and kept. The fence is three backticks, or more when
-the original itself contains a run of three or more, so that the original
-cannot close it. A Markdown answer often holds a code block of its own: there the
-answer ends at a bare fence line that closes no block it opened
-(daemon/stops.py ``FenceNesting``), not at the first fence line (`` ```sh ``
-would end it, and the rest of the selection be lost). The fence stays three
-backticks there too: the embedded model closes a longer one with three.
+Cleaning (``clean_answer``): drop the leading newline and a first line that opens a fence
+again (the model repeating the opening), cut at the closing line and drop the answer's own
+trailing line breaks; ``EditPrompt.replacement`` then indents it back and puts the
+selection's layout after it. The end-of-sequence token is never part of the answer's text,
+so a ``<|im_end|>`` in it is the code's own and kept.
+
+Line breaks: a selection whose line breaks are all CRLF is shown, with the file around it,
+and drafted with LF, as the model writes code (it answers LF whatever it is shown, so a CRLF
+draft would fail at every line), and the answer's line breaks become CRLF again.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ from typing import Any
 
 from daemon.edit_indent import IndentFrame, frame_of, layout_of, split_layout
 from daemon.model import encode_template
-from daemon.stops import FenceNesting
+from daemon.stops import FenceNesting, short_closes_allowed
 
 SELECTION = "<selection/>"
 SYSTEM = ("You are a careful code editor. The user selects code in a file and gives an "
@@ -113,22 +117,28 @@ class EditPrompt:
     frame: IndentFrame  # puts the cleaned answer back into the file's indentation
     layout: str  # put back after the answer's code (daemon/edit_indent.py layout_of)
     fence: str
-    stop: tuple[str, ...]  # stop strings on the answer text
-    code_blocks: bool = False  # the answer may hold fenced code blocks (Markdown): closed by FenceNesting
+    short_closes: bool = False  # three backticks at column 0 close the answer too (daemon/stops.py FenceNesting)
+    crlf: bool = False  # the selection's line breaks are CRLF: shown and drafted as LF, put back as CRLF
 
-    def replacement(self, answer: str) -> str:
+    def stop_config(self) -> dict[str, Any]:
+        """The StopConfig fields that end the answer where ``clean_answer`` will cut it (and not
+        where a completion's block ends: a rewritten range may dedent)."""
+        return {"closing_fence": self.fence, "short_closes": self.short_closes, "block_end": False}
+
+    def replacement(self, answer: str, finished: bool) -> str:
         """The text that replaces the selection, from the model's answer (the text after the
-        opening fence, closed by ``daemon/edit.closed_answer`` when the model finished it).
+        opening fence); ``finished``: the model ended it (its closing fence, or end of sequence).
 
         An answer with no code deletes the selection, layout and all (a selection with no
         code of its own stays as it is); after an indentation lead, blank lines the answer opens
         with are dropped unless the shown selection opens with one (they would leave the lead,
         kept in the file, as trailing whitespace); an unfinished answer is given indented back
-        as written.
+        as written. In a CRLF selection the answer's line breaks become CRLF.
         """
-        code, finished = clean_answer(answer, self.fence, self.code_blocks)
+        code, finished = clean_answer(answer, self.fence, finished, self.short_closes,
+                                      reopening=not self.shown.lstrip(" \t").startswith("```"))
         if not finished:
-            return self.frame.reindent(code)
+            return self._in_file(code)
         if not code.strip():
             return "" if self.shown.strip() else self.original
         first, newline, _ = self.shown.partition("\n")
@@ -136,7 +146,12 @@ class EditPrompt:
             # after the indentation that stays in the file (not after code, whose line an opening
             # line break ends), where the selection does not open with a blank line itself
             code = _LEADING_BLANK_LINES.sub("", code)
-        return self.frame.reindent(code) + self.layout
+        return self._in_file(code) + self.layout
+
+    def _in_file(self, code: str) -> str:
+        """``code`` (as shown) back in the file's indentation and line breaks."""
+        code = self.frame.reindent(code)
+        return code.replace("\n", "\r\n") if self.crlf else code  # the exact inverse of the showing
 
 
 def check_range(text: str, start: int, end: int) -> None:
@@ -181,29 +196,30 @@ def draft_text(shown: str, fence: str) -> str:
     return "\n" + shown + "\n" + fence
 
 
-def clean_answer(answer: str, fence: str, code_blocks: bool = False) -> tuple[str, bool]:
+def clean_answer(answer: str, fence: str, finished: bool, short_closes: bool = False,
+                 reopening: bool = False) -> tuple[str, bool]:
     """(code, finished): the code of the model's answer (the text after the opening fence), in
-    the frame it was shown, without its trailing line breaks; finished when the closing fence
-    came (the code is then all there is before it). ``code_blocks``: the answer may hold
-    fenced blocks of its own (Markdown), so the closing fence is the first bare fence line
-    that closes none of them.
+    the frame it was shown, without its trailing line breaks. The answer ends at its closing
+    line (daemon/stops.py ``FenceNesting``: a bare fence line at column 0 that closes no block
+    the answer opened; with ``short_closes``, three backticks do for a longer fence) or, when
+    ``finished`` (the model ended it), at its end; otherwise it is unfinished and given as
+    written. ``reopening``: a first line that opens a fence again (```` ```python ````, the model
+    repeating the opening; allowed where the selection does not start with a fence line) is dropped.
 
-    Example: clean_answer("\\n    y = 1\\n\\n```", "```") == ("    y = 1", True).
+    Example: clean_answer("\\n    y = 1\\n\\n```", "```", True) == ("    y = 1", True).
     """
     if answer.startswith("\n"):
         answer = answer[1:]
-    if code_blocks:
-        start = FenceNesting(fence).closing_line(answer + "\n")
-        if start == 0:  # no code
-            return "", True
-        closing = -1 if start is None else start - 1  # the line break before the closing line
-    elif answer.startswith(fence):  # no code
-        return "", True
-    else:
-        closing = answer.find("\n" + fence)
-    if closing < 0:
-        return answer, False
-    return split_layout(answer[:closing])[0], True  # a CRLF answer's last \r included
+    first, newline, rest = answer.partition("\n")
+    if reopening and newline and first.startswith("```") and first.strip("` \t\r"):
+        answer = rest
+    # a finished answer's last line is complete: the model wrote nothing after it
+    closing = FenceNesting(fence, short_closes).closing_line(answer + "\n" if finished else answer)
+    if closing is not None:
+        return split_layout(answer[:max(closing - 1, 0)])[0], True  # a CRLF answer's last \r included
+    if finished:
+        return split_layout(answer)[0], True
+    return answer, False
 
 
 def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction: str,
@@ -219,10 +235,13 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     original = text[start:end]
     frame = frame_of(text, start, end)
     shown = frame.dedent(split_layout(original)[0])
+    crlf = uses_crlf(text, start, end)
     lang = language_of(uri)
     fence = fence_for(original)
     name = uri.rsplit("/", 1)[-1] or "untitled"
     context = excerpt(text, start, end)
+    if crlf:  # as the model writes code, which the draft must repeat
+        shown, context = shown.replace("\r\n", "\n"), context.replace("\r\n", "\n")
     tokenizer = getattr(runtime, "tokenizer", None)
     if getattr(tokenizer, "chat_template", None):
         style = "chat"
@@ -251,7 +270,21 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     return EditPrompt(style=style, prompt=prompt, prompt_ids=prompt_ids,
                       draft_ids=draft_ids, original=original, shown=shown, frame=frame,
                       layout=layout_of(text, start, end), fence=fence,
-                      stop=() if lang == "markdown" else ("\n" + fence,), code_blocks=lang == "markdown")
+                      short_closes=short_closes_allowed(shown, fence), crlf=crlf)
+
+
+def uses_crlf(text: str, start: int, end: int) -> bool:
+    """Whether the selection's line breaks are all CRLF, or, with none of its own, the line
+    break that ends its line (else the one before it) is.
+
+    Example: uses_crlf("a\\r\\nb\\r\\n", 0, 4) is True; uses_crlf("a\\r\\nb\\n", 0, 6) is False.
+    """
+    breaks = text.count("\n", start, end)
+    if breaks:
+        return text.count("\r\n", start, end) == breaks
+    after = text.find("\n", end)
+    at = after if after >= 0 else text.rfind("\n", 0, start)
+    return at > 0 and text[at - 1] == "\r"
 
 
 def _chat_template_around_user(tokenizer: Any) -> tuple[str, str]:

@@ -17,9 +17,9 @@ Rules, checked after each token (the stop reason names the first that fires):
   before the blank (cut before the blank/dedented line);
 - ``repetition`` (with ``loop_allowed``, edits): the output is caught in a loop that
   the given text does not hold (daemon/repetition.py); the text is kept whole;
-- ``stop_string`` also (with ``closing_fence``, a Markdown edit's answer): a line of that
-  fence's backticks alone that does not close a code block the text opened (a fence line
-  with an info string, `` ```sh ``) ends it (cut before the line break before it).
+- ``stop_string`` also (with ``closing_fence``, an edit's answer): the line that closes the
+  fenced answer (``FenceNesting``: a bare fence line at column 0 that closes no block the
+  answer opened) ends it (cut before the line break before it).
 
 ``skip`` bytes at the start of the stream (the characters before the cursor
 that the prompt backed off, see prompt.py) are consumed but not part of the text.
@@ -48,7 +48,8 @@ class StopConfig:
     block_end: bool = True  # multi-line: stop where the block closes (False for edits: a rewritten range may dedent)
     # stop an output caught in a loop, unless these bytes hold the same run (an edit's prompt); None: off
     loop_allowed: bytes | None = None
-    closing_fence: str | None = None  # an answer fenced so, code blocks of its own allowed (Markdown edits)
+    closing_fence: str | None = None  # an answer fenced so, blocks of its own allowed (edits; FenceNesting)
+    short_closes: bool = False  # FenceNesting's: three backticks close an answer with a longer fence
 
 
 class StopChecker:
@@ -65,7 +66,8 @@ class StopChecker:
         self.num_tokens = 0
         self.reason = ""
         self._loops = None if config.loop_allowed is None else RepetitionGuard(config.loop_allowed, token_bytes)
-        self._fences = FenceNesting(config.closing_fence) if config.closing_fence else None
+        self._fences = (FenceNesting(config.closing_fence, config.short_closes)
+                        if config.closing_fence else None)
 
     def push(self, token: int) -> bool:
         """Add one generated token; returns True when generation must stop now."""
@@ -154,18 +156,29 @@ class StopChecker:
 
 
 class FenceNesting:
-    """Finds the line that closes a fenced answer which may hold code blocks of its own.
+    """Finds the line that closes a fenced answer (an edit's), which may hold fenced blocks of its own.
 
-    A line of the fence's backticks (or more) alone closes the innermost block open, or, with
-    none open, the answer; a fence line with an info string (`` ```sh ``) opens a block.
-    Lines are judged once complete (a line break after them).
+    Lines are judged once complete (a line break after them), by their backticks alone:
+
+    - a fence line with an info string (`` ```sh ``) opens a block of the answer's own;
+    - a bare fence line closes the innermost block open; with none open, one at column 0
+      closes the answer, and an indented one is text (a block opened bare inside code, as in
+      a docstring: its closing line is bare and indented too, text as well);
+    - with a ``fence`` longer than three backticks (the original holds a run of three), shorter
+      runs are blocks of their own, never the answer's end, except with ``short_closes``: then
+      a bare run of three or more at column 0 with no block open closes the answer too (the
+      model closes with three whatever fence it was given; the prompt allows it where the
+      original has no line the answer could copy that reads so, ``short_closes_allowed``).
+
     Example: FenceNesting("```").closing_line("a\n```sh\nx\n```\nb\n```\n") == 16.
     """
 
-    def __init__(self, fence: str) -> None:
+    def __init__(self, fence: str, short_closes: bool = False) -> None:
         self.fence = fence
+        self.short_closes = short_closes and len(fence) > 3
         self._judged = 0  # text before this offset is judged (complete lines)
-        self._open = 0  # code blocks the answer opened and did not close
+        self._open = 0  # blocks of the fence's length the answer opened and did not close
+        self._short_open = 0  # blocks of shorter runs (a fence longer than three)
 
     def closing_line(self, text: str) -> int | None:
         """Offset in ``text`` where the closing line starts; None while it has not come."""
@@ -174,12 +187,39 @@ class FenceNesting:
             if end < 0:
                 return None
             start, self._judged = self._judged, end + 1
-            line = text[start:end].strip(" \t\r")
-            if not line.startswith(self.fence):
-                continue
-            if line.strip("`"):  # an info string: a block of the answer's own
+            if self._closes(text[start:end]):
+                return start
+
+    def _closes(self, line: str) -> bool:
+        bare = line.strip(" \t\r")
+        if not bare.startswith("```"):
+            return False
+        info = bool(bare.strip("`"))
+        at_column_0 = line.startswith("`")
+        if bare.startswith(self.fence):
+            if info:
                 self._open += 1
             elif self._open:
                 self._open -= 1
             else:
-                return start
+                return at_column_0
+            return False
+        if info:
+            self._short_open += 1
+        elif self._short_open:
+            self._short_open -= 1
+        else:
+            return self.short_closes and at_column_0 and not self._open
+        return False
+
+
+def short_closes_allowed(original: str, fence: str) -> bool:
+    """Whether a bare run of three backticks at column 0 may close an answer fenced with
+    ``fence`` (see FenceNesting): ``fence`` is longer than three, and no such line of
+    ``original`` is met with no block of shorter runs open (the closing lines of its blocks are
+    met with one open: copied, they close that block, not the answer).
+
+    Example: short_closes_allowed("```sh\nls\n```", "````") is True; with "```\nls\n```" False.
+    """
+    # the original holds no run as long as the fence: only a line that would close by three can
+    return len(fence) > 3 and FenceNesting(fence, short_closes=True).closing_line(original + "\n") is None

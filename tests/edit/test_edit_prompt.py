@@ -52,22 +52,24 @@ def test_language_fence_and_excerpt():
 
 
 def test_clean_answer_cuts_at_the_closing_fence_without_the_answers_line_breaks():
-    assert clean_answer("\n    y = 1\n```", "```") == ("    y = 1", True)
-    assert clean_answer("\n    y = 1\n```\n<|im_end|>", "```") == ("    y = 1", True)
-    assert clean_answer("\na\n\n```", "```") == ("a", True)  # the layout is the selection's, not the answer's
-    assert clean_answer("\na = 1\r\nb = 2\r\n```", "```") == ("a = 1\r\nb = 2", True)  # CRLF: no stray \r
-    assert clean_answer("\n```", "```") == ("", True)
-    # no closing fence (max_tokens reached): everything that came, unfinished
-    assert clean_answer("\n    y = 1\n    z", "```") == ("    y = 1\n    z", False)
+    assert clean_answer("\n    y = 1\n```", "```", True) == ("    y = 1", True)
+    assert clean_answer("\n    y = 1\n```\n<|im_end|>", "```", True) == ("    y = 1", True)
+    assert clean_answer("\na\n\n```", "```", True) == ("a", True)  # the layout is the selection's, not the answer's
+    assert clean_answer("\na = 1\r\nb = 2\r\n```", "```", True) == ("a = 1\r\nb = 2", True)  # CRLF: no stray \r
+    assert clean_answer("\n```", "```", True) == ("", True)
+    # ended (eos) without the closing fence: all of it is code
+    assert clean_answer("\n    y = 1\n", "```", True) == ("    y = 1", True)
+    # not ended (max_tokens reached): everything that came, unfinished, even a last line of backticks
+    assert clean_answer("\n    y = 1\n    z", "```", False) == ("    y = 1\n    z", False)
+    assert clean_answer("\n    y = 1\n```", "```", False) == ("    y = 1\n```", False)
 
 
 def _edit(text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py") -> str:
     """The file after the rewrite of text[start:end] by the model's finished ``answer``."""
-    from daemon.edit import closed_answer
     from daemon.model import load_runtime
 
     ep = build_edit_prompt(load_runtime("tiny", device="cpu"), text, start, end, "change it", uri)
-    return text[:start] + ep.replacement(closed_answer(answer, "stop_string", ep.fence)) + text[end:]
+    return text[:start] + ep.replacement(answer, True) + text[end:]
 
 
 def test_the_selections_trailing_blank_lines_stay():
@@ -131,19 +133,18 @@ def test_a_markdown_answer_ends_at_the_fence_that_closes_no_block_of_its_own(tok
     """The model's answer, streamed through the stop rules as generation does: the fence line
     after ```sh opens a block, the next bare one closes it, the one after closes the answer
     (three backticks, as the embedded model writes them); what follows it is not kept."""
-    from daemon.edit import closed_answer
     from daemon.stops import StopChecker, StopConfig
 
     text = "# Tool\n\nInstall with pip.\n\nThen run it.\n"
     ep = build_edit_prompt(tok_runtime, text, text.index("Install"), len(text), "add the command",
                            "file:///w/README.md")
-    assert ep.fence == "```" and ep.code_blocks and ep.stop == ()
+    assert ep.fence == "```"
     out = "\nInstall with pip:\n\n```sh\npip install tool\n```\n\nThen run it.\n```" + after
-    stopper = StopChecker(StopConfig(max_tokens=10_000, closing_fence=ep.fence), lambda t: bytes([t]))
+    stopper = StopChecker(StopConfig(max_tokens=10_000, **ep.stop_config()), lambda t: bytes([t]))
     stopped = stopper.push_many(list(out.encode()))
     reason = stopper.reason or "eos"  # no rule fired: the model's eos ends it
     assert (reason == "stop_string") == bool(after) and stopped == len(out.encode()) - (len(after) - 1 if after else 0)
-    replacement = ep.replacement(closed_answer(stopper.text, reason, ep.fence))
+    replacement = ep.replacement(stopper.text, True)
     assert replacement == "Install with pip:\n\n```sh\npip install tool\n```\n\nThen run it.\n"
 
 
@@ -157,16 +158,19 @@ _LINE = st.tuples(st.sampled_from(["", " ", "    ", "\t", "        "]),
 @given(lines=st.lists(_LINE, min_size=1, max_size=8), data=st.data())
 def test_an_answer_that_repeats_the_draft_gives_back_the_original(tok_runtime, uri, lines, data):
     """Whatever the file and the range: the model repeating what it was shown changes nothing,
-    finished at the stop string or at eos after the fence."""
-    from daemon.edit import closed_answer
+    streamed through the stop rules as generation does, whether it then ends with eos or goes on."""
+    from daemon.stops import StopChecker, StopConfig
 
     text = "".join(indent + body + end for indent, body, end in lines)
     start = data.draw(st.integers(0, len(text)))
     end = data.draw(st.integers(start, len(text)))
     ep = build_edit_prompt(tok_runtime, text, start, end, "keep it", uri)
     draft = draft_text(ep.shown, ep.fence)
-    assert ep.replacement(closed_answer(draft[:-len(ep.fence) - 1], "stop_string", ep.fence)) == ep.original
-    assert ep.replacement(closed_answer(draft, "eos", ep.fence)) == ep.original
+    for after in ("", "\nDone.\n"):  # eos after the fence, or more text (which the stop rule cuts)
+        stopper = StopChecker(StopConfig(max_tokens=100_000, **ep.stop_config()), lambda t: bytes([t]))
+        stopper.push_many(list((draft + after).encode()))
+        assert ep.replacement(stopper.text, True) == ep.original, after
+    assert ep.replacement(draft, True) == ep.original
 
 
 def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
@@ -176,7 +180,7 @@ def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
     assert ep.prompt.endswith("<|im_start|>assistant\n```python")
     assert "Instruction: rename x to count" in ep.prompt
     assert ep.original == SRC[START:END]
-    assert ep.stop == ("\n```",)
+    assert ep.stop_config() == {"closing_fence": "```", "short_closes": False, "block_end": False}
     assert ep.prompt_ids[0] == tok_runtime.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert ep.draft_ids[-1] == tok_runtime.eos_token_id
     assert ep.shown == "x = w * h\nreturn x"  # the selection's code, its shared indentation taken off
@@ -196,7 +200,7 @@ def test_prompt_and_draft_tokens_concatenate(tok_runtime, start, end):
 def test_clean_answer_keeps_a_special_token_literal_of_the_code():
     # eos ends the generation as a token; "<|im_end|>" in the answer's text is the code's own
     answer = "\nx = '<|im_end|>'\ny = 1\n```"
-    assert clean_answer(answer, "```") == ("x = '<|im_end|>'\ny = 1", True)
+    assert clean_answer(answer, "```", True) == ("x = '<|im_end|>'\ny = 1", True)
 
 
 def test_special_token_literals_in_the_selection_are_plain_text(tok_runtime):
