@@ -28,15 +28,24 @@ from typing import Any, Callable
 from daemon.bench_cases import BenchCaseError, dump_cases, load_cases, make_cases
 
 
+# Options of one use of `ngramd bench` each: given to the other, they would be silently ignored.
+MAKE_OPTIONS = ("out", "n", "seed", "mode")
+RUN_OPTIONS = ("repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows", "model")
+
+
 def run(args: Any) -> int:
     if args.make_cases:
         if args.cases:  # one or the other: running nothing of what --cases names would look like success
             print("ngramd bench: --make-cases writes cases, --cases runs them: give one of the two", file=sys.stderr)
             return 2
-        return _make(args)
+        return _refuse(args, RUN_OPTIONS, "--cases") or _make(args)
     if not args.cases:
         print("ngramd bench: give --cases CASES.jsonl (or --make-cases WORKSPACE)", file=sys.stderr)
         return 2
+    if _refuse(args, MAKE_OPTIONS, "--make-cases"):
+        return 2
+    if args.repeat is None:
+        args.repeat = 1
     if args.repeat < 1:
         print("ngramd bench: --repeat must be >= 1", file=sys.stderr)
         return 2
@@ -57,6 +66,14 @@ def run(args: Any) -> int:
         except PlotUnavailable as exc:
             print(f"ngramd bench: {exc}", file=sys.stderr)
             return 2
+    from daemon.model import ModelLoadError
+
+    print(f"ngramd bench: loading model {args.model or '(embedded SmolLM2-135M)'}", file=sys.stderr, flush=True)
+    try:  # before --rows is opened: a bad model leaves no empty file behind
+        runtime = load_runtime(args.model, args.device)
+    except ModelLoadError as exc:
+        print(f"ngramd bench: error: {exc}", file=sys.stderr)
+        return 2
     try:
         rows_file = open(args.rows, "a", encoding="utf-8") if args.rows else None
     except OSError as exc:
@@ -77,7 +94,7 @@ def run(args: Any) -> int:
             rows_file = None
 
     try:
-        report = bench(cases, model=args.model, device=args.device, repeat=args.repeat, hf=not args.no_hf,
+        report = bench(cases, runtime=runtime, repeat=args.repeat, hf=not args.no_hf,
                        cases_file=args.cases, progress=True, on_row=save_row, prepared=args.prepared,
                        typed_instruction=args.typed_instruction)
     finally:
@@ -103,14 +120,33 @@ def run(args: Any) -> int:
     return 1 if summary["not_identical"] or summary["errors"] else 0
 
 
+def load_runtime(model: str | None, device: str) -> Any:
+    """The model the run measures (daemon/model.py ``load_runtime``; a seam for the CLI's tests)."""
+    from daemon.model import load_runtime as load
+
+    return load(model, device)
+
+
+def _refuse(args: Any, options: tuple[str, ...], belongs_to: str) -> int:
+    """2 (with a message) when one of ``options`` was given, which only ``belongs_to`` reads; else 0."""
+    given = [name for name in options if getattr(args, name, None) not in (None, False)]
+    if not given:
+        return 0
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    print(f"ngramd bench: {flags} only apply with {belongs_to}", file=sys.stderr)
+    return 2
+
+
 def _make(args: Any) -> int:
+    n = 20 if args.n is None else args.n
+    seed = 0 if args.seed is None else args.seed
     try:
         if args.mode == "edit":
             from daemon.bench_edit_cases import make_edit_cases
 
-            cases = make_edit_cases(args.make_cases, n=args.n, seed=args.seed)
+            cases = make_edit_cases(args.make_cases, n=n, seed=seed)
         else:
-            cases = make_cases(args.make_cases, n=args.n, seed=args.seed)
+            cases = make_cases(args.make_cases, n=n, seed=seed)
     except BenchCaseError as exc:
         print(f"ngramd bench: {exc}", file=sys.stderr)
         return 2

@@ -103,13 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--make-cases", default=None, metavar="WORKSPACE",
                    help="write cases from a real workspace to stdout (or --out)")
     p.add_argument("--out", default=None, metavar="FILE.jsonl", help="--make-cases: write the cases here")
-    p.add_argument("--n", type=int, default=20, help="--make-cases: how many cases")
-    p.add_argument("--seed", type=int, default=0, help="--make-cases: random seed")
-    p.add_argument("--mode", choices=("complete", "edit"), default="complete",
-                   help="--make-cases: completion cases (cursors in function bodies) or edit cases "
-                        "(a small instruction on a whole function)")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="time each decoder this many times per case, interleaved; the median counts")
+    # None where a default applies: given with the other of --cases / --make-cases, they are refused
+    p.add_argument("--n", type=int, default=None, help="--make-cases: how many cases (default 20)")
+    p.add_argument("--seed", type=int, default=None, help="--make-cases: random seed (default 0)")
+    p.add_argument("--mode", choices=("complete", "edit"), default=None,
+                   help="--make-cases: completion cases (cursors in function bodies, the default) or edit "
+                        "cases (a small instruction on a whole function)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="time each decoder this many times per case, interleaved; the median counts (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw speedups and accepted tokens per pass (needs matplotlib: pip install 'ngramd[plot]')")

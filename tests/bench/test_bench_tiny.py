@@ -149,7 +149,8 @@ def test_cli_rejects_a_malformed_cases_file(tmp_path, capsys):
     assert "missing field" in capsys.readouterr().err
     assert main(["bench"]) == 2
     good = Path(__file__).resolve().parents[2] / "bench" / "cases" / "smoke.jsonl"
-    assert main(["bench", "--cases", str(good), "--rows", str(tmp_path / "no" / "such" / "dir.jsonl")]) == 2
+    assert main(["bench", "--cases", str(good), "--model", "tiny", "--device", "cpu",
+                 "--rows", str(tmp_path / "no" / "such" / "dir.jsonl")]) == 2
     assert "cannot write --rows" in capsys.readouterr().err
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,6 +25,12 @@ def fake_bench(calls):
             on_row(row)
         return build_report(rows, {"model": "fake", "device": "cpu"})
     return bench
+
+
+@pytest.fixture(autouse=True)
+def no_model_load(monkeypatch):
+    """The runs here are stand-ins: no model is loaded for them."""
+    monkeypatch.setattr(bench_cmd, "load_runtime", lambda model, device: SimpleNamespace(name="fake"))
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -75,3 +82,27 @@ def test_typed_instruction_without_prepared_is_refused_before_anything_runs(monk
     monkeypatch.setattr(bench_cmd, "bench", fake_bench(calls))
     assert main(["bench", "--cases", SMOKE, "--typed-instruction"]) == 2
     assert "give --prepared too" in capsys.readouterr().err and calls == []
+
+
+def test_a_model_that_cannot_load_is_one_line_and_leaves_no_rows_file(monkeypatch, tmp_path, capsys):
+    monkeypatch.undo()  # the real loader
+    rows = tmp_path / "rows.jsonl"
+    for model in ("/nonexistent.gguf", str(tmp_path)):  # no file; a folder that holds no model
+        assert main(["bench", "--cases", SMOKE, "--model", model, "--device", "cpu", "--rows", str(rows)]) == 2
+        err = capsys.readouterr().err
+        assert "ngramd bench: error:" in err and "Traceback" not in err
+        assert not rows.exists()
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--cases", SMOKE, "--mode", "edit"], "--mode"),
+    (["--cases", SMOKE, "--n", "5", "--seed", "1"], "--n, --seed"),
+    (["--make-cases", "index", "--repeat", "3"], "--repeat"),
+    (["--make-cases", "index", "--prepared", "--json"], "--json, --prepared"),
+])
+def test_an_option_of_the_other_use_is_refused_not_ignored(monkeypatch, capsys, argv, named):
+    calls: list[int] = []
+    monkeypatch.setattr(bench_cmd, "bench", fake_bench(calls))
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "only apply with" in err and not calls
