@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 
@@ -16,6 +17,7 @@ from daemon import package_version
 DESCRIPTION = ("ngramd: local code completion. A code model verifies drafts from an n-gram index "
                "of your workspace and buffers; the output is exactly the model's own.")
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+EXIT_BROKEN_PIPE = 141  # and for SIGPIPE: the output's reader went away
 
 # subcommand -> "module:function"; the function takes the parsed argparse.Namespace
 # and returns a process exit code.
@@ -160,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C, e.g. during a model load: no traceback
         print(f"ngramd {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the output's reader went away (`ngramd status | head -3`): as a shell command
+        # stdout goes nowhere from now on, else Python reports the pipe again when it flushes at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -90,3 +90,18 @@ def test_serve_on_a_workspace_that_is_no_directory_is_bad_input(no_model_load, t
     assert cli.main(["serve", "--socket", str(tmp_path / "s.sock"), "--workspace", str(tmp_path / "file.py")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_output_whose_reader_went_away_exits_141_without_a_traceback():
+    """`ngramd bench --make-cases . | head -c 100`, the reader gone before the output is written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "bench", "--make-cases", "index", "--n", "20"],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command has written anything (it is still importing)
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == cli.EXIT_BROKEN_PIPE
+    assert "Traceback" not in err and "BrokenPipe" not in err
