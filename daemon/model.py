@@ -286,6 +286,7 @@ def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
         elif path.is_dir():
             rt = _load_pretrained(str(path), dev, dtype, name=path.name, local_only=True)
         elif spec is not None and _looks_like_hub_id(spec):
+            _check_in_hub_cache(spec)
             rt = _load_pretrained(spec, dev, dtype, name=spec, local_only=True)
         else:
             raise ModelLoadError(f"unknown model {spec!r}: not a .gguf file, a model directory, or a "
@@ -293,6 +294,17 @@ def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
     log.info("model %s ready on %s/%s in %.1f s", rt.name, rt.device, str(rt.dtype).replace("torch.", ""),
              time.perf_counter() - t0)
     return rt
+
+
+def _check_in_hub_cache(repo_id: str) -> None:
+    """ModelLoadError unless ``repo_id``'s config is in the local Hugging Face cache (transformers'
+    own refusal speaks of failing to connect, as if a download had been tried)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        raise ModelLoadError(f"{repo_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}); "
+                             "ngramd never downloads: fetch it where there is a network "
+                             f"(`hf download {repo_id}`), or give a model directory")
 
 
 def _looks_like_hub_id(spec: str) -> bool:

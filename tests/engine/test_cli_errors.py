@@ -57,9 +57,13 @@ def test_a_folder_without_a_model_says_so(tmp_path):
         model.load_runtime(str(tmp_path), device="cpu")
 
 
-def test_an_unknown_name_says_nothing_is_downloaded():
+def test_an_unknown_name_says_nothing_is_downloaded(tmp_path, monkeypatch):
     with pytest.raises(ModelLoadError, match="never downloads"):
         model.load_runtime("gpt2", device="cpu")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # sure not to reach out, whatever the code does
+    with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache.*never downloads") as err:
+        model.load_runtime("no-such-org/no-such-model", device="cpu")
+    assert "connect" not in str(err.value)
 
 
 def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, source, capsys):
