@@ -63,6 +63,7 @@ class RpcConnection:
         self._closed = False
         self.exit_announced = False  # the daemon said it is exiting because it was asked to
         self.fatal_error: str | None = None  # why the daemon is closing this connection, if it said
+        self.cancelled = False  # its reading was cancelled here (the event loop ends): no daemon was lost
         self.answered = False  # the daemon answered a request on it
         # The longest message the daemon reads (its initialize answer says; until then its default).
         self.max_message_bytes = rpc.DEFAULT_MAX_MESSAGE_BYTES
@@ -156,7 +157,7 @@ class RpcConnection:
                 for obj in self._frames.feed(data):
                     self._dispatch(obj)
         except asyncio.CancelledError:
-            pass
+            self.cancelled = True
         except rpc.RpcError as exc:
             log.error("daemon sent unreadable data: %s", exc.message)
         except OSError as exc:

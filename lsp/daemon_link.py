@@ -358,7 +358,7 @@ class DaemonLink:
             return
         self._conn = None
         self._reap()
-        if self._closing:
+        if self._closing or conn.cancelled:  # (cancelled: the editor closed our stdin, the loop ends)
             return
         if conn.exit_announced:  # stopped on request (`ngramd stop`): it stays stopped
             log.warning("the daemon was stopped; reconnecting (the next request starts a daemon "

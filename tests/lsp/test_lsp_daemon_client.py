@@ -94,6 +94,21 @@ async def test_link_reconnects_and_resends_state(sock):
     await second.stop()
 
 
+async def test_a_link_whose_reading_is_cancelled_here_does_not_reconnect(fake, sock, caplog):
+    """The editor closes the language server's stdin without shutdown: the event loop ends and
+    cancels every task, the daemon connection's reading among them. No daemon was lost: no
+    warning, no reconnect."""
+    link = DaemonLink(sock, spawn=False)
+    await link.call("status", None, 5)
+    conn = link._conn
+    conn._task.cancel()
+    await asyncio.sleep(0.05)
+    assert conn.closed and conn.cancelled and not link.ready
+    assert "connection to the daemon lost" not in caplog.text
+    assert link._connecting is None or link._connecting.done()  # no connect started
+    await link.close()
+
+
 async def test_link_send_drops_when_not_ready(sock):
     link = DaemonLink(sock, spawn=False)
     assert link.send("open", {"uri": "u", "text": "", "version": 1}) is None
