@@ -48,7 +48,8 @@ is not shown, and is put back after the answer. ``shown`` below is the selection
 so dedented, without its layout.
 
 The draft is the shown selection exactly as the model would write it back
-unchanged: ``"\\n" + shown + "\\n" + fence`` then eos. The prompt ends right after ``python`` (a non-space), so
+unchanged: ``"\\n" + shown + "\\n" + fence + "\\n"`` then eos (the embedded model ends its closing
+fence line, which is where the answer ends, before its end-of-turn token). The prompt ends right after ``python`` (a non-space), so
 the newline and the first line's indentation form one token (``"\\n   "``) just as
 they did in training text; the prompt's and the draft's token ids concatenate to
 the ids of the concatenated text (tested).
@@ -193,7 +194,7 @@ def excerpt(text: str, start: int, end: int) -> str:
 
 def draft_text(shown: str, fence: str) -> str:
     """The answer that repeats the ``shown`` selection unchanged (see the module docstring)."""
-    return "\n" + shown + "\n" + fence
+    return "\n" + shown + "\n" + fence + "\n"
 
 
 def clean_answer(answer: str, fence: str, finished: bool, short_closes: bool = False,

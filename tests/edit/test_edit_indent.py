@@ -155,5 +155,5 @@ def test_the_prompt_shows_the_dedented_method_and_drafts_it(tok_runtime, start_t
     ep = build_edit_prompt(tok_runtime, CLASS_SRC, start, METHOD_END, "Add type hints.", uri="file:///w/m.py")
     assert "Selection:\n```python\n" + ep.shown + "\n```" in ep.prompt
     assert "\ndef display_name(self):\n    if self[0]" in ep.prompt
-    assert tok_runtime.decode(ep.draft_ids[:-1]) == "\n" + ep.shown + "\n```"
+    assert tok_runtime.decode(ep.draft_ids[:-1]) == "\n" + ep.shown + "\n```\n"
     assert ep.frame.reindent(ep.shown) + ep.layout == ep.original
