@@ -31,14 +31,16 @@ Two prompt styles:
   (the last line without its newline: the model writes it).
 
 How the answer ends: the model writes the code, then a newline and the closing
-fence, then (chat) ``<|im_end|>``. The answer ends at its closing line (daemon/stops.py
-``FenceNesting``: a bare fence line at column 0 that closes no fenced block the answer
-opened itself; a docstring's `` ```sh `` example does not end it), at the end-of-sequence
-token (all of it is then code) or at ``max_tokens`` (unfinished). The fence is three
-backticks, or more when the original itself contains a run of three or more, so that the
-original cannot close it; the model still closes such a fence with three, which then ends
-the answer too unless the original has a line of three at column 0 that a copy of it could
-repeat (``short_closes``).
+fence and a newline, then (chat) ``<|im_end|>``. The answer ends at its closing line
+(daemon/stops.py ``FenceNesting``: a bare fence line at column 0 that closes no fenced block
+the answer opened itself; a docstring's `` ```sh `` example does not end it), at the
+end-of-sequence token (all of it is then code) or at ``max_tokens`` (unfinished). The fence
+is three backticks, or more when the selection itself contains a run of three or more, so
+that the selection cannot close it; the model still closes such a fence with three, so a
+bare run of three at column 0 ends the answer too once the answer has had as many such
+lines as the selection as shown (``short_text``: those are copies). Outside Markdown, a first
+line that opens the fence again (```` ```python ````, the model repeating the opening) is
+skipped, unless the selection itself starts with a fence line (``reopening``).
 
 The selection is shown in its own indentation frame (daemon/edit_indent.py):
 a method selected from its ``def`` on is shown dedented, as the model writes a
@@ -59,8 +61,8 @@ the user's text (file, selection, instruction) is encoded as plain text
 (daemon/model.py ``encode_plain``), so a ``"<|im_end|>"`` literal in the code
 is text to the model and in the draft, never an end of sequence.
 
-Cleaning (``clean_answer``): drop the leading newline and a first line that opens a fence
-again (the model repeating the opening), cut at the closing line and drop the answer's own
+Cleaning (``clean_answer``): drop the leading newline and a skipped first line, cut at the
+closing line (the same rules as the generation's stop) and drop the answer's own
 trailing line breaks; ``EditPrompt.replacement`` then indents it back and puts the
 selection's layout after it. The end-of-sequence token is never part of the answer's text,
 so a ``<|im_end|>`` in it is the code's own and kept.
@@ -78,7 +80,7 @@ from typing import Any
 
 from daemon.edit_indent import IndentFrame, frame_of, layout_of, split_layout
 from daemon.model import encode_template
-from daemon.stops import FenceNesting, short_closes_allowed
+from daemon.stops import FenceNesting, bare_short_lines
 
 SELECTION = "<selection/>"
 SYSTEM = ("You are a careful code editor. The user selects code in a file and gives an "
@@ -118,13 +120,15 @@ class EditPrompt:
     frame: IndentFrame  # puts the cleaned answer back into the file's indentation
     layout: str  # put back after the answer's code (daemon/edit_indent.py layout_of)
     fence: str
-    short_closes: bool = False  # three backticks at column 0 close the answer too (daemon/stops.py FenceNesting)
+    short_text: int = 0  # bare runs of three backticks that are text before one closes the answer (FenceNesting)
+    reopening: bool = False  # a first answer line that opens the fence again is skipped (FenceNesting)
     crlf: bool = False  # the selection's line breaks are CRLF: shown and drafted as LF, put back as CRLF
 
     def stop_config(self) -> dict[str, Any]:
         """The StopConfig fields that end the answer where ``clean_answer`` will cut it (and not
         where a completion's block ends: a rewritten range may dedent)."""
-        return {"closing_fence": self.fence, "short_closes": self.short_closes, "block_end": False}
+        return {"closing_fence": self.fence, "short_text": self.short_text, "reopening": self.reopening,
+                "block_end": False}
 
     def replacement(self, answer: str, finished: bool) -> str:
         """The text that replaces the selection, from the model's answer (the text after the
@@ -136,8 +140,7 @@ class EditPrompt:
         kept in the file, as trailing whitespace); an unfinished answer is given indented back
         as written. In a CRLF selection the answer's line breaks become CRLF.
         """
-        code, finished = clean_answer(answer, self.fence, finished, self.short_closes,
-                                      reopening=not self.shown.lstrip(" \t").startswith("```"))
+        code, finished = clean_answer(answer, self.fence, finished, self.short_text, self.reopening)
         if not finished:
             return self._in_file(code)
         if not code.strip():
@@ -197,35 +200,32 @@ def draft_text(shown: str, fence: str) -> str:
     return "\n" + shown + "\n" + fence + "\n"
 
 
-def clean_answer(answer: str, fence: str, finished: bool, short_closes: bool = False,
+def clean_answer(answer: str, fence: str, finished: bool, short_text: int = 0,
                  reopening: bool = False) -> tuple[str, bool]:
     """(code, finished): the code of the model's answer (the text after the opening fence), in
     the frame it was shown, without its trailing line breaks. The answer ends at its closing
-    line (daemon/stops.py ``FenceNesting``: a bare fence line at column 0 that closes no block
-    the answer opened; with ``short_closes``, three backticks do for a longer fence) or, when
-    ``finished`` (the model ended it), at its end; otherwise it is unfinished and given as
-    written. ``reopening``: a first line that opens a fence again (```` ```python ````, the model
-    repeating the opening; allowed where the selection does not start with a fence line) is dropped.
+    line (daemon/stops.py ``FenceNesting``, with ``short_text`` and ``reopening``: the rules the
+    generation stopped by) or, when ``finished`` (the model ended it), at its end; otherwise it
+    is unfinished and given as written.
 
     Example: clean_answer("\\n    y = 1\\n\\n```", "```", True) == ("    y = 1", True).
     """
     if answer.startswith("\n"):
         answer = answer[1:]
-    first, newline, rest = answer.partition("\n")
-    if reopening and newline and first.startswith("```") and first.strip("` \t\r"):
-        answer = rest
+    nesting = FenceNesting(fence, short_text, reopening)
     # a finished answer's last line is complete: the model wrote nothing after it
-    closing = FenceNesting(fence, short_closes).closing_line(answer + "\n" if finished else answer)
+    closing = nesting.closing_line(answer + "\n" if finished else answer)
+    start = min(nesting.content_start, len(answer))
     if closing is not None:
-        return split_layout(answer[:max(closing - 1, 0)])[0], True  # a CRLF answer's last \r included
+        return split_layout(answer[start:max(closing - 1, start)])[0], True  # a CRLF answer's last \r included
     if finished:
-        return split_layout(answer)[0], True
-    return answer, False
+        return split_layout(answer[start:])[0], True
+    return answer[start:], False
 
 
 def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction: str,
                       uri: str = "") -> EditPrompt:
-    """Prompt, draft and stop strings for rewriting ``text[start:end]``.
+    """Prompt, draft and stop rules for rewriting ``text[start:end]``.
 
     ``runtime`` needs ``tokenizer`` (for ``chat_template``) and ``encode`` /
     ``eos_token_id`` (daemon/model.py's ModelRuntime).
@@ -271,7 +271,9 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     return EditPrompt(style=style, prompt=prompt, prompt_ids=prompt_ids,
                       draft_ids=draft_ids, original=original, shown=shown, frame=frame,
                       layout=layout_of(text, start, end), fence=fence,
-                      short_closes=short_closes_allowed(shown, fence), crlf=crlf)
+                      short_text=bare_short_lines(shown, fence),
+                      # not in Markdown, where an answer may well open with a code block of its own
+                      reopening=lang != "markdown" and not shown.strip().startswith("```"), crlf=crlf)
 
 
 def uses_crlf(text: str, start: int, end: int) -> bool:

@@ -49,7 +49,8 @@ class StopConfig:
     # stop an output caught in a loop, unless these bytes hold the same run (an edit's prompt); None: off
     loop_allowed: bytes | None = None
     closing_fence: str | None = None  # an answer fenced so, blocks of its own allowed (edits; FenceNesting)
-    short_closes: bool = False  # FenceNesting's: three backticks close an answer with a longer fence
+    short_text: int = 0  # FenceNesting's: bare runs of three that are text before one closes the answer
+    reopening: bool = False  # FenceNesting's: a first line opening the fence again is skipped
 
 
 class StopChecker:
@@ -66,7 +67,7 @@ class StopChecker:
         self.num_tokens = 0
         self.reason = ""
         self._loops = None if config.loop_allowed is None else RepetitionGuard(config.loop_allowed, token_bytes)
-        self._fences = (FenceNesting(config.closing_fence, config.short_closes)
+        self._fences = (FenceNesting(config.closing_fence, config.short_text, config.reopening)
                         if config.closing_fence else None)
 
     def push(self, token: int) -> bool:
@@ -160,22 +161,28 @@ class FenceNesting:
 
     Lines are judged once complete (a line break after them), by their backticks alone:
 
-    - a fence line with an info string (`` ```sh ``) opens a block of the answer's own;
+    - a fence line with an info string (`` ```sh ``) opens a block of the answer's own, except,
+      with ``reopening``, as the answer's first line that is not blank (the model repeating the
+      opening fence: skipped, ``content_start`` is then where the answer's text begins);
     - a bare fence line closes the innermost block open; with none open, one at column 0
       closes the answer, and an indented one is text (a block opened bare inside code, as in
       a docstring: its closing line is bare and indented too, text as well);
-    - with a ``fence`` longer than three backticks (the original holds a run of three), shorter
-      runs are blocks of their own, never the answer's end, except with ``short_closes``: then
-      a bare run of three or more at column 0 with no block open closes the answer too (the
-      model closes with three whatever fence it was given; the prompt allows it where the
-      original has no line the answer could copy that reads so, ``short_closes_allowed``).
+    - with a ``fence`` longer than three backticks (the selection holds a run of three), shorter
+      runs are blocks of their own, and a bare one at column 0 with no block open is text for
+      the first ``short_text`` times (the selection's own such lines, ``bare_short_lines``,
+      copied) and then closes the answer (the model closes with three whatever fence it was
+      given).
 
     Example: FenceNesting("```").closing_line("a\n```sh\nx\n```\nb\n```\n") == 16.
     """
 
-    def __init__(self, fence: str, short_closes: bool = False) -> None:
+    def __init__(self, fence: str, short_text: int = 0, reopening: bool = False) -> None:
         self.fence = fence
-        self.short_closes = short_closes and len(fence) > 3
+        self.short_text = short_text
+        self.reopening = reopening
+        self.content_start = 0  # after a skipped first line that opened the fence again
+        self.short_lines = 0  # bare short runs at column 0 met with no block open, so far
+        self._begun = False  # a line with text was judged
         self._judged = 0  # text before this offset is judged (complete lines)
         self._open = 0  # blocks of the fence's length the answer opened and did not close
         self._short_open = 0  # blocks of shorter runs (a fence longer than three)
@@ -187,7 +194,15 @@ class FenceNesting:
             if end < 0:
                 return None
             start, self._judged = self._judged, end + 1
-            if self._closes(text[start:end]):
+            line = text[start:end]
+            if not self._begun:  # the answer's first line: after the blank lines it may open with
+                if not line.strip(" \t\r"):
+                    continue
+                self._begun = True
+                if self.reopening and line.startswith("```") and line.strip("` \t\r"):
+                    self.content_start = end + 1  # the opening fence again, with its language
+                    continue
+            if self._closes(line):
                 return start
 
     def _closes(self, line: str) -> bool:
@@ -208,18 +223,20 @@ class FenceNesting:
             self._short_open += 1
         elif self._short_open:
             self._short_open -= 1
-        else:
-            return self.short_closes and at_column_0 and not self._open
+        elif at_column_0 and not self._open:
+            self.short_lines += 1
+            return self.short_lines > self.short_text
         return False
 
 
-def short_closes_allowed(original: str, fence: str) -> bool:
-    """Whether a bare run of three backticks at column 0 may close an answer fenced with
-    ``fence`` (see FenceNesting): ``fence`` is longer than three, and no such line of
-    ``original`` is met with no block of shorter runs open (the closing lines of its blocks are
-    met with one open: copied, they close that block, not the answer).
+def bare_short_lines(shown: str, fence: str) -> int:
+    """How many lines of the selection ``shown`` an answer fenced with ``fence`` would copy as
+    text that read as a closing run of three backticks (bare, at column 0, no block open):
+    the ones after them close the answer (see FenceNesting).
 
-    Example: short_closes_allowed("```sh\nls\n```", "````") is True; with "```\nls\n```" False.
+    Example: bare_short_lines("```sh\nls\n```", "````") == 0; bare_short_lines("```\nls\n```", "````") == 2.
     """
-    # the original holds no run as long as the fence: only a line that would close by three can
-    return len(fence) > 3 and FenceNesting(fence, short_closes=True).closing_line(original + "\n") is None
+    # the selection holds no run as long as the fence (fence_for): every such line is a short one
+    nesting = FenceNesting(fence, short_text=shown.count("\n") + 1)
+    nesting.closing_line(shown + "\n")
+    return nesting.short_lines

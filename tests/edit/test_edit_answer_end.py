@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.edit_prompt import build_edit_prompt, draft_text
-from daemon.stops import StopChecker, StopConfig, short_closes_allowed
+from daemon.stops import StopChecker, StopConfig, bare_short_lines
 
 
 def rewrite(runtime, text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py",
@@ -47,12 +47,16 @@ def test_in_markdown_a_longer_fence_closed_with_three_ends_the_answer_after_the_
     assert edited == text.replace("Instal it", "Install it")
 
 
-def test_three_backticks_do_not_end_the_answer_where_the_selection_has_such_a_line_to_copy():
-    # a block opened bare at column 0: a copy of its opening line must not end the answer
-    assert short_closes_allowed("```\nls\n```", "````") is False
-    assert short_closes_allowed("```sh\nls\n```", "````") is True  # its bare line closes a block
-    assert short_closes_allowed("    ```\n    ls\n    ```", "````") is True  # indented: text
-    assert short_closes_allowed("x = 1", "```") is False  # a fence of three ends the answer anyway
+def test_three_backticks_end_the_answer_after_as_many_as_the_selection_has_to_copy(tok_runtime):
+    assert bare_short_lines("```sh\nls\n```", "````") == 0  # its bare line closes a block of its own
+    assert bare_short_lines("```\nls\n```", "````") == 2  # a block opened bare at column 0: both read so
+    assert bare_short_lines("    ```\n    ls\n    ```", "````") == 0  # indented: text
+    # the selection has two such lines: the answer copies them, then the model's own three close it
+    text = 'HELP = """\n```\nls -l\n```\n"""\nx = 1\n'
+    end = text.index("x = 1")
+    answer = '\nHELP = """\n```\nls -la\n```\n"""\n```\nI changed the flag.\n'
+    edited, reason = rewrite(tok_runtime, text, 0, end, answer)
+    assert (edited, reason) == (text.replace("ls -l\n", "ls -la\n"), "stop_string")
 
 
 def test_a_fence_line_with_an_info_string_in_code_does_not_end_the_answer(tok_runtime):
@@ -81,14 +85,25 @@ def test_an_answer_cut_at_max_tokens_is_given_as_written(tok_runtime):
 
 
 def test_an_answer_that_opens_the_fence_again_has_that_line_dropped(tok_runtime):
+    """Generation stops where the cleaning cuts: at the fence that closes the reopened one."""
     text = "def f():\n    return 1\n\nx = 2\n"
     end = text.index("\nx = 2")
-    edited, _ = rewrite(tok_runtime, text, 0, end, "\n```python\ndef f():\n    return 2\n```\n")
-    assert edited == "def f():\n    return 2\n\nx = 2\n"
+    answer = "\n```python\ndef f():\n    return 2\n```\n\nThis returns 2 now.\n"
+    edited, reason = rewrite(tok_runtime, text, 0, end, answer, ended=False)
+    assert (edited, reason) == ("def f():\n    return 2\n\nx = 2\n", "stop_string")
     # where the selection itself starts with a fence line, that line is the answer's
     md = "```sh\nls\n```\n"
     edited, _ = rewrite(tok_runtime, md, 0, len(md), "\n```sh\nls -l\n```\n```", uri="file:///w/a.md")
     assert edited == "```sh\nls -l\n```\n"
+
+
+def test_a_markdown_answer_may_open_with_a_code_block_of_its_own(tok_runtime):
+    text = "# Tool\n\nInstall it with pip.\n\nThen run it.\n"
+    start, end = text.index("Install"), text.index("\nThen")
+    answer = "\n```sh\npip install tool\n```\nInstall it with pip.\n```\n"
+    edited, reason = rewrite(tok_runtime, text, start, end, answer, uri="file:///w/README.md")
+    assert reason == "stop_string"
+    assert edited == "# Tool\n\n```sh\npip install tool\n```\nInstall it with pip.\n\nThen run it.\n"
 
 
 def test_a_crlf_selection_is_shown_and_drafted_with_lf_and_written_back_with_crlf(tok_runtime):
@@ -120,6 +135,6 @@ def test_the_draft_repeated_ends_where_the_draft_does(tok_runtime):
     """The draft's own closing fence is the answer's end, whatever backticks the selection holds."""
     text = FENCED_DOCSTRING
     ep = build_edit_prompt(tok_runtime, text, 0, len(text), "keep", "file:///w/m.py")
-    assert ep.fence == "````" and ep.short_closes
+    assert ep.fence == "````" and ep.short_text == 0
     edited, reason = rewrite(tok_runtime, text, 0, len(text), draft_text(ep.shown, ep.fence) + "\nmore")
     assert (edited, reason) == (text, "stop_string")

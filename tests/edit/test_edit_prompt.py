@@ -149,7 +149,8 @@ def test_a_markdown_answer_ends_at_the_fence_that_closes_no_block_of_its_own(tok
 
 
 _LINE = st.tuples(st.sampled_from(["", " ", "    ", "\t", "        "]),
-                  st.sampled_from(["", "x = 1", "def f(a):", "# note", "return a", " \t", "```", "y\rz"]),
+                  st.sampled_from(["", "x = 1", "def f(a):", "# note", "return a", " \t", "```", "```sh", "````",
+                                   "y\rz"]),
                   st.sampled_from(["\n", "\r\n"]))
 
 
@@ -180,7 +181,7 @@ def test_chat_prompt_uses_the_template_and_prefills_the_fence(tok_runtime):
     assert ep.prompt.endswith("<|im_start|>assistant\n```python")
     assert "Instruction: rename x to count" in ep.prompt
     assert ep.original == SRC[START:END]
-    assert ep.stop_config() == {"closing_fence": "```", "short_closes": False, "block_end": False}
+    assert ep.stop_config() == {"closing_fence": "```", "short_text": 0, "reopening": True, "block_end": False}
     assert ep.prompt_ids[0] == tok_runtime.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert ep.draft_ids[-1] == tok_runtime.eos_token_id
     assert ep.shown == "x = w * h\nreturn x"  # the selection's code, its shared indentation taken off

@@ -98,6 +98,9 @@ def test_fence_nesting_finds_the_line_that_closes_the_answer_as_the_text_streams
         if streamed is not None:
             break
     assert streamed == whole and end == whole + 4  # judged once its line break came
-    assert FenceNesting("````").closing_line("a\n```\nb\n````\n") == 8  # a shorter run is text
+    # a shorter run is text as often as the selection has one to copy, then it closes
+    assert FenceNesting("````", short_text=1).closing_line("a\n```\nb\n````\n") == 8
+    assert FenceNesting("````", short_text=1).closing_line("a\n```\nb\n```\n") == 8
+    assert FenceNesting("````").closing_line("a\n```\nb\n````\n") == 2
     assert FenceNesting("```").closing_line("```\n") == 0  # no text at all
     assert FenceNesting("```").closing_line("a\n```") is None  # not complete yet
