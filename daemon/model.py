@@ -301,7 +301,11 @@ def _check_in_hub_cache(repo_id: str) -> None:
     own refusal speaks of failing to connect, as if a download had been tried)."""
     from huggingface_hub import constants, try_to_load_from_cache
 
-    if not isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError as exc:  # HFValidationError: "foo/bar baz", "a/b..c"
+        raise ModelLoadError(f"{repo_id!r} is not a Hugging Face model id: {exc}") from None
+    if not isinstance(found, str):
         raise ModelLoadError(f"{repo_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}); "
                              "ngramd never downloads: fetch it where there is a network "
                              f"(`hf download {repo_id}`), or give a model directory")
@@ -345,7 +349,7 @@ def _gguf_cache_dir(path: Path) -> Path:
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
-    return cache_root() / "gguf" / f"{path.stem}-{digest.hexdigest()[:16]}"
+    return cache_root() / "gguf" / f"{path.stem}-sha1-{digest.hexdigest()[:16]}"  # never the old key's shape
 
 
 def _drop_old_conversions(path: Path, cached: Path) -> None:

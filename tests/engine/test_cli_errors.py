@@ -64,6 +64,8 @@ def test_an_unknown_name_says_nothing_is_downloaded(tmp_path, monkeypatch):
     with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache.*never downloads") as err:
         model.load_runtime("no-such-org/no-such-model", device="cpu")
     assert "connect" not in str(err.value)
+    with pytest.raises(ModelLoadError, match="not a Hugging Face model id"):
+        model.load_runtime("foo/bar baz", device="cpu")
 
 
 def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, source, capsys):
