@@ -85,10 +85,13 @@ def apply_change(text: str, start: int | None, end: int | None, new: str) -> tup
     if start is None:
         return new, Edit(0, len(text), new, full=True)
     assert end is not None
-    if not 0 <= start <= end <= len(text):
-        raise RpcError(INVALID_PARAMS,
-                       f"range [{start}, {end}) outside the document (length {len(text)})")
+    _check_range(start, end, len(text))
     return text[:start] + new + text[end:], Edit(start, end, new, full=False)
+
+
+def _check_range(start: int, end: int, length: int) -> None:
+    if not 0 <= start <= end <= length:
+        raise RpcError(INVALID_PARAMS, f"range [{start}, {end}) outside the document (length {length})")
 
 
 # Characters the one-by-one path may copy for one ``change`` (each edit copies the whole text,
@@ -104,8 +107,26 @@ def apply_changes(text: str, changes: list[tuple[int | None, int | None, str]]) 
     text once per edit, whether they run back to front (each ends at or before the previous
     one's start, as an editor's "Replace All" sends them: all name offsets of the original
     text) or front to back (each starts at or after the end of the previous one's new text).
-    Other orders go one by one, within ``MAX_COPIED_CHARS``.
+    Other orders go one by one, within ``MAX_COPIED_CHARS``. What comes before a full
+    replacement is only checked (its ranges) and recorded, not applied: the text is replaced.
     """
+    edits: list[Edit] = []
+    last_full = max((i for i, (start, _, _) in enumerate(changes) if start is None), default=None)
+    if last_full is not None:
+        length = len(text)
+        for start, end, new in changes[:last_full]:
+            if start is None or end is None:
+                edits.append(Edit(0, length, new, full=True))
+                length = len(new)
+            else:
+                _check_range(start, end, length)
+                edits.append(Edit(start, end, new, full=False))
+                length += len(new) - (end - start)
+        text = changes[last_full][2]
+        edits.append(Edit(0, length, text, full=True))
+        changes = changes[last_full + 1:]
+    if not changes:
+        return text, edits
     spans = _back_to_front(changes, len(text)) or _front_to_back(changes, len(text))
     if spans is not None:
         pieces, pos = [], 0
@@ -113,14 +134,14 @@ def apply_changes(text: str, changes: list[tuple[int | None, int | None, str]]) 
             pieces += (text[pos:start], new)
             pos = end
         pieces.append(text[pos:])
-        return "".join(pieces), [Edit(start, end, new, full=False) for start, end, new in changes]
-    edits = []
-    copied = 0
+        return "".join(pieces), edits + [Edit(start, end, new, full=False) for start, end, new in changes]
+    size, copied = len(text), 0
     for start, end, new in changes:
         copied += len(text) + len(new)
         if copied > MAX_COPIED_CHARS:
-            raise RpcError(INVALID_PARAMS, f"{len(changes)} edits in one change of a {len(text)}-character "
-                                           f"document, out of order: send them in order or the whole text")
+            raise RpcError(INVALID_PARAMS, f"{len(changes)} range edits in one change of a {size}-character "
+                                           f"document, neither front to back nor back to front: send them "
+                                           f"in order or the whole text")
         text, edit = apply_change(text, start, end, new)
         edits.append(edit)
     return text, edits

@@ -76,6 +76,10 @@ def test_apply_changes_equals_applying_them_one_by_one_for_any_edits(edits, asce
     text = "0123456789ab"
     changes, at = [], 0
     for a, b, new in edits:
+        if new == "xyx":  # now and then a full replacement
+            changes.append((None, None, "full text"))
+            at = 0
+            continue
         start, end = (at + a, at + a + b) if ascending else (min(a, b) * 3, max(a, b) * 3)
         changes.append((start, end, new))
         at = start + len(new)
@@ -102,6 +106,9 @@ def test_many_edits_out_of_order_are_refused_past_the_copy_bound(monkeypatch):
     with pytest.raises(RpcError) as err:
         apply_changes(text, shuffled)
     assert err.value.code == INVALID_PARAMS and "send them in order or the whole text" in err.value.message
+    assert "100-character document" in err.value.message
+    # in order after a full replacement: the text before it is never copied
+    assert apply_changes(text, [(None, None, "z" * 100)] + in_order)[0] == "yz" * 50
 
 
 def test_stale_version_is_content_modified():
