@@ -8,11 +8,17 @@ code's syntax tree (so layout and comments are not judged, nor docstrings: renam
 word in a docstring, or not, both follow a rename):
 
 - "Rename the parameter|variable|function OLD to NEW.": the answer's tree is the
-  original's with every name ``OLD`` (a parameter, a variable, a function's own name,
-  a ``global``/``nonlocal`` name) written ``NEW``; attributes (``self.OLD``) and keyword
-  arguments of calls keep their name (they are other objects' names);
-- "Add type hints..." : the answer's tree without its annotations is the original's
-  without its annotations, and it has more annotations than the original.
+  original's with every name ``OLD`` (a parameter, a variable, a function's own name, an
+  ``except ... as``, ``import ... as`` or ``match`` capture name, a ``global``/``nonlocal``
+  name) written ``NEW``; attributes (``self.OLD``) and keyword arguments of calls keep their
+  name (they are other objects' names), except a keyword of a call to the function itself;
+- "Add type hints..." : the answer's tree without its annotations (a bare declaration
+  ``x: int`` stays, unannotated) and without imports from ``typing`` is the original's so
+  stripped, and it has more annotations than the original.
+
+Known limits: scopes are not followed (an inner ``lambda x:`` or ``[x for x in ...]`` that
+rebinds OLD is expected renamed too, and an answer that left it, equally right, is judged
+not to follow), nor calls to the function through another name.
 
 Any other instruction, a file that is not Python, or an original that does not parse
 alone gets ``None``: not judged.
@@ -50,10 +56,15 @@ def followed(instruction: str, path: str, original: str, lead: str, replacement:
     if after is None:
         return False
     if rename:
-        expected = _Rename(rename.group(1), rename.group(2)).visit(before)
+        expected = _Rename(rename.group(1), rename.group(2), _own_names(before)).visit(before)
         return _shape(expected) == _shape(after)
     return (_shape(_StripAnnotations().visit(after)) == _shape(_StripAnnotations().visit(before))
             and _annotations(_parse(lead, replacement)) > _annotations(_parse(lead, original)))
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """The names the selection's functions have (a call to one of them is a recursive call)."""
+    return {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _parse(lead: str, code: str) -> ast.Module | None:
@@ -86,8 +97,9 @@ def _annotations(tree: ast.AST | None) -> int:
 
 
 class _Rename(ast.NodeTransformer):
-    def __init__(self, old: str, new: str) -> None:
+    def __init__(self, old: str, new: str, own: set[str]) -> None:
         self.old, self.new = old, new
+        self.own = own  # the selection's function names: their calls' keywords are its parameters
 
     def _name(self, name: str) -> str:
         return self.new if name == self.old else name
@@ -114,6 +126,43 @@ class _Rename(ast.NodeTransformer):
 
     visit_Nonlocal = visit_Global  # type: ignore[assignment]
 
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.ExceptHandler:
+        if node.name is not None:
+            node.name = self._name(node.name)
+        self.generic_visit(node)
+        return node
+
+    def visit_alias(self, node: ast.alias) -> ast.alias:
+        if node.asname is not None:  # ``import os as OLD`` binds OLD; ``import OLD`` names a module
+            node.asname = self._name(node.asname)
+        return node
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> ast.MatchAs:
+        if node.name is not None:
+            node.name = self._name(node.name)
+        self.generic_visit(node)
+        return node
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> ast.MatchStar:
+        if node.name is not None:
+            node.name = self._name(node.name)
+        return node
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> ast.MatchMapping:
+        if node.rest is not None:
+            node.rest = self._name(node.rest)
+        self.generic_visit(node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        if callee in self.own:  # a recursive call: its keyword names the renamed parameter
+            for keyword in node.keywords:
+                if keyword.arg is not None:
+                    keyword.arg = self._name(keyword.arg)
+        self.generic_visit(node)
+        return node
+
 
 class _StripAnnotations(ast.NodeTransformer):
     def visit_arg(self, node: ast.arg) -> ast.arg:
@@ -127,7 +176,14 @@ class _StripAnnotations(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
-        if node.value is None:  # a bare declaration ``x: int`` only annotates
-            return None
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if node.value is None:  # a bare declaration ``x: int`` stays (a dataclass field), unannotated
+            node.annotation = ast.Constant(value=None)
+            return node
         return ast.Assign(targets=[node.target], value=node.value)
+
+    def visit_Import(self, node: ast.Import) -> ast.AST | None:
+        return None if all(alias.name == "typing" for alias in node.names) else node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
+        return None if node.module in ("typing", "__future__") else node  # what hints may need

@@ -75,3 +75,28 @@ def test_the_report_counts_the_finished_answers_that_did_what_was_asked():
     render_text(build_report(rows, {}), out, use_rich=False)
     assert "the answer does what the instruction asks in 1 of 2 judged" in out.getvalue()
     assert "follow_checked" not in summarize([edit_row("c", None)])["edits"]
+
+
+def test_names_bound_by_except_import_and_match_are_renamed_and_recursive_keywords_too():
+    code = ("def load(path, retry=1):\n    import json as codec\n    try:\n        return codec.load(path)\n"
+            "    except ValueError as err:\n        return load(path=path, retry=retry - 1) if retry else err\n")
+    ask = "Rename the parameter path to source."
+    right = ("def load(source, retry=1):\n    import json as codec\n    try:\n        return codec.load(source)\n"
+             "    except ValueError as err:\n        return load(source=source, retry=retry - 1) if retry else err\n")
+    assert followed(ask, "a.py", code, "", right) is True
+    # the recursive call's keyword left as it was: that call would fail
+    assert followed(ask, "a.py", code, "", right.replace("load(source=source", "load(path=source")) is False
+    renamed_err = code.replace("err", "exc")
+    assert followed("Rename the variable err to exc.", "a.py", code, "", renamed_err) is True
+    assert followed("Rename the variable err to exc.", "a.py", code, "", code.replace("else err", "else exc")) is False
+    renamed_codec = code.replace("codec", "js")
+    assert followed("Rename the variable codec to js.", "a.py", code, "", renamed_codec) is True
+    match = "def kind(v):\n    match v:\n        case [first, *rest]:\n            return first\n"
+    assert followed("Rename the variable first to head.", "a.py", match, "", match.replace("first", "head")) is True
+
+
+def test_type_hints_may_import_from_typing_but_not_drop_a_declaration():
+    code = "class P:\n    x: int\n    y: int\n\n    def norm(self, scale):\n        return scale\n"
+    hinted = code.replace("def norm(self, scale):", "def norm(self, scale: Optional[float]) -> float:")
+    assert followed("Add type hints.", "a.py", code, "", "from typing import Optional\n" + hinted) is True
+    assert followed("Add type hints.", "a.py", code, "", hinted.replace("    y: int\n", "")) is False
