@@ -613,25 +613,26 @@ class NgramdServer(LanguageServer):
             self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
                 "code": int(types.ErrorCodes.ParseError), "message": f"parse error: {error}"}})
             return
-        if is_closed_document_error(error):
-            log.info("request for a document that is not open (closed meanwhile?): %s", error)
+        if is_expected_refusal(error):
+            log.info("request refused, the document closed or changed meanwhile: %s", error)
             return
         log.error("server error (%s): %s", getattr(source, "__name__", source), error)
 
 
-def is_closed_document_error(error: BaseException | None) -> bool:
-    """A request's InvalidParams for a document that is not open: the editor answered
-    for it already, and it is an expected race (a request sent just before didClose),
-    not a server error."""
-    return isinstance(error, JsonRpcInvalidParams) and str(error.message).startswith(rpc.DOCUMENT_NOT_OPEN)
+def is_expected_refusal(error: BaseException | None) -> bool:
+    """A request refused for an expected race, answered to the editor already, not a server
+    error: InvalidParams for a document that is not open (a request sent just before
+    didClose), or ContentModified (a rewrite of a document that changed since it was offered)."""
+    return isinstance(error, JsonRpcContentModified) or (
+        isinstance(error, JsonRpcInvalidParams) and str(error.message).startswith(rpc.DOCUMENT_NOT_OPEN))
 
 
 class _ClosedDocumentFilter(logging.Filter):
-    """Drops pygls' own traceback (logged at ERROR) for ``is_closed_document_error``;
+    """Drops pygls' own traceback (logged at ERROR) for ``is_expected_refusal``;
     ``report_server_error`` logs it at INFO instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not is_closed_document_error(record.exc_info[1] if record.exc_info else None)
+        return not is_expected_refusal(record.exc_info[1] if record.exc_info else None)
 
 
 def _quiet_pygls_for_closed_documents() -> None:

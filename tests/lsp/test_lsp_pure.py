@@ -106,11 +106,12 @@ def test_workspace_edit_forms():
 
 
 def test_a_request_for_a_closed_document_is_not_logged_as_a_server_error(caplog):
-    """An expected race (a request sent just before didClose) is logged at INFO, by
+    """An expected race (a request sent just before didClose, a rewrite of a document changed
+    since it was offered) is logged at INFO, by
     report_server_error and not by pygls' own traceback; other errors stay ERROR."""
     import logging
 
-    from pygls.exceptions import FeatureRequestError, JsonRpcInvalidParams
+    from pygls.exceptions import FeatureRequestError, JsonRpcContentModified, JsonRpcInvalidParams
 
     from lsp.server import NgramdServer
 
@@ -124,6 +125,14 @@ def test_a_request_for_a_closed_document_is_not_logged_as_a_server_error(caplog)
         logging.getLogger("pygls.protocol.json_rpc").exception('Exception occurred for message "1"')
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert "gone.py" in caplog.records[0].getMessage()
+    caplog.clear()
+    stale = JsonRpcContentModified("file:///tmp/a.py changed since the rewrite was offered")
+    server.report_server_error(stale, FeatureRequestError)
+    try:
+        raise stale
+    except JsonRpcContentModified:
+        logging.getLogger("pygls.protocol.json_rpc").exception('Exception occurred for message "2"')
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
     caplog.clear()
     server.report_server_error(JsonRpcInvalidParams("'position' is missing"), FeatureRequestError)
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
