@@ -113,6 +113,11 @@ def register(server: NgramdServer) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[]))
     async def completion(ls: NgramdServer, params: types.CompletionParams) -> types.CompletionList:
+        if _has_inline_completion(ls):
+            # the editor shows the same text as a ghost: the menu's request would only cancel the
+            # inline one for the same place (one request a document at a time) and cost a second
+            # daemon call each keystroke; complete (not incomplete): the editor need not ask again
+            return types.CompletionList(is_incomplete=False, items=[])
         uri = params.text_document.uri
         proposal = await ls.propose(uri, params.position, multiline=ls.settings.multiline)
         if proposal is None:
@@ -255,6 +260,12 @@ def _uri_version_and(ls: NgramdServer, command: str, uri: Any, version: Any, raw
         kind = lsp_type.__name__
         raise JsonRpcInvalidParams(f"{command}: {kind.lower()} must be an LSP {kind}, got {raw!r}") from exc
     return uri, version, value
+
+
+def _has_inline_completion(ls: NgramdServer) -> bool:
+    """Whether the editor said it asks for inline completions (VS Code, Neovim 0.12)."""
+    text_document = ls.client_capabilities.text_document
+    return getattr(text_document, "inline_completion", None) is not None
 
 
 async def _rewrite(ls: NgramdServer, uri: str, rng: types.Range, instruction: str,

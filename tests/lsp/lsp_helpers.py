@@ -93,9 +93,11 @@ async def raw_request(client, method: str, params: Any, msg_id: str) -> Any:
         return exc
 
 
-def client_capabilities(*, resolve_edit: bool = False,
-                        encodings: list[str] | None = None) -> types.ClientCapabilities:
-    """An editor's capabilities, with inlineCompletion (pytest-lsp's captured ones lack it)."""
+def client_capabilities(*, resolve_edit: bool = False, encodings: list[str] | None = None,
+                        inline: bool = True) -> types.ClientCapabilities:
+    """An editor's capabilities, with inlineCompletion (pytest-lsp's captured ones lack it);
+    ``inline=False``: an editor without it (Helix, Neovim before 0.12), which the completion
+    list serves."""
     code_action = types.CodeActionClientCapabilities(
         code_action_literal_support=types.ClientCodeActionLiteralOptions(
             code_action_kind=types.ClientCodeActionKindOptions(value_set=[
@@ -111,7 +113,7 @@ def client_capabilities(*, resolve_edit: bool = False,
             synchronization=types.TextDocumentSyncClientCapabilities(dynamic_registration=False),
             completion=types.CompletionClientCapabilities(
                 completion_item=types.ClientCompletionItemOptions(snippet_support=False)),
-            inline_completion=types.InlineCompletionClientCapabilities(),
+            inline_completion=types.InlineCompletionClientCapabilities() if inline else None,
             code_action=code_action,
         ),
     )

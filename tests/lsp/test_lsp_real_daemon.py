@@ -24,7 +24,7 @@ from pygls.exceptions import JsonRpcException
 
 from daemon.client import Client, wait_ready
 from daemon.requests import FINISHED_EDIT_STOPS
-from lsp_helpers import change, inline_params, open_doc, rng, until
+from lsp_helpers import change, client_capabilities, inline_params, open_doc, rng, until
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    ret"
@@ -101,7 +101,8 @@ async def test_inline_completion_matches_daemon(daemon_sock, lsp_client):
 
 
 async def test_completion_fallback_matches_daemon(daemon_sock, lsp_client):
-    client = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
+    client = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS},
+                              capabilities=client_capabilities(inline=False))
     open_doc(client, URI, SOURCE)
     result = await client.text_document_completion_async(types.CompletionParams(
         text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=5, character=7)))

@@ -129,7 +129,9 @@ async def test_inline_completion_selected_completion_info(fake, sock, lsp_client
 
 
 async def test_completion_fallback(fake, sock, lsp_client):
-    client = await lsp_client(sock)
+    from lsp_helpers import client_capabilities
+
+    client = await lsp_client(sock, capabilities=client_capabilities(inline=False))  # as Helix
     fake.proposal = "ult = compute()\nprint(result)"
     open_doc(client, URI, f"# {EMOJI}\nres")
     result = await client.text_document_completion_async(types.CompletionParams(
@@ -141,6 +143,18 @@ async def test_completion_fallback(fake, sock, lsp_client):
     assert item.documentation.value == "res" + fake.proposal
     assert item.insert_text_format == types.InsertTextFormat.PlainText
     assert fake.methods("complete")[-1]["offset"] == len(f"# {EMOJI}\nres")
+
+
+async def test_an_editor_with_inline_completion_gets_no_completion_list(fake, sock, lsp_client):
+    """VS Code asks for both on a keystroke: the list's request would cancel the inline one for the
+    same place and cost a second daemon call. The list is empty, complete, and asks nothing."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "res")
+    calls = len(fake.methods("complete"))
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=pos(0, 3)))
+    assert result.is_incomplete is False and not result.items
+    assert len(fake.methods("complete")) == calls
 
 
 async def test_cancel_request_cancels_in_daemon(fake, sock, lsp_client):
