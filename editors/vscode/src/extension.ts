@@ -18,6 +18,7 @@ import {
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
+  RevealOutputChannelOn,
   ServerOptions,
   State,
   TransportKind,
@@ -171,6 +172,9 @@ async function startClient(): Promise<void> {
     documentSelector: SERVED_SCHEMES.map((scheme) => ({ scheme })),
     initializationOptions: startOptions,
     outputChannel: output,
+    // A failed request is said where it matters (a rewrite's own message, the status bar), once:
+    // the client's notification would pop up a second one, or one for a suggestion asked in passing.
+    revealOutputChannelOn: RevealOutputChannelOn.Never,
     middleware: {
       workspace: {
         handleApplyEdit: (params, next) => {
@@ -209,6 +213,7 @@ async function startClient(): Promise<void> {
             return item;
           }
           data["instruction"] = instruction;
+          pollPaused = false; // the server may start a daemon for the rewrite: watch it again
           // VS Code waits on the resolve without a word: the rewrite shows its progress, with
           // a Cancel that stops it in the daemon, as the palette's does
           return vscode.window.withProgress(
@@ -230,7 +235,7 @@ async function startClient(): Promise<void> {
                     "ngramd: the document changed while it was rewritten; nothing was replaced. Ask again.");
                   return item;
                 }
-                // VS Code would say only "Request codeAction/resolve failed": say the server's reason
+                // the client's own notification is off (revealOutputChannelOn): say the server's reason
                 void vscode.window.showErrorMessage(`ngramd: ${err instanceof Error ? err.message : String(err)}`);
                 return item;
               } finally {
@@ -392,11 +397,13 @@ function prepareRewrite(uri: unknown, lspRange: unknown, version: unknown, typed
 }
 
 /**
- * Whether a completion may be prepared in a document: the setting is on, ngramd is enabled
- * for the document's folder and the server runs.
+ * Whether a completion may be prepared in a document: the setting is on, the server runs, gets
+ * the document (settings.json, git: views and the like it never does) and ngramd is enabled
+ * for the document's folder.
  */
 function mayPrepareCompletion(resource: vscode.Uri): boolean {
-  return settings.prepareCompletions && client?.state === State.Running && enabledFor(resource);
+  return settings.prepareCompletions && client?.state === State.Running && SERVED_SCHEMES.includes(resource.scheme) &&
+    enabledFor(resource);
 }
 
 /** A document position as the server takes it (its protocol position, in the client's encoding). */
@@ -514,6 +521,7 @@ async function rewriteCommand(uriArg?: unknown, rangeArg?: vscode.Range, version
       let result: unknown;
       let applyReturned: boolean;
       appliedEdits.begin();
+      pollPaused = false; // the server may start a daemon for the rewrite: watch it again
       try {
         result = await serverCommand(SERVER_COMMANDS.rewriteSelection, args, token);
         // The server may apply the edit itself (workspace/applyEdit) or only return it.

@@ -57,6 +57,35 @@ test("the status poll observes: it asks the server not to start a daemon, and pa
   assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, afterStop + 1);
 });
 
+test("a rewrite resumes the status poll paused on a stopped daemon (the server may start one for it)", async () => {
+  await activate();
+  const client = h.clients[0];
+  h.answer = async () => ({ connected: false, daemon: { state: "stopped" } });
+  await pollOnce();
+  await pollOnce();
+  const paused = client.commandRequests(SERVER_COMMANDS.status).length;
+  await pollOnce();
+  assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, paused, "paused");
+  (h.vscode.window as Record<string, unknown>).withProgress = async (
+    _opts: unknown,
+    task: (p: unknown, token: unknown) => Promise<unknown>,
+  ) => task({ report() {} }, { isCancellationRequested: false, onCancellationRequested: () => ({ dispose() {} }) });
+  h.answer = async () => ({ connected: true, daemon: {} });
+  h.window.activeTextEditor = {
+    document: { uri: { scheme: "file", toString: () => "file:///a.py" }, version: 1 },
+    selection: { isEmpty: false, start: { line: 0, character: 0 }, end: { line: 0, character: 3 } },
+  };
+  h.inputBoxAnswers.push("add types");
+  await h.commands.get("ngramd.rewrite")!();
+  await pollOnce();
+  assert.equal(client.commandRequests(SERVER_COMMANDS.status).length, paused + 1, "watched again");
+});
+
+test("a failed request pops up no notification of the client's own (the extension says what matters)", async () => {
+  await activate();
+  assert.equal(h.clients[0].clientOptions.revealOutputChannelOn, 4 /* RevealOutputChannelOn.Never */);
+});
+
 test("toggle flips the effective setting, also when the workspace sets ngramd.enable", async () => {
   h.config.workspace.enable = true;
   await activate();
@@ -753,6 +782,15 @@ test("another editor in front prepares nothing until its cursor moves, and drops
   moveTo(editorOn("/ws/b.py", 1, 8, 0)); // a click in it
   await tick(PREPARE_MS);
   assert.deepEqual(prepares(), [["file:///ws/b.py", { line: 8, character: 0 }, 1]]);
+});
+
+test("no prepare in a document the server never gets (settings.json, a git: view)", async () => {
+  await activate();
+  const editor = editorOn("/home/u/.config/Code/User/settings.json", 3, 2, 0);
+  (editor.document.uri as { scheme: string }).scheme = "vscode-userdata";
+  moveTo(editor);
+  await tick(PREPARE_MS * 3);
+  assert.deepEqual(prepares(), []);
 });
 
 test("no prepare with a selection (a rewrite's prepare is what a selection gets)", async () => {

@@ -349,6 +349,7 @@ export function loadExtension(): Harness {
   const lc = {
     ...require("vscode-languageserver-protocol"),
     TransportKind: { stdio: 0, ipc: 1, pipe: 2, socket: 3 },
+    RevealOutputChannelOn: { Debug: 0, Info: 1, Warn: 2, Error: 3, Never: 4 },
     State,
     LanguageClient: function (id: string, name: string, serverOptions: unknown, clientOptions: Record<string, unknown>) {
       const c = new FakeClient(id, name, serverOptions, clientOptions, h);
