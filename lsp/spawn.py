@@ -25,7 +25,7 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
     sock = Path(socket_path).absolute()
     prepare_socket_dir(sock)  # the daemon's own rule (mkdir's mode is masked by the umask)
     directory = str(sock.parent)
-    cmd = serve_command(socket_path, model=model, device=device)
+    cmd = serve_command(socket_path, model=model_argument(model), device=device)
     log_path = socket_path + ".log"
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -35,3 +35,15 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
         )
     finally:
         os.close(fd)
+
+
+def model_argument(model: str | None) -> str | None:
+    """``model`` as the daemon, started in the socket's folder, must be given it: a path (``~``
+    expanded) that names a file or folder from the editor's working directory, absolute; a
+    Hugging Face id, or a path that names nothing here (the daemon says so), as it is."""
+    if not model:
+        return model
+    path = Path(model).expanduser()
+    if not path.is_absolute() and path.exists():
+        return str(path.absolute())
+    return str(path) if model.startswith("~") else model

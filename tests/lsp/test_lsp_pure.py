@@ -164,3 +164,19 @@ async def test_a_prepared_completion_never_starts_a_daemon(monkeypatch, running)
     result = await server.prepare_completion(doc.uri, types.Position(line=1, character=2), 3)
     assert probes and (result is not None) == running
     assert calls == ([("prepareComplete", {"uri": doc.uri, "offset": 8, "version": 3})] if running else [])
+
+
+def test_a_model_path_is_given_to_the_daemon_absolute(tmp_path, monkeypatch):
+    """The daemon a language server starts runs in its socket's folder: a model path relative to
+    the editor's working directory would name nothing there."""
+    from lsp.spawn import model_argument
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert model_argument("models/m.gguf") == str(tmp_path / "models" / "m.gguf")
+    assert model_argument("~/models/m.gguf") == str(tmp_path / "models" / "m.gguf")
+    assert model_argument("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"  # an id, no such path
+    assert model_argument("/abs/m.gguf") == "/abs/m.gguf"
+    assert model_argument(None) is None and model_argument("") == ""
