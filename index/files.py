@@ -140,17 +140,21 @@ class WorkspaceFiles:
         s = self._static
         return 0 if s is None else s.num_tokens - self._static_dead
 
-    def _enforce_bound(self) -> None:
-        """Evict least recently used workspace files until the bound holds (lock held)."""
+    def _enforce_bound(self) -> bool:
+        """Evict least recently used workspace files until the bound holds (lock held); whether
+        any was. A writer that is no file writer (buffers, history) then calls ``_after_write``
+        too: the cached dynamic set only tombstones an evicted file, and a match found only there
+        hid a shorter live one from every lookup until the next file write."""
         over = self._indexed_tokens() - self.cfg.max_indexed_tokens
         if over <= 0 or not self._files:
-            return
+            return False
         for key, f in sorted(self._files.items(), key=lambda kv: kv[1].used):
             if over <= 0:
                 break
             self._remove(key)
             self._evicted += 1
             over -= f.n_tokens
+        return True
 
     # ---- the dynamic set --------------------------------------------------
     def _dynamic_snapshot(self) -> list[tuple[str, _File, np.ndarray]]:

@@ -165,7 +165,9 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         keys = KeyIndex(doc.tokens, key_len(self.cfg.min_n)) if len(doc.tokens) >= self.cfg.keyed_min_tokens else None
         with self._lock:
             self._buffers[uri] = _Buffer(doc, self._tick(), keys)
-            self._enforce_bound()
+            evicted = self._enforce_bound()
+        if evicted:
+            self._after_write()
 
     def edit_buffer(self, uri: str, start: int, end: int, new_text: str, result: str | None = None) -> None:
         """Replace characters ``[start, end)`` of buffer ``uri`` (str indices) by ``new_text``.
@@ -192,7 +194,9 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
             if b.keys is not None:
                 b.keys.splice(b.doc.tokens, *splice)
             b.stamp = self._tick()
-            self._enforce_bound()
+            evicted = self._enforce_bound()
+        if evicted:
+            self._after_write()
 
     def close_buffer(self, uri: str) -> None:
         with self._lock:
@@ -227,7 +231,9 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
                 old, _ = self._history.popleft()
                 self._history_tokens -= len(old)
             self._cache.pop("history", None)
-            self._enforce_bound()
+            evicted = self._enforce_bound()
+        if evicted:  # on the model's thread: the lookup structure only, a merge waits for a file write
+            self._warm_dynamic()
 
     def _indexed_tokens(self) -> int:
         return self._ws_tokens + self._history_tokens + sum(len(b.doc.tokens) for b in self._buffers.values())

@@ -230,6 +230,29 @@ def test_eviction_keeps_the_bound_and_drops_least_recently_used(tmp_path):
     assert s["bytes_per_token"] > 0 and s["index_bytes"] > 0
 
 
+@pytest.mark.parametrize("writer", ["open_buffer", "edit_buffer", "add_history"])
+def test_a_file_evicted_by_a_buffer_or_history_hides_no_shorter_match(tmp_path, writer):
+    """The evicted file held the only long match ("abcd" then "X"): a lookup must find the
+    shorter one left in another file ("bcd" then "Y"), as an index built from scratch does,
+    without waiting for the next file write."""
+    cfg = IndexConfig(min_n=2, max_match=8, max_indexed_tokens=12)
+    idx = chars(cfg)
+    (tmp_path / "a.txt").write_text("abcdX")
+    (tmp_path / "b.txt").write_text("bcdY")
+    idx.index_file(tmp_path / "a.txt")
+    idx.index_file(tmp_path / "b.txt")
+    if writer == "open_buffer":
+        idx.open_buffer("u", "zzzz")  # 13 tokens: a.txt, least recently used, goes
+    elif writer == "edit_buffer":
+        idx.open_buffer("u", "zzz")
+        idx.edit_buffer("u", 3, 3, "z")
+    else:
+        idx.add_history(ids("zzzz"))
+    assert not idx.has_file(tmp_path / "a.txt") and idx.has_file(tmp_path / "b.txt")
+    assert branches(idx.propose(ids("abcd"), k=1)) == [("Y", 1, Source.WORKSPACE, 3)]
+    idx._check_invariants()
+
+
 def test_index_bytes_counts_the_per_file_bookkeeping(tmp_path):
     """Many small files: their paths and records outweigh their tokens, and index_bytes says so,
     in the dynamic set and the static segment alike, until a merge drops the removed ones."""
