@@ -58,8 +58,8 @@ def followed(instruction: str, path: str, original: str, lead: str, replacement:
     if rename:
         expected = _Rename(rename.group(1), rename.group(2), _own_names(before)).visit(before)
         return _shape(expected) == _shape(after)
-    return (_shape(_StripAnnotations().visit(after)) == _shape(_StripAnnotations().visit(before))
-            and _annotations(_parse(lead, replacement)) > _annotations(_parse(lead, original)))
+    added = _annotations(after) > _annotations(before)  # counted before the stripping changes the trees
+    return added and _shape(_StripAnnotations().visit(after)) == _shape(_StripAnnotations().visit(before))
 
 
 def _own_names(tree: ast.Module) -> set[str]:
@@ -87,9 +87,7 @@ def _shape(tree: ast.AST) -> str:
     return ast.dump(tree)
 
 
-def _annotations(tree: ast.AST | None) -> int:
-    if tree is None:
-        return 0
+def _annotations(tree: ast.AST) -> int:
     return sum(1 for node in ast.walk(tree)
                if (isinstance(node, ast.arg) and node.annotation is not None)
                or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None)

@@ -55,6 +55,7 @@ from typing import Any, Callable
 from daemon.bench_cases import BenchCase
 from daemon.bench_followed import followed
 from daemon.bench_report import changed_lines, still_compiles
+from daemon.edit_indent import line_before
 from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
@@ -465,7 +466,7 @@ class BenchRunner:
             end = case.end or case.offset
             row["changed_lines"] = changed_lines(case.text[case.offset:end], spec.text)
             row["still_compiles"] = still_compiles(case.path.name, case.text, case.offset, end, spec.text)
-            lead = case.text[case.text.rfind("\n", 0, case.offset) + 1:case.offset]
+            lead = line_before(case.text, case.offset)
             row["followed"] = followed(case.instruction or "", case.path.name, case.text[case.offset:end], lead,
                                        spec.text)
         if not identical:  # where the first run unlike plain's last departs from it

@@ -127,7 +127,8 @@ def apply_changes(text: str, changes: list[tuple[int | None, int | None, str]]) 
         changes = changes[last_full + 1:]
     if not changes:
         return text, edits
-    spans = _back_to_front(changes, len(text)) or _front_to_back(changes, len(text))
+    ranges: list[Span] = changes  # type: ignore[assignment]  (none is a full replacement now)
+    spans = _back_to_front(ranges, len(text)) or _front_to_back(ranges, len(text))
     if spans is not None:
         pieces, pos = [], 0
         for start, end, new in spans:
@@ -150,24 +151,26 @@ def apply_changes(text: str, changes: list[tuple[int | None, int | None, str]]) 
 Span = tuple[int, int, str]  # (start, end, new text) in the original text's offsets
 
 
-def _back_to_front(changes: list[tuple[int | None, int | None, str]], length: int) -> list[Span] | None:
+# Both take range edits only: apply_changes takes full replacements off first.
+
+def _back_to_front(changes: list[Span], length: int) -> list[Span] | None:
     """The changes as spans of the original text, in its order, when each ends at or before the
     previous one's start (their offsets are the original's); else None."""
     bound = length
     for start, end, _ in changes:
-        if start is None or end is None or not 0 <= start <= end <= bound:
-            return None  # a full replacement, an overlap or a bad range: another path
+        if not 0 <= start <= end <= bound:
+            return None  # an overlap or a bad range: another path
         bound = start
-    return list(reversed(changes))  # type: ignore[arg-type]
+    return list(reversed(changes))
 
 
-def _front_to_back(changes: list[tuple[int | None, int | None, str]], length: int) -> list[Span] | None:
+def _front_to_back(changes: list[Span], length: int) -> list[Span] | None:
     """The changes as spans of the original text when each starts at or after the end of the
     previous one's new text (its offsets are the original's shifted by the edits before it); else None."""
     spans: list[Span] = []
     shift, settled = 0, 0  # how far the text so far moved; where the previous new text ends
     for start, end, new in changes:
-        if start is None or end is None or not settled <= start <= end <= length + shift:
+        if not settled <= start <= end <= length + shift:
             return None
         spans.append((start - shift, end - shift, new))
         shift += len(new) - (end - start)

@@ -246,10 +246,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     tokenizer = getattr(runtime, "tokenizer", None)
     if getattr(tokenizer, "chat_template", None):
         style = "chat"
-        user = (f"File `{name}` (excerpt; the selection is shown as {SELECTION}):\n"
-                f"{fence}{lang}\n{context}\n{fence}\n\n"
-                f"Selection:\n{fence}{lang}\n{shown}\n{fence}\n\n"
-                f"Instruction: {instruction.strip()}")
+        user = file_block(name, fence, lang, context) + question(fence, lang, shown, instruction)
         before, after = _chat_template_around_user(tokenizer)
         after += fence + lang
         prompt = before + user + after
@@ -288,6 +285,16 @@ def uses_crlf(text: str, start: int, end: int) -> bool:
     after = text.find("\n", end)
     at = after if after >= 0 else text.rfind("\n", 0, start)
     return at > 0 and text[at - 1] == "\r"
+
+
+def file_block(name: str, fence: str, lang: str, context: str) -> str:
+    """The chat prompt's user message, first part: the file around the selection."""
+    return f"File `{name}` (excerpt; the selection is shown as {SELECTION}):\n{fence}{lang}\n{context}\n{fence}\n\n"
+
+
+def question(fence: str, lang: str, shown: str, instruction: str) -> str:
+    """The chat prompt's user message, second part: the selection and the instruction."""
+    return f"Selection:\n{fence}{lang}\n{shown}\n{fence}\n\nInstruction: {instruction.strip()}"
 
 
 def _chat_template_around_user(tokenizer: Any) -> tuple[str, str]:

@@ -49,9 +49,10 @@ EXAMPLES = (
 
 def user_message(context: str | None, shown: str, instruction: str, fence: str = "```", lang: str = "python") -> str:
     """The user turn as daemon/edit_prompt.py writes it, the file excerpt left out when ``context`` is None."""
-    head = "" if context is None else (f"File `example.py` (excerpt; the selection is shown as <selection/>):\n"
-                                       f"{fence}{lang}\n{context}\n{fence}\n\n")
-    return head + f"Selection:\n{fence}{lang}\n{shown}\n{fence}\n\nInstruction: {instruction.strip()}"
+    from daemon.edit_prompt import file_block, question
+
+    head = "" if context is None else file_block("example.py", fence, lang, context)
+    return head + question(fence, lang, shown, instruction)
 
 
 def variant_prompt(rt, ep, variant: str, instruction: str, lang: str):
@@ -99,6 +100,7 @@ def main() -> int:
     from daemon.bench_report import changed_lines
     from daemon.bench_runner import case_document
     from daemon.completer import Completer
+    from daemon.edit_indent import line_before
     from daemon.edit_prompt import build_edit_prompt, language_of
     from daemon.edit_proposer import EditProposerConfig
     from daemon.engine import EngineConfig
@@ -132,7 +134,7 @@ def main() -> int:
             finally:
                 edit.build_edit_prompt = build
             answer = list(result.token_ids)
-            lead = case.text[case.text.rfind("\n", 0, case.offset) + 1:case.offset]
+            lead = line_before(case.text, case.offset)
             verdict = followed(case.instruction, case.path.name, case.text[case.offset:end], lead, result.text)
             index = simulate_edits.workspace_index(indexes, rt, case.workspace)
             with case_document(index, case):
