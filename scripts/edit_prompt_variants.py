@@ -13,7 +13,7 @@ so that speed is compared on the answers each prompt gets. Variants (chat style 
 
 docs/benchmarks.md ("Does the answer do what was asked?") records a run.
 
-    .venv/bin/python scripts/edit_prompt_variants.py --cases FEW16.jsonl [--variants base,shots1]
+    .venv/bin/python scripts/edit_prompt_variants.py --cases bench/cases/edits_few.jsonl [--variants base,shots1]
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ def test_edit_case_keeps_instruction_and_range(tmp_path, workspace):
 
 
 @pytest.mark.parametrize("name", ["stdlib.jsonl", "stdlib_wide.jsonl", "smoke.jsonl", "edits.jsonl",
-                                  "edits_wide.jsonl"])
+                                  "edits_wide.jsonl", "edits_few.jsonl"])
 def test_committed_cases_load_on_this_python(name):
     cases = load_cases(REPO / "bench" / "cases" / name)
     assert cases and all(c.workspace_ref.startswith("stdlib:") for c in cases)
@@ -131,6 +131,18 @@ def test_committed_cases_load_on_this_python(name):
         assert {c.kind for c in cases} == {"ordinary", "repeat", "norepeat"}
     if name == "edits_wide.jsonl":  # --make-cases --mode edit --n 8 on 6 packages (one has 7 functions)
         assert len(cases) == 47 and len({c.workspace_ref for c in cases}) == 6
+
+
+def test_the_few_line_edits_are_rows_of_the_two_edit_sets_unchanged():
+    """docs/benchmarks.md times them as a subset: a row edited in one file only would make
+    the few-line figures and the sets' figures disagree about the same case."""
+    def rows(name):
+        lines = (REPO / "bench" / "cases" / name).read_text().splitlines()
+        return {row["id"]: row for row in map(json.loads, lines)}
+    few = rows("edits_few.jsonl")
+    sets = rows("edits.jsonl") | rows("edits_wide.jsonl")
+    assert len(few) == 16
+    assert all(sets.get(case_id) == row for case_id, row in few.items())
 
 
 def test_offsets_count_the_carriage_returns_of_a_crlf_file(tmp_path):
