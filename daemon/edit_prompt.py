@@ -155,7 +155,11 @@ class EditPrompt:
     def _in_file(self, code: str) -> str:
         """``code`` (as shown) back in the file's indentation and line breaks."""
         code = self.frame.reindent(code)
-        return code.replace("\n", "\r\n") if self.crlf else code  # the exact inverse of the showing
+        if not self.crlf:
+            return code
+        if "\r" not in self.shown:  # a CRLF the model wrote itself is one line break, not \r\r\n
+            code = code.replace("\r\n", "\n")
+        return code.replace("\n", "\r\n")  # the exact inverse of the showing
 
 
 def check_range(text: str, start: int, end: int) -> None:
@@ -210,8 +214,7 @@ def clean_answer(answer: str, fence: str, finished: bool, short_text: int = 0,
 
     Example: clean_answer("\\n    y = 1\\n\\n```", "```", True) == ("    y = 1", True).
     """
-    if answer.startswith("\n"):
-        answer = answer[1:]
+    answer = answer.removeprefix("\r\n") if answer.startswith("\r\n") else answer.removeprefix("\n")
     nesting = FenceNesting(fence, short_text, reopening)
     # a finished answer's last line is complete: the model wrote nothing after it
     closing = nesting.closing_line(answer + "\n" if finished else answer)

@@ -115,6 +115,9 @@ def test_a_crlf_selection_is_shown_and_drafted_with_lf_and_written_back_with_crl
     lf_answer = "\n" + ep.shown.replace("s = 0", "acc = 0").replace("s += x", "acc += x").replace("return s", "return acc") + "\n```"
     edited, _ = rewrite(tok_runtime, text, 0, end, lf_answer, uri="file:///w/crlf.py")
     assert edited == text.replace("s = 0", "acc = 0").replace("s += x", "acc += x").replace("return s", "return acc")
+    # a model that writes CRLF itself: one line break each, not \r\r\n
+    edited, _ = rewrite(tok_runtime, text, 0, end, lf_answer.replace("\n", "\r\n"), uri="file:///w/crlf.py")
+    assert edited == text.replace("s = 0", "acc = 0").replace("s += x", "acc += x").replace("return s", "return acc")
     # mixed line breaks: shown as they are, nothing converted
     mixed = "a = 1\r\nb = 2\nc = 3\n"
     ep = build_edit_prompt(tok_runtime, mixed, 0, len(mixed), "keep", "file:///w/m.py")

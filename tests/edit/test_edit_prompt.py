@@ -56,6 +56,7 @@ def test_clean_answer_cuts_at_the_closing_fence_without_the_answers_line_breaks(
     assert clean_answer("\n    y = 1\n```\n<|im_end|>", "```", True) == ("    y = 1", True)
     assert clean_answer("\na\n\n```", "```", True) == ("a", True)  # the layout is the selection's, not the answer's
     assert clean_answer("\na = 1\r\nb = 2\r\n```", "```", True) == ("a = 1\r\nb = 2", True)  # CRLF: no stray \r
+    assert clean_answer("\r\na = 1\r\n```", "```", True) == ("a = 1", True)  # nor after the opening fence
     assert clean_answer("\n```", "```", True) == ("", True)
     # ended (eos) without the closing fence: all of it is code
     assert clean_answer("\n    y = 1\n", "```", True) == ("    y = 1", True)
