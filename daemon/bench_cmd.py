@@ -30,7 +30,7 @@ from daemon.bench_cases import BenchCaseError, dump_cases, load_cases, make_case
 
 # Options of one use of `ngramd bench` each: given to the other, they would be silently ignored.
 MAKE_OPTIONS = ("out", "n", "seed", "mode")
-RUN_OPTIONS = ("repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows", "model")
+RUN_OPTIONS = ("repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows", "model", "device")
 
 
 def run(args: Any) -> int:
@@ -46,6 +46,8 @@ def run(args: Any) -> int:
         return 2
     if args.repeat is None:
         args.repeat = 1
+    if args.device is None:
+        args.device = "auto"
     if args.repeat < 1:
         print("ngramd bench: --repeat must be >= 1", file=sys.stderr)
         return 2

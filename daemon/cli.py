@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also append each case's row to FILE as soon as it is measured "
                         "(an interrupted run keeps what it measured)")
     _add_model_args(p)
+    p.set_defaults(device=None)  # "auto" once --cases is known: --make-cases loads no model
     return parser
 
 

@@ -99,6 +99,7 @@ def test_a_model_that_cannot_load_is_one_line_and_leaves_no_rows_file(monkeypatc
     (["--cases", SMOKE, "--n", "5", "--seed", "1"], "--n, --seed"),
     (["--make-cases", "index", "--repeat", "3"], "--repeat"),
     (["--make-cases", "index", "--prepared", "--json"], "--json, --prepared"),
+    (["--make-cases", "index", "--device", "cpu"], "--device"),
 ])
 def test_an_option_of_the_other_use_is_refused_not_ignored(monkeypatch, capsys, argv, named):
     calls: list[int] = []
