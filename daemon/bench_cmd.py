@@ -68,6 +68,10 @@ def run(args: Any) -> int:
         except PlotUnavailable as exc:
             print(f"ngramd bench: {exc}", file=sys.stderr)
             return 2
+    rows_problem = args.rows and _unwritable(args.rows)
+    if rows_problem:  # before the model's load, not after it: the file itself is opened after that
+        print(f"ngramd bench: cannot write --rows {args.rows}: {rows_problem}", file=sys.stderr)
+        return 2
     from daemon.model import ModelLoadError
 
     print(f"ngramd bench: loading model {args.model or '(embedded SmolLM2-135M)'}", file=sys.stderr, flush=True)
@@ -127,6 +131,18 @@ def load_runtime(model: str | None, device: str) -> Any:
     from daemon.model import load_runtime as load
 
     return load(model, device)
+
+
+def _unwritable(path: str) -> str:
+    """Why appending to ``path`` would fail, as far as known without creating it; "" if it would not."""
+    if os.path.isdir(path):
+        return "it is a folder"
+    if os.path.exists(path):
+        return "" if os.access(path, os.W_OK) else "the file is not writable"
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return f"no folder {folder}"
+    return "" if os.access(folder, os.W_OK) else f"folder {folder} is not writable"
 
 
 def _refuse(args: Any, options: tuple[str, ...], belongs_to: str) -> int:

@@ -107,3 +107,13 @@ def test_an_option_of_the_other_use_is_refused_not_ignored(monkeypatch, capsys, 
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert named in err and "only apply with" in err and not calls
+
+
+@pytest.mark.parametrize("where, reason", [("absent/rows.jsonl", "no folder"), (".", "it is a folder")])
+def test_rows_that_cannot_be_written_are_refused_before_the_model_loads(monkeypatch, tmp_path, capsys,
+                                                                        where, reason):
+    loads: list[str] = []
+    monkeypatch.setattr(bench_cmd, "load_runtime", lambda model, device: loads.append(model))
+    assert main(["bench", "--cases", SMOKE, "--rows", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write --rows" in err and reason in err and not loads
