@@ -220,6 +220,31 @@ export function expandWorkspaceFolders(
 }
 
 /**
+ * `ngramd.model` or `ngramd.socket` as the server is to be given it: `~`, `${workspaceFolder}` and
+ * `${workspaceFolder:name}` expanded, and a relative path that names a file or folder in the
+ * first workspace folder given absolute (the server does not run there). Anything else, a
+ * Hugging Face id (`org/name`) or `tiny`, is given as written.
+ */
+export function expandPathSetting(
+  setting: string,
+  folders: readonly (string | NamedFolder)[],
+  env: Environment,
+  exists: (p: string) => boolean,
+  settingName: string,
+): { ok: true; value: string } | { ok: false; error: string } {
+  if (!setting) {
+    return { ok: true, value: setting };
+  }
+  const namedFolders = folders.map((f) => named(f, path.posix));
+  const expanded = expandWorkspaceFolders(expandHome(setting, env), namedFolders, settingName);
+  if (!expanded.ok || path.isAbsolute(expanded.value) || namedFolders.length === 0) {
+    return expanded;
+  }
+  const inFolder = path.join(namedFolders[0].path, expanded.value);
+  return { ok: true, value: exists(inFolder) ? inFolder : expanded.value };
+}
+
+/**
  * Where `ngramd` is, in this order:
  * 1. the `ngramd.serverPath` setting (`~`, `${workspaceFolder}` and `${workspaceFolder:name}`
  *    expanded; a relative path is taken from the first workspace folder) — if set, it must

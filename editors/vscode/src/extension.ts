@@ -29,6 +29,7 @@ import {
   initializationOptions,
   InitializationOptions,
   NamedFolder,
+  expandPathSetting,
   needsRestart,
   NgramdSettings,
   readSettings,
@@ -113,6 +114,45 @@ function enabledFor(resource: vscode.Uri | undefined): boolean {
   return readSettings((key) => cfg.get(key)).enable;
 }
 
+/** What a server started now would be: its executable, and the settings with paths expanded. */
+type LaunchPlan =
+  | { ok: true; command: string; source: string; settings: NgramdSettings }
+  | { ok: false; error: string };
+
+function launchPlan(): LaunchPlan {
+  const folders = fileWorkspaceFolders();
+  const resolved = resolveServerPath(settings.serverPath, folders, process.env, {
+    platform: process.platform,
+    isExecutable,
+  });
+  if (!resolved.ok) {
+    return resolved;
+  }
+  const model = expandPathSetting(settings.model, folders, process.env, fs.existsSync, "ngramd.model");
+  if (!model.ok) {
+    return model;
+  }
+  // a socket need not exist yet (the server starts the daemon that makes it): relative is the folder's
+  const socket = expandPathSetting(settings.socket, folders, process.env, () => true, "ngramd.socket");
+  if (!socket.ok) {
+    return socket;
+  }
+  return {
+    ok: true,
+    command: resolved.path,
+    source: resolved.source,
+    settings: { ...settings, model: model.value, socket: socket.value },
+  };
+}
+
+/** What tells two plans' servers apart: the command line, or why there is none. */
+function planKey(plan: LaunchPlan): string {
+  return JSON.stringify(plan.ok ? [plan.command, serverArgs(plan.settings)] : plan.error);
+}
+
+/** The key of the plan the server was last started with, or failed to start with. */
+let startedPlan = "";
+
 /**
  * The options for the server, whose `enabled` is one flag for all documents: on when any
  * folder (or the workspace) enables completions. The client then answers locally for
@@ -121,7 +161,8 @@ function enabledFor(resource: vscode.Uri | undefined): boolean {
 function serverInitializationOptions(): InitializationOptions {
   const folders = vscode.workspace.workspaceFolders ?? [];
   const enable = settings.enable || folders.some((f) => enabledFor(f.uri));
-  return initializationOptions({ ...settings, enable });
+  const plan = launchPlan();
+  return initializationOptions({ ...(plan.ok ? plan.settings : settings), enable });
 }
 
 /** The settings as the server takes them (serverInitializationOptions), sent to a running server. */
@@ -152,19 +193,18 @@ async function startClient(): Promise<void> {
   if (deactivated) {
     return;
   }
-  const resolved = resolveServerPath(settings.serverPath, fileWorkspaceFolders(), process.env, {
-    platform: process.platform,
-    isExecutable,
-  });
-  if (!resolved.ok) {
-    showStatus(errorView(resolved.error));
-    void vscode.window.showErrorMessage(resolved.error);
+  const plan = launchPlan();
+  startedPlan = planKey(plan);
+  if (!plan.ok) {
+    showStatus(errorView(plan.error));
+    void vscode.window.showErrorMessage(plan.error);
     return;
   }
-  output.appendLine(`starting ${resolved.path} ${serverArgs(settings).join(" ")} (found via ${resolved.source})`);
+  const args = serverArgs(plan.settings);
+  output.appendLine(`starting ${plan.command} ${args.join(" ")} (found via ${plan.source})`);
   const serverOptions: ServerOptions = {
-    command: resolved.path,
-    args: serverArgs(settings),
+    command: plan.command,
+    args,
     transport: TransportKind.stdio,
   };
   const startOptions = serverInitializationOptions();
@@ -583,7 +623,18 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     // A folder added or removed may be the one that enables ngramd: the server's flag follows.
-    vscode.workspace.onDidChangeWorkspaceFolders(() => sendServerSettings()),
+    // It may also hold the server (.venv) or be what `${workspaceFolder}` names: a server that
+    // would now start otherwise, or that could not start before, is started again.
+    vscode.workspace.onDidChangeWorkspaceFolders(() =>
+      serialized(async () => {
+        if (planKey(launchPlan()) === startedPlan) {
+          await sendServerSettings();
+        } else {
+          await stopClient();
+          await startClient();
+        }
+      }),
+    ),
     // only the active editor's cursor rests where the user looks (a split view's moves too on an edit)
     vscode.window.onDidChangeTextEditorSelection((e) => {
       if (e.textEditor === vscode.window.activeTextEditor) {

@@ -8,6 +8,7 @@ import {
   needsRestart,
   readSettings,
   resolveServerPath,
+  expandPathSetting,
   serverArgs,
   settingScope,
 } from "../config";
@@ -201,4 +202,22 @@ test("server path on Windows: Scripts\\ngramd.exe and ; in PATH", () => {
   });
   const plat2 = { platform: "win32", isExecutable: (p: string) => p === "D:\\x\\ngramd.exe" };
   assert.equal((resolveServerPath("", [], { PATH: "C:\\bin;D:\\x" }, plat2) as { path: string }).path, "D:\\x\\ngramd.exe");
+});
+
+test("model and socket paths: variables and ~ expanded, a relative path in the first folder made absolute", () => {
+  const folders = [{ name: "api", path: "/ws/api" }, { name: "ml", path: "/ws/ml" }];
+  const env = { HOME: "/home/u" };
+  const exists = (p: string) => p === "/ws/api/models/x.gguf";
+  const expand = (s: string) => expandPathSetting(s, folders, env, exists, "ngramd.model");
+  assert.deepEqual(expand(""), { ok: true, value: "" });
+  assert.deepEqual(expand("${workspaceFolder:ml}/m.gguf"), { ok: true, value: "/ws/ml/m.gguf" });
+  assert.deepEqual(expand("~/models/m.gguf"), { ok: true, value: "/home/u/models/m.gguf" });
+  assert.deepEqual(expand("models/x.gguf"), { ok: true, value: "/ws/api/models/x.gguf" });
+  assert.deepEqual(expand("HuggingFaceTB/SmolLM2-360M"), { ok: true, value: "HuggingFaceTB/SmolLM2-360M" },
+    "no such path in the folder: a model id, given as written");
+  assert.deepEqual(expand("tiny"), { ok: true, value: "tiny" });
+  const wrong = expand("${workspaceFolder:nope}/m.gguf");
+  assert.equal(wrong.ok, false);
+  assert.match((wrong as { error: string }).error, /ngramd\.model uses \$\{workspaceFolder:nope\}/);
+  assert.deepEqual(expandPathSetting("x.gguf", [], env, () => true, "ngramd.model"), { ok: true, value: "x.gguf" });
 });

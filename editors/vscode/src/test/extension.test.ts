@@ -218,6 +218,32 @@ test("serverPath with ${workspaceFolder:name} of no open folder tells the user, 
   assert.match(errors[0].text, /ngramd\.serverPath uses \$\{workspaceFolder:nope\} but no workspace folder is named "nope" \(open folders: "api"\)/);
 });
 
+test("a model path with ${workspaceFolder} reaches the server expanded, in its arguments and its options", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }];
+  h.config.global.model = "${workspaceFolder}/models/coder.gguf";
+  await activate();
+  const client = h.clients[0];
+  const args = (client.serverOptions as { args: string[] }).args;
+  assert.deepEqual(args, ["lsp", "--model", "/ws/api/models/coder.gguf"]);
+  assert.equal((client.clientOptions.initializationOptions as { model: string }).model, "/ws/api/models/coder.gguf");
+});
+
+test("a folder added that holds the server starts it, where none was found before", async () => {
+  const dir = path.dirname(process.execPath);
+  h.config.global.serverPath = "${workspaceFolder:runtime}/" + path.basename(process.execPath);
+  await activate();
+  assert.equal(h.clients.length, 0, "no folder named runtime yet");
+  h.folders.push({ name: "runtime", path: dir });
+  await Promise.all(h.folderListeners.map((l) => l({})));
+  await settle();
+  assert.equal(h.clients.length, 1);
+  assert.equal((h.clients[0].serverOptions as { command: string }).command, process.execPath);
+  h.folders.push({ name: "docs", path: "/ws/docs" }); // the same server: kept, told the settings
+  await Promise.all(h.folderListeners.map((l) => l({})));
+  await settle();
+  assert.equal(h.clients.length, 1);
+});
+
 test("restarts that overlap leave exactly one language server running", async () => {
   await activate();
   const restart = h.commands.get("ngramd.restart")!;
