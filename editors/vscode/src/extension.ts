@@ -338,6 +338,7 @@ async function startClient(): Promise<void> {
 async function stopClient(): Promise<void> {
   const c = client;
   client = undefined;
+  lastStatus = undefined;
   preparer.cancel(); // a new server has nothing prepared
   clientStateListener?.dispose();
   clientStateListener = undefined;
@@ -368,6 +369,17 @@ async function serverCommand(command: string, args: unknown[] = [], token?: vsco
   return runningClient().sendRequest(ExecuteCommandRequest.type, { command, arguments: args }, token);
 }
 
+/** The server's last status reply (ngramd.status), shown for the active editor by showServerStatus. */
+let lastStatus: unknown;
+
+/** The last status, "on" or "off" as ngramd.enable is for the active editor's folder. */
+function showServerStatus(): void {
+  if (lastStatus !== undefined && client?.state === State.Running) {
+    const enabled = enabledFor(vscode.window.activeTextEditor?.document.uri);
+    showStatus(statusView({ ...(lastStatus as object), enabled }));
+  }
+}
+
 async function refreshStatus(): Promise<unknown> {
   if (!client || client.state !== State.Running) {
     return undefined;
@@ -379,7 +391,8 @@ async function refreshStatus(): Promise<unknown> {
     const result = await serverCommand(SERVER_COMMANDS.status, [...OBSERVE_STATUS_ARGS]);
     if (seq === statusSeq) {
       pollPaused = daemonStopped(result);
-      showStatus(statusView({ enabled: settings.enable, ...(result as object) }));
+      lastStatus = result;
+      showServerStatus();
     }
     return result;
   } catch (err) {
@@ -644,7 +657,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     // Another editor in front: its cursor has not moved, so nothing is prepared until it does
     // (a click or a key): flicking through files, preview tabs included, would otherwise evict
     // the caches of the files being edited from the daemon's few. The pending prepare is dropped.
-    vscode.window.onDidChangeActiveTextEditor(() => preparer.restart()),
+    vscode.window.onDidChangeActiveTextEditor(() => {
+      preparer.restart();
+      showServerStatus(); // a folder of a multi-root workspace may set ngramd.enable its own way
+    }),
     vscode.workspace.onDidChangeTextDocument((e) => {
       const editor = vscode.window.activeTextEditor;
       if (e.contentChanges.length > 0 && editor?.document === e.document) {

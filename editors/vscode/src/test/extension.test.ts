@@ -163,6 +163,25 @@ test("a folder that disables ngramd gets no completion-list item and no rewrite 
   assert.deepEqual(asked, ["complete /ws/web/app.ts", "actions /ws/web/app.ts"]);
 });
 
+test("the status bar says on or off as the active editor's folder sets ngramd.enable", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }, { name: "web", path: "/ws/web" }];
+  h.config.workspace.enable = true;
+  h.config.folder.api = { enable: false };
+  h.answer = async () => ({ connected: true, enabled: true, daemon: { state: "running" } });
+  const look = async (fsPath: string) => {
+    const editor = editorOn(fsPath);
+    h.window.activeTextEditor = editor;
+    h.emit("activeEditor", editor);
+    await settle();
+    return h.statusItem.text;
+  };
+  await activate();
+  await pollOnce();
+  assert.match(await look("/ws/api/main.py"), /circle-slash/, "api disables it: off, whatever the server's flag");
+  assert.doesNotMatch(await look("/ws/web/app.ts"), /circle-slash/);
+  assert.match(h.statusItem.tooltip, /completions on/);
+});
+
 test("the server's enabled flag follows the workspace folders: added or removed, it is sent again", async () => {
   h.folders = [{ name: "api", path: "/ws/api" }];
   h.config.workspace.enable = false;
