@@ -9,14 +9,20 @@ Vocabulary:
   the last version each holder sent, so an ``open`` from a holder below that
   version (a stale re-open) is refused, while another editor's ``open``, whose
   numbering is unrelated, re-syncs the document whatever its version.
+- *in sync*: a holder whose own text the document holds (it sent it, by ``open`` or
+  ``change``, or opened the same text). Only a holder in sync may change the document or
+  ask for work on a version of it, numbered its own way: another's edits and versions are
+  of its own text, which this is not (two editors with different unsaved changes to one
+  file). It gets ``CONTENT_MODIFIED`` and sends its whole text, which puts it in sync
+  (and the other out).
 - *change*: either a full replacement (``{"text"}``) or a range edit
   ``{"start", "end", "text"}`` in characters (code points) of the text as it is
   before that change. Changes in one ``change`` call apply in order.
 
 Invariant: ``doc.text`` is always the result of applying every accepted change
-in order; a change with a version not newer than the document's, or an open
-from a holder with a version older than the last one it sent, is rejected whole
-(``CONTENT_MODIFIED``) and leaves the document untouched.
+in order; a change from a holder out of sync or with a version not newer than its
+last, or an open from a holder with a version older than the last one it sent, is
+rejected whole (``CONTENT_MODIFIED``) and leaves the document untouched.
 
 Pure bookkeeping: no index, no model; the service mirrors each accepted edit
 into the n-gram index (``Edit`` records say what to mirror).
@@ -38,6 +44,7 @@ class Document:
     language_id: str = ""
     # connection id -> the last version that connection sent (by open or change) and was accepted
     holders: dict[int, int] = field(default_factory=dict)
+    in_sync: set[int] = field(default_factory=set)  # the holders whose own text ``text`` is
 
 
 @dataclass(frozen=True)
@@ -215,10 +222,24 @@ class DocumentStore:
             if last is not None and version < last:
                 raise RpcError(CONTENT_MODIFIED, f"stale open of {uri[:200]}: version {version} is "
                                                  f"older than {last}, which this client sent before")
+            if text != doc.text:
+                doc.in_sync.clear()
             doc.text, doc.version = text, version
             doc.language_id = language_id or doc.language_id
         doc.holders[conn] = version
+        doc.in_sync.add(conn)
         return doc
+
+    def text_at(self, uri: str, version: int | None, conn: int | None) -> str:
+        """The text of ``uri``, which must be at ``version`` as ``conn`` numbers it (when given):
+        CONTENT_MODIFIED if it is at another, or holds another client's text."""
+        doc = self.get(uri)
+        if version is not None:
+            self._check_in_sync(doc, conn)
+            now = doc.holders.get(conn, doc.version)  # a holder's own numbering
+            if version != now:
+                raise RpcError(CONTENT_MODIFIED, f"version {version} is not the document's ({now})")
+        return doc.text
 
     def change(self, uri: str, version: int, changes: list[tuple[int | None, int | None, str]],
                conn: int | None = None) -> list[Edit]:
@@ -226,22 +247,33 @@ class DocumentStore:
 
         ``conn``: the connection sending them (its version is remembered if it holds the document)."""
         doc = self.get(uri)
-        if version <= doc.version:
+        self._check_in_sync(doc, conn)
+        last = doc.holders.get(conn, doc.version)  # a holder's own numbering
+        if version <= last:
             raise RpcError(CONTENT_MODIFIED,
-                           f"stale version {version} for {uri[:200]} (document is at {doc.version})")
+                           f"stale version {version} for {uri[:200]} (document is at {last})")
         text, edits = apply_changes(doc.text, changes)
         self.check_size(text)
         doc.text, doc.version = text, version
+        doc.in_sync.clear()  # the other holders' texts have not had this change
         if conn in doc.holders:
             doc.holders[conn] = version
+            doc.in_sync.add(conn)
         if not edits[-1].full:
             edits[-1] = replace(edits[-1], result=text)
         return edits
+
+    @staticmethod
+    def _check_in_sync(doc: Document, conn: int | None) -> None:
+        if conn in doc.holders and conn not in doc.in_sync:
+            raise RpcError(CONTENT_MODIFIED, f"{doc.uri[:200]} holds another client's text since this one "
+                                             f"last sent it: send the whole text again")
 
     def close(self, conn: int, uri: str) -> bool:
         """Release ``conn``'s hold; True when the document is gone (no holder left)."""
         doc = self.get(uri)
         doc.holders.pop(conn, None)
+        doc.in_sync.discard(conn)
         if doc.holders:
             return False
         del self._docs[uri]
@@ -253,6 +285,7 @@ class DocumentStore:
         for uri, doc in list(self._docs.items()):
             if conn in doc.holders:
                 del doc.holders[conn]
+                doc.in_sync.discard(conn)
                 if not doc.holders:
                     del self._docs[uri]
                     closed.append(uri)

@@ -34,7 +34,7 @@ from daemon.requests import (
     CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
 from daemon.paths import UNRESOLVABLE
-from daemon.rpc import CONTENT_MODIFIED, DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from daemon.watcher import WorkspaceWatcher
 from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
@@ -203,7 +203,7 @@ class Service:
 
     async def _m_complete(self, conn: int, p: dict) -> Any:
         uri = _uri(p)
-        text = self._document_text(uri, p)
+        text = self._document_text(uri, p, conn)
         offset = _req_int(p, "offset", 0, len(text))
         sampling = _sampling(p)
         stop = _opt(p, "stop", list, [])
@@ -223,22 +223,22 @@ class Service:
         """Prefill the completion prompt at ``offset`` while the cursor rests there; the job gives
         way to any request and to a rewrite's prepare (daemon/worker.py, "preempted")."""
         uri = _uri(p)
-        text = self._document_text(uri, p)
+        text = self._document_text(uri, p, conn)
         offset = _req_int(p, "offset", 0, len(text))
         prepare = getattr(self.completer, "prepare_complete", None)
         if not callable(prepare):
             raise RpcError(METHOD_NOT_FOUND, "this engine does not support 'prepareComplete'")
         return await self._run_job(PREPARE_COMPLETE, conn, p, lambda cancel: prepare(uri, text, offset, cancel))
 
-    def _edit_range(self, p: dict) -> tuple[str, str, int, int]:
+    def _edit_range(self, p: dict, conn: int) -> tuple[str, str, int, int]:
         """An edit's (or prepareEdit's) document: its uri, text, and the range's start and end."""
         uri = _uri(p)
-        text = self._document_text(uri, p)
+        text = self._document_text(uri, p, conn)
         start = _req_int(p, "start", 0, len(text))
         return uri, text, start, _req_int(p, "end", start, len(text))
 
     async def _m_edit(self, conn: int, p: dict) -> Any:
-        uri, text, start, end = self._edit_range(p)
+        uri, text, start, end = self._edit_range(p, conn)
         instruction = _req(p, "instruction", str)
         max_tokens = _opt_int(p, "maxTokens", None, 1, MAX_TOKENS_LIMIT)  # None: the engine's default
         if not callable(getattr(self.completer, "edit", None)):
@@ -261,7 +261,7 @@ class Service:
         """Prefill an edit's prompt up to its instruction, or through the ``instruction`` typed so
         far, while the user types it; the job gives way to any other request (daemon/worker.py,
         "preempted")."""
-        uri, text, start, end = self._edit_range(p)
+        uri, text, start, end = self._edit_range(p, conn)
         instruction = _opt(p, "instruction", str, None)
         prepare = getattr(self.completer, "prepare_edit", None)
         if not callable(prepare):
@@ -403,19 +403,14 @@ class Service:
         except Exception as exc:  # figures only; never fail status over them
             return {"error": f"{type(exc).__name__}: {exc}"}
 
-    def _document_text(self, uri: str, p: dict) -> str:
+    def _document_text(self, uri: str, p: dict, conn: int) -> str:
         """The text to complete: ``text`` if given (stateless use), else the open document's."""
         if "text" in p:  # stateless: a ``version`` names no document here, so it is not checked
             text = _req(p, "text", str)
             self.docs.check_size(text)
             return text
-        doc = self.docs.get(uri)
-        if "version" in p:
-            version = _req_int(p, "version")
-            if version != doc.version:
-                raise RpcError(CONTENT_MODIFIED,
-                               f"version {version} is not the document's ({doc.version})")
-        return doc.text
+        version = _req_int(p, "version") if "version" in p else None
+        return self.docs.text_at(uri, version, conn)
 
     async def _run_job(self, kind: str, conn: int, p: dict, fn: Callable[[Any], Any]) -> Any:
         request_id = p.get("requestId")

@@ -167,6 +167,43 @@ def test_another_holders_open_resyncs_whatever_its_version():
     assert store.get("u").text == "editor 1 again"
 
 
+def refused(call, *args, **kwargs) -> bool:
+    try:
+        call(*args, **kwargs)
+    except RpcError as exc:
+        return exc.code == CONTENT_MODIFIED
+    return False
+
+
+def test_two_editors_with_different_texts_of_one_file_never_edit_each_others():
+    """Editor 1 types on after editor 2 put its own text back (its completion was refused as
+    stale, so it re-sent its buffer): editor 1's offsets are of its own text, not editor 2's."""
+    store = DocumentStore()
+    store.open(1, "u", "abc", 1)
+    store.open(2, "u", "abc", 1)  # the same text: both in sync
+    store.change("u", 2, parse_changes([{"start": 0, "end": 0, "text": "X"}]), conn=1)  # editor 1: "Xabc"
+    assert refused(store.text_at, "u", 1, 2), "editor 2's version 1 is not this text"
+    store.open(2, "u", "abc", 1)  # editor 2 re-sends its buffer
+    assert refused(store.change, "u", 3, parse_changes([{"start": 1, "end": 1, "text": "Y"}]), conn=1)
+    assert refused(store.text_at, "u", 2, 1)
+    assert store.get("u").text == "abc" and store.text_at("u", 1, 2) == "abc"
+    store.open(1, "u", "Xabc", 2)  # editor 1 re-sends its own
+    store.change("u", 3, parse_changes([{"start": 1, "end": 1, "text": "Y"}]), conn=1)
+    assert store.text_at("u", 3, 1) == "XYabc"
+    assert refused(store.change, "u", 2, parse_changes([{"start": 0, "end": 0, "text": "Z"}]), conn=2)
+
+
+def test_each_holder_in_sync_is_asked_by_its_own_version():
+    store = DocumentStore()
+    store.open(1, "u", "same", 40)
+    store.open(2, "u", "same", 3)
+    assert store.text_at("u", 40, 1) == store.text_at("u", 3, 2) == "same"
+    store.change("u", 4, parse_changes([{"start": 4, "end": 4, "text": "!"}]), conn=2)
+    assert store.text_at("u", 4, 2) == "same!" and refused(store.text_at, "u", 40, 1)
+    store.close(2, "u")
+    assert refused(store.text_at, "u", 40, 1), "the text is still editor 2's"
+
+
 @pytest.mark.parametrize("method,params", [
     ("complete", {"offset": 0, "version": 1}),
     ("change", {"version": 2, "changes": [{"text": "x"}]}),

@@ -100,6 +100,30 @@ async def test_inline_completion_matches_daemon(daemon_sock, lsp_client):
     assert stateful["text"] == want["text"] and stateful["prompt"] == want["prompt"]
 
 
+async def test_two_editors_with_different_unsaved_texts_of_one_file_each_complete_their_own(
+        daemon_sock, lsp_client):
+    """The daemon holds one text per file and each editor numbers its versions its own way.
+    Editor A types; editor B asks (its copy is refused as stale, so it sends its text again);
+    A types on: the daemon must not apply A's edit to B's text, and A's suggestion is the
+    daemon's answer for A's text."""
+    uri = "file:///tmp/ngr-doc/two-editors.py"
+    a = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
+    b = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
+    open_doc(a, uri, SOURCE)
+    open_doc(b, uri, SOURCE)
+    last = SOURCE.split("\n")[-1]
+    change(a, uri, 2, (rng(0, 0, 0, 0), "# A\n"))
+    await b.text_document_inline_completion_async(inline_params(uri, 5, len(last)))
+    change(a, uri, 3, (rng(1, 0, 1, 0), "#"))
+    a_text = "# A\n#" + SOURCE
+    result = await a.text_document_inline_completion_async(inline_params(uri, 6, len(last)))
+    want = await asyncio.to_thread(direct, daemon_sock, a_text, len(a_text), uri, multiline=True)
+    assert [i.insert_text for i in result.items] == [want["text"]]
+    with Client(daemon_sock, timeout=120) as c:
+        (doc,) = [d for d in c.call("status")["documents"]["list"] if d["uri"] == uri]
+    assert doc["chars"] == len(a_text)
+
+
 async def test_completion_fallback_matches_daemon(daemon_sock, lsp_client):
     client = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS},
                               capabilities=client_capabilities(inline=False))
