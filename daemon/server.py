@@ -173,7 +173,9 @@ class Server:
                     await conn.send_error_notification(exc, fatal=True)
                     break
                 for obj in objs:
-                    await self._wait_for_room(conn)
+                    if not await self._wait_for_room(conn):
+                        conn.closed = True  # it left while its requests filled its share: release them
+                        break
                     await self._on_message(conn, obj)
         except (ConnectionError, OSError):
             pass
@@ -203,10 +205,15 @@ class Server:
         if stop is not None and stop.is_set() and not conn.closed:
             await conn.writer.wait_closed()
 
-    async def _wait_for_room(self, conn: Connection) -> None:
-        """Back-pressure: hold off reading while ``max_in_flight`` requests are pending."""
+    async def _wait_for_room(self, conn: Connection) -> bool:
+        """Back-pressure: hold off reading while ``max_in_flight`` requests are pending. False
+        when the client closed its socket meanwhile: nothing reads it now, so nothing else
+        would notice, and its requests would run on for nobody."""
         while len(conn.tasks) >= self.max_in_flight:
-            await asyncio.wait(set(conn.tasks), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(set(conn.tasks), timeout=HANGUP_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+            if _peer_hung_up(conn.writer):
+                return False
+        return True
 
     async def _on_message(self, conn: Connection, obj: Any) -> None:
         try:

@@ -222,6 +222,19 @@ def test_a_connection_has_at_most_max_in_flight_requests_pending(inproc):
     assert max(most_pending) <= limit
 
 
+def test_a_client_that_leaves_with_its_share_of_requests_pending_has_them_cancelled(inproc):
+    """Held off reading (back-pressure), the daemon must still notice the client's hang-up."""
+    limit = inproc.server.max_in_flight
+    c = inproc.client()
+    for i in range(limit + 5):  # distinct uris: none supersedes another; the first blocks
+        c.send("complete", {"uri": f"u{i}", "text": "BLOCK" if i == 0 else "abc", "offset": 0})
+    with inproc.client() as other:
+        wait_until(lambda: len(other.call("status")["requests"]["queued"]) >= limit - 1)
+        c.close()
+        wait_until(lambda: other.call("status")["requests"]["running"] is None, timeout=5)
+        assert other.call("status")["requests"]["queued"] == []
+
+
 def test_supersede_and_cancel(inproc):
     with inproc.client() as c, inproc.client() as other:
         c.call("open", {"uri": "b", "text": "BLOCK here", "version": 1})
