@@ -83,6 +83,7 @@ class Service:
         self.index_errors = 0
         self.shutdown_requested: asyncio.Event | None = None  # set by the server's loop
         self._open_paths: dict[Path, int] = {}  # file path -> number of open uris naming it
+        self._uri_paths: dict[str, Path] = {}  # open uri -> the file path counted for it at its open
         self._edit_bound: Any = self._length_bound()  # daemon.edit.LengthBound of the model (False: none)
         self._handlers: dict[str, Callable[..., Any]] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("_m_")
@@ -171,7 +172,7 @@ class Service:
         was_open = uri in self.docs
         self.docs.open(conn, uri, text, version, language_id[:100])
         if not was_open:
-            self._track_path(uri, +1)
+            self._track_open(uri)
         await self._index_call("open_buffer", uri, text)
         return None
 
@@ -461,7 +462,7 @@ class Service:
         if fut is not None:
             fut.add_done_callback(_log_failure)
         self._drop_caches(uri)
-        path = self._track_path(uri, -1)
+        path = self._track_close(uri)
         if path is not None and self.watcher is not None:
             self.watcher.reindex_from_disk(path)  # the disk counts again
 
@@ -471,15 +472,25 @@ class Service:
         if callable(drop):
             self._misc_exec.submit(drop, uri).add_done_callback(_log_failure)
 
-    def _track_path(self, uri: str, delta: int) -> Path | None:
+    def _track_open(self, uri: str) -> None:
+        """Count ``uri``'s file as open, by the path it resolves to now, remembered for the close
+        (a symlink on the way may be changed or removed while it is open)."""
         path = uri_to_path(uri)
         if path is None:
-            return None
+            return
         try:
             path = path.resolve()  # the watcher reports resolved paths
         except UNRESOLVABLE:  # a NUL byte, a symlink loop
+            return
+        self._uri_paths[uri] = path
+        self._open_paths[path] = self._open_paths.get(path, 0) + 1
+
+    def _track_close(self, uri: str) -> Path | None:
+        """Undo ``_track_open``; the path counted, if any."""
+        path = self._uri_paths.pop(uri, None)
+        if path is None:
             return None
-        n = self._open_paths.get(path, 0) + delta
+        n = self._open_paths.get(path, 0) - 1
         if n > 0:
             self._open_paths[path] = n
         else:

@@ -347,6 +347,24 @@ def test_open_buffer_shadows_its_file_until_closed(inproc, tmp_path):
         assert path.read_text() == "disk = 2\n"  # and the daemon never wrote it
 
 
+def test_a_buffer_opened_through_a_symlink_removed_while_open_stops_shadowing_at_its_close(inproc, tmp_path):
+    """The close must release the file the open counted, not whatever the uri resolves to now."""
+    workspace = tmp_path / "ws"
+    (workspace / "real").mkdir(parents=True)
+    path = (workspace / "real" / "m.py").resolve()
+    path.write_text("disk = 0\n")
+    (tmp_path / "link").symlink_to(workspace / "real")
+    uri = (tmp_path / "link" / "m.py").as_uri()
+    with inproc.client() as c:
+        c.call("initialize", {"client": "t", "workspaceFolders": [workspace.as_uri()]})
+        wait_until(lambda: c.call("status")["workspace"]["folders"][0]["state"] == "ready")
+        c.call("open", {"uri": uri, "text": "buffer = 1\n", "version": 1})
+        (tmp_path / "link").unlink()
+        c.call("close", {"uri": uri})
+        path.write_text("disk = 2\n")
+        wait_until(lambda: inproc.index.files[str(path)] == "disk = 2\n")  # not shadowed for good
+
+
 def test_a_folder_stays_watched_while_another_editor_has_it(inproc, tmp_path):
     (tmp_path / "shared.py").write_text("shared = 1\n")
     path = str((tmp_path / "shared.py").resolve())
