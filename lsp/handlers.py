@@ -120,8 +120,8 @@ def register(server: NgramdServer) -> None:
             return types.CompletionList(is_incomplete=False, items=[])
         uri = params.text_document.uri
         proposal = await ls.propose(uri, params.position, multiline=ls.settings.multiline)
-        if proposal is None:
-            return types.CompletionList(is_incomplete=True, items=[])
+        if proposal is None:  # incomplete: the next keystroke asks again, unless there is nothing to ask
+            return types.CompletionList(is_incomplete=ls.settings.enabled, items=[])
         text = proposal.doc.source
         cursor = ls.position_of(proposal.doc, proposal.offset)
         word = items.word_before(text[positions.line_start(text, proposal.offset):proposal.offset])

@@ -1,7 +1,7 @@
 """pygls protocol tweaks: malformed requests answered, incremental changes as offsets,
 commands cancellable.
 
-Four things pygls 2.1 does not do the way ngramd needs:
+Five things pygls 2.1 does not do the way ngramd needs:
 
 1. A request whose params do not validate is logged and dropped by pygls, so the
    editor would wait for an answer forever. Here it gets an ``InvalidParams`` error
@@ -18,6 +18,8 @@ Four things pygls 2.1 does not do the way ngramd needs:
    ``a b.py``), the daemon only under the spelling it was sent. Every message to the
    daemon uses the document's own ``doc.uri`` (its didOpen spelling); for didClose,
    which pygls handles after forgetting the document, that uri is looked up first.
+5. A request after ``shutdown`` is dropped unanswered by pygls; the protocol asks for an
+   ``InvalidRequest`` error, which it gets here.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ class NgramdProtocol(LanguageServerProtocol):
             else:
                 self._send_response(message.id, error=types.ResponseError(
                     code=types.ErrorCodes.InvalidParams, message=text))
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method not in (None, types.EXIT) and getattr(message, "id", None) is not None:
+            # pygls drops it unanswered: the editor would wait for ever (a second shutdown too)
+            self._send_response(message.id, error=types.ResponseError(
+                code=types.ErrorCodes.InvalidRequest, message=f"{method}: the server is shutting down"))
             return
         super().handle_message(message)
 

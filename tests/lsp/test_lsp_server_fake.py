@@ -157,6 +157,29 @@ async def test_an_editor_with_inline_completion_gets_no_completion_list(fake, so
     assert len(fake.methods("complete")) == calls
 
 
+async def test_the_completion_list_while_disabled_is_complete(fake, sock, lsp_client):
+    """Incomplete would have the editor ask again on every keystroke, for nothing."""
+    from lsp_helpers import client_capabilities
+
+    client = await lsp_client(sock, options={"enabled": False}, capabilities=client_capabilities(inline=False))
+    open_doc(client, URI, "res")
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=pos(0, 3)))
+    assert result.is_incomplete is False and not result.items
+    assert not fake.methods("complete")
+
+
+async def test_a_request_after_shutdown_gets_an_invalid_request_error(fake, sock, lsp_client):
+    client = await lsp_client(sock)
+    open_doc(client, URI, "x = 1\n")
+    await client.shutdown_async(None)
+    with pytest.raises(JsonRpcException) as info:
+        await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 0, 5)), 10)
+    assert info.value.code == types.ErrorCodes.InvalidRequest and "shutting down" in info.value.message
+    client.exit(None)  # ended here: the fixture's own shutdown would now be refused the same way
+    assert await asyncio.wait_for(client._server.wait(), 10) == 0
+
+
 async def test_cancel_request_cancels_in_daemon(fake, sock, lsp_client):
     client = await lsp_client(sock)
     fake.delay = 30
