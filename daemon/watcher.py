@@ -40,6 +40,15 @@ Vocabulary:
   its target's where it is a symlink: daemon/excludes_watch.py), or after the folder itself was
   replaced; the folder's rules from git are read again. One scan per folder runs at a time; a
   request during a scan runs once more after it.
+- *watch*: one recursive watchdog watch per folder. watchdog gives every watch of one path the same
+  emitter, and unscheduling one tears it down for all: a thread of a folder removed meanwhile (the
+  watch of its first add, still being set up) that unscheduled its own would leave the folder added
+  again deaf. So a folder's watch is scheduled, recorded and unscheduled under a lock of its own
+  (``_watch_locks``), for its current state only, and a new one replaces the one recorded before.
+- *forget*: a removed folder's files leave the index on a thread of their own (``forget_root``),
+  which also drops the folder from the index's scanned folders: a scan of the folder added again
+  begins only once that is over (a scan running meanwhile would install nothing more), and a forget
+  that finds the folder added again leaves its files to that scan.
 - *gone*: a folder deleted (or moved away) while watched; its inotify watch went
   with it, and its files leave the index. Every folder's directory is checked every
   ``GONE_POLL_S`` (a move sends no event); when a directory is there again it is
@@ -125,6 +134,10 @@ class WorkspaceWatcher:
         # the flusher's: a slow git must not hold file events.
         self._gits: dict[Path, FolderGit] = {}
         self._watches: dict[Path, Any] = {}
+        # root -> the lock its watch is scheduled and unscheduled under (see *watch*); kept once made
+        self._watch_locks: dict[Path, threading.Lock] = {}
+        # root -> set once the files of its last remove_folder are forgotten (see *forget*)
+        self._forgets: dict[Path, threading.Event] = {}
         self._gone: set[Path] = set()  # folders whose directory is not there
         self._observer = Observer()
         self._observer.daemon = True
@@ -158,6 +171,7 @@ class WorkspaceWatcher:
             state: dict[str, Any] = {"path": str(root), "state": "indexing", "progress": None,
                                      "_stop": threading.Event(), "_inode": _inode(root)}
             self.folders[root] = state
+            self._watch_locks.setdefault(root, threading.Lock())
             ignorer = Ignorer(root)
             self._gits[root] = FolderGit(root, ignorer, self._folders_lock,
                                          lambda: self._is_current(root, ignorer),
@@ -193,20 +207,39 @@ class WorkspaceWatcher:
         self._scan(root, state)
 
     def _watch(self, root: Path, state: dict[str, Any]) -> None:
-        try:
-            collector = _Collector(self._on_event, root, lambda: self._root_deleted(root, state))
-            watch = self._observer.schedule(collector, str(root), recursive=True, event_filter=CHANGE_EVENTS)
-            state.pop("watch_error", None)
-        except OSError as exc:  # e.g. the inotify watch limit
-            state["watch_error"] = str(exc)
-            return
-        with self._folders_lock:
-            if self.folders.get(root) is state:
-                self._watches[root] = watch
+        """Watch ``root`` for ``state``, if it is still the folder's (see *watch*): a new watch, the
+        one recorded before (a directory deleted since, say) unscheduled first."""
+        with self._watch_locks[root]:
+            with self._folders_lock:
+                if self.folders.get(root) is not state:  # removed, or added again: not this state's to watch
+                    return
+                old = self._watches.pop(root, None)
+            if old is not None:  # else the new handler would join its emitter, perhaps stopped
+                self._unschedule(old)
+            try:
+                collector = _Collector(self._on_event, root, lambda: self._root_deleted(root, state))
+                watch = self._observer.schedule(collector, str(root), recursive=True, event_filter=CHANGE_EVENTS)
+                state.pop("watch_error", None)
+            except OSError as exc:  # e.g. the inotify watch limit
+                state["watch_error"] = str(exc)
                 return
-        self._observer.unschedule(watch)  # removed meanwhile
+            with self._folders_lock:
+                if self.folders.get(root) is state:
+                    self._watches[root] = watch
+                    return
+            self._unschedule(watch)  # removed meanwhile; under the lock, so no new watch shares its emitter
 
-    def _unwatch(self, watch: Any) -> None:
+    def _unwatch(self, root: Path, watch: Any) -> None:
+        """Unschedule ``watch``, read as ``root``'s, unless another replaced it since (whose _watch
+        unscheduled it): that one may share its emitter (see *watch*)."""
+        with self._watch_locks[root]:
+            with self._folders_lock:
+                if self._watches.get(root) is not watch:
+                    return
+                del self._watches[root]
+            self._unschedule(watch)
+
+    def _unschedule(self, watch: Any) -> None:
         try:
             self._observer.unschedule(watch)
         except Exception:  # its emitter may have stopped with the directory
@@ -241,7 +274,7 @@ class WorkspaceWatcher:
 
         Its files then leave the index, on a thread of their own (dropping a big
         folder can set off a merge of the index), except those another watched
-        folder holds and does not ignore.
+        folder holds and does not ignore; a scan of it added again waits for that (see *forget*).
         """
         root = root.resolve()
         with self._folders_lock:
@@ -249,14 +282,16 @@ class WorkspaceWatcher:
             if state is None:
                 return False
             state["_stop"].set()
-            watch = self._watches.pop(root, None)
+            watch = self._watches.get(root)
             self._gits.pop(root, None)
             self._gone.discard(root)
             others = [(r, git.ignorer) for r, git in self._gits.items()]
+            previous = self._forgets.get(root)
+            done = self._forgets[root] = threading.Event()
         if watch is not None:
             # not under the folders lock: watchdog unschedules under its own lock, which its thread
             # holds while it hands us events, and a handler (``_root_deleted``) takes the folders lock
-            self._unwatch(watch)
+            self._unwatch(root, watch)
 
         def covered(key: str) -> bool:
             path = Path(key)
@@ -265,15 +300,40 @@ class WorkspaceWatcher:
         def forget() -> None:
             lower_this_thread()
             try:
+                if previous is not None:  # the removes of a folder are forgotten in their order
+                    previous.wait()
+                with self._folders_lock:
+                    if root in self.folders:  # added again: its new scan, which waits for this, decides
+                        return
                 self._count("forgotten", self.index.forget_root(root, covered))
             except Exception:
                 log.exception("dropping the files of %s failed", root)
+            finally:
+                self._forgotten(root, done)
             for holder, _ in others:  # a folder around it scanned around it: its files are the holder's now
                 if holder in root.parents:
                     self._rescan(holder)
 
-        threading.Thread(target=forget, name="ngramd-forget", daemon=True).start()
+        try:
+            threading.Thread(target=forget, name="ngramd-forget", daemon=True).start()
+        except Exception:  # no thread: nothing to wait for (a scan of the folder added again would, forever)
+            self._forgotten(root, done)
+            raise
         return True
+
+    def _forgotten(self, root: Path, done: threading.Event) -> None:
+        """The forget of a remove_folder of ``root`` is over (``done``): a scan of it may begin."""
+        done.set()
+        with self._folders_lock:
+            if self._forgets.get(root) is done:
+                del self._forgets[root]
+
+    def _after_forget(self, root: Path) -> None:
+        """Wait for the forget of ``root``'s last remove_folder (see *forget*)."""
+        with self._folders_lock:
+            done = self._forgets.get(root)
+        if done is not None:
+            done.wait()
 
     def _index_folder(self, root: Path, state: dict[str, Any], stop: threading.Event) -> None:
         def progress(done: int, total: int) -> None:
@@ -284,6 +344,7 @@ class WorkspaceWatcher:
             state["state"] = "indexing"
             state.pop("error", None)
             try:
+                self._after_forget(root)  # else it would drop the folder from the index as this scan runs
                 with self._folders_lock:
                     git = self._gits.get(root)
                 if git is not None:  # the scan lists what git tracks now: later changes are from there
@@ -564,14 +625,14 @@ class WorkspaceWatcher:
             if state is None or state["_inode"] == inode:
                 return
             state["_inode"] = inode
-            old_watch = self._watches.pop(root, None)
+            old_watch = self._watches.get(root)
             if inode is None:
                 self._gone.add(root)
                 state["state"] = "gone"
             else:
                 self._gone.discard(root)
         if old_watch is not None:
-            self._unwatch(old_watch)
+            self._unwatch(root, old_watch)
         if inode is None:
             log.warning("workspace folder %s is gone; watching for it to come back", root)
             self.index.remove_tree(root)  # moved away: no event comes for its files
