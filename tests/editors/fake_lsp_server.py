@@ -16,7 +16,9 @@ textDocument/inlineCompletion, by what precedes the cursor on its line:
 workspace/executeCommand:
 - ngramd.status            -> the shape of the real server's status, plus what this
                               server saw: ``init`` (initializationOptions), ``settings``
-                              (every didChangeConfiguration), ``triggers`` (triggerKinds)
+                              (every didChangeConfiguration), ``merged`` (the settings as
+                              the real server keeps them: each one's keys over the last's; a
+                              key sent null is dropped), ``triggers`` (triggerKinds)
 - ngramd.toggle [bool]     -> {"enabled": ...}
 - ngramd.rewriteSelection uri range instruction [version] -> "[" + the range upper-cased
   + "]"; sends workspace/applyEdit and returns the edit (as the real server does), or only
@@ -30,6 +32,7 @@ workspace/executeCommand:
   status's ``prepared_completions``, in arrival order (not in ``commands``: the editor sends
   them on its own, whenever the cursor rests)
 - fake.document uri        -> the server's copy of the document (incremental sync check)
+- fake.open                -> the URIs of the documents open (didOpen, not yet didClose), sorted
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pygls.exceptions import JsonRpcContentModified
 from pygls.lsp.server import LanguageServer
 
 server = LanguageServer("fake-ngramd", "0.0")
-seen: dict[str, Any] = {"init": None, "settings": [], "triggers": [], "enabled": True,
+seen: dict[str, Any] = {"init": None, "settings": [], "merged": {}, "triggers": [], "enabled": True,
                         "rewrite_versions": [], "prepared": [], "commands": [], "prepared_completions": []}
 
 TARGET = "return a + b"
@@ -54,6 +57,7 @@ def initialize(ls: LanguageServer, params: types.InitializeParams) -> None:
     seen["init"] = params.initialization_options
     if isinstance(params.initialization_options, dict):
         seen["enabled"] = params.initialization_options.get("enabled", True)
+        seen["merged"].update(params.initialization_options)
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -62,6 +66,8 @@ def did_change_configuration(ls: LanguageServer, params: types.DidChangeConfigur
     seen["settings"].append(settings)
     if isinstance(settings, dict):
         flat = settings.get("ngramd", settings)
+        if isinstance(flat, dict):
+            seen["merged"].update(flat)
         if isinstance(flat, dict) and "enabled" in flat:
             seen["enabled"] = bool(flat["enabled"])
 
@@ -109,6 +115,7 @@ def status(ls: LanguageServer, *args: Any) -> dict[str, Any]:
         "daemon": {"model": {"name": "fake"}, "generation": {"drafted": 4, "accepted": 3}},
         "init": seen["init"],
         "settings": seen["settings"],
+        "merged": {k: v for k, v in seen["merged"].items() if v is not None},
         "triggers": seen["triggers"],
         "rewrite_versions": seen["rewrite_versions"],
         "prepared": seen["prepared"],
@@ -137,6 +144,11 @@ def toggle(ls: LanguageServer, *args: Any) -> dict[str, Any]:
 @server.command("fake.document")
 def document(ls: LanguageServer, uri: str) -> str:
     return ls.workspace.get_text_document(uri).source
+
+
+@server.command("fake.open")
+def open_documents(ls: LanguageServer, *args: Any) -> list[str]:
+    return sorted(ls.workspace.text_documents)
 
 
 @server.command("ngramd.rewriteSelection")

@@ -181,12 +181,19 @@ if suite == "unit" then
       prepare_completions = false })
     eq(config.init_options(c), {
       maxTokens = 32, multiline = false, temperature = 0, debounceMs = 40, enabled = true, model = "tiny",
-      prepareCompletions = false,
+      prepareCompletions = false, timeoutMs = 8000, device = "auto", socket = vim.NIL,
     })
     eq(config.init_options(c, 0).debounceMs, 0, "fallback path: the client debounces")
-    local t = config.init_options(config.resolve({ timeout_ms = 2500.7, device = "cpu" }))
-    eq({ t.timeoutMs, t.device }, { 2500, "cpu" })
-    eq(config.init_options(config.resolve({})).timeoutMs, nil, "unset: the server's default")
+    local t = config.init_options(config.resolve({ timeout_ms = 2500.7, device = "cpu", socket = "/s" }))
+    eq({ t.timeoutMs, t.device, t.socket }, { 2500, "cpu", "/s" })
+    -- Unset: the value the server starts with (the server keeps a key it is not sent): its
+    -- default, or the command's own --model/--device; a wrapper script's are its own.
+    t = config.init_options(config.resolve({}))
+    eq({ t.timeoutMs, t.device, t.model, t.socket }, { 8000, "auto", vim.NIL, vim.NIL }, "unset")
+    t = config.init_options(config.resolve({ cmd = { "ngramd", "lsp", "--model", "tiny", "--device=cpu" } }))
+    eq({ t.model, t.device }, { "tiny", "cpu" }, "the command's flags")
+    t = config.init_options(config.resolve({ cmd = { "/bin/ngramd-wrapper" } }))
+    eq({ t.model, t.device, t.timeoutMs }, { nil, nil, 8000 }, "a command without its lsp arguments")
     local ok, err = pcall(config.resolve, { device = "gpu" })
     eq(ok, false)
     assert(tostring(err):find("device"), tostring(err))
@@ -274,9 +281,9 @@ local function suggest_and_wait()
   end, "a suggestion")
 end
 
-local function execute(command, args)
+local function execute(command, args, bufnr)
   local done, err, result = false, nil, nil
-  client_mod.execute(buf, command, args, function(e, r)
+  client_mod.execute(bufnr or buf, command, args, function(e, r)
     done, err, result = true, e, r
   end)
   wait(function()
@@ -303,8 +310,10 @@ end)
 if suite == "fake" then
   test("initializationOptions carry the settings (server debounce 0 on the fallback path)", function()
     local st = execute("ngramd.status", {})
+    assert(st.init.socket == nil or st.init.socket == vim.NIL, vim.inspect(st.init.socket)) -- null: decoded as either
+    st.init.socket = nil
     eq(st.init, { maxTokens = 64, multiline = true, temperature = 0, debounceMs = 0, enabled = true,
-      prepareCompletions = true })
+      prepareCompletions = true, timeoutMs = 8000 })
   end)
 
   test("fallback: inline completion drawn as extmarks, accepted into the buffer", function()
@@ -450,6 +459,21 @@ if suite == "fake" then
     assert(ok, err)
     local st = execute("ngramd.status", {})
     eq(st.settings[#st.settings].ngramd.maxTokens, 64, "settings sent back")
+  end)
+
+  test("setup() again without an option takes back the value an earlier setup() sent", function()
+    -- `cmd` (not run: the server is running) names its lsp arguments, as `ngramd lsp` does
+    local opts = vim.tbl_extend("force", setup_opts, { cmd = vim.list_extend(vim.deepcopy(cmd), { "lsp" }) })
+    local ok, err = pcall(function()
+      ngramd.setup(vim.tbl_extend("force", opts, { timeout_ms = 20000, device = "cpu", model = "m", socket = "/s" }))
+      local m = execute("ngramd.status", {}).merged
+      eq({ m.timeoutMs, m.device, m.model, m.socket }, { 20000, "cpu", "m", "/s" }, "set")
+      ngramd.setup(opts)
+      m = execute("ngramd.status", {}).merged
+      eq({ m.timeoutMs, m.device, m.model, m.socket }, { 8000, "auto", nil, nil }, "left out again")
+    end)
+    ngramd.setup(setup_opts)
+    assert(ok, err)
   end)
 
   -- Prepared completions: the autocommand a cursor move or an edit fires (the main loop
@@ -830,6 +854,54 @@ if suite == "fake" then
     end, "a client for the buffer once named")
     vim.cmd("buffer " .. buf)
     vim.cmd("bwipeout! " .. scratch)
+  end)
+
+  test("a renamed buffer (:file, :saveas) is served under its new name; a failed rename keeps it served", function()
+    -- Neovim tells the server nothing of a rename (0.10+: at the next write)
+    vim.fn.writefile({ "x = 1" }, dir .. "/rename_me.py")
+    vim.cmd("edit " .. vim.fn.fnameescape(dir .. "/rename_me.py"))
+    local other = vim.api.nvim_get_current_buf()
+    local closed = {} -- the URIs it had
+    local function served(what)
+      local uri = vim.uri_from_bufnr(other)
+      wait(function()
+        local c = client_mod.get(other)
+        return c ~= nil and c.initialized
+      end, "the client of " .. what)
+      local open = execute("fake.open", {}, other)
+      assert(vim.tbl_contains(open, uri), what .. ": " .. uri .. " not open: " .. vim.inspect(open))
+      for _, old in ipairs(closed) do
+        assert(not vim.tbl_contains(open, old), what .. ": " .. old .. " still open")
+      end
+      -- its changes are synced (once each) under the new URI, and completions come
+      vim.api.nvim_buf_set_lines(other, 0, -1, false, { "a", "b", "def f():", "    pass", "    ret" })
+      vim.api.nvim_buf_set_lines(other, 3, 4, false, {})
+      vim.api.nvim_buf_set_lines(other, 0, 2, false, { "# top" })
+      vim.api.nvim_win_set_cursor(0, { 3, 7 })
+      eq(execute("fake.document", { uri }, other), "# top\ndef f():\n    ret\n", what .. ": server text")
+      ghost.dismiss()
+      ngramd.suggest()
+      wait(function()
+        return ghost.visible(other)
+      end, "a suggestion after " .. what)
+      eq(ghost.shown(other), "urn a + b\n# done", what .. ": ghost text")
+      ghost.dismiss()
+    end
+    local ok, err = pcall(function()
+      served("the first name")
+      for _, cmd in ipairs({ "file", "saveas" }) do
+        closed[#closed + 1] = vim.uri_from_bufnr(other)
+        vim.cmd(cmd .. " " .. vim.fn.fnameescape(dir .. "/renamed_by_" .. cmd .. ".py"))
+        served(":" .. cmd)
+      end
+      -- E95: the name is another buffer's, BufFilePost never comes
+      eq(pcall(vim.cmd, "file " .. vim.fn.fnameescape(vim.api.nvim_buf_get_name(buf))), false, ":file to a taken name")
+      vim.wait(20)
+      served("a failed :file")
+    end)
+    vim.cmd("buffer " .. buf)
+    vim.cmd("bwipeout! " .. other)
+    assert(ok, err)
   end)
 
   test(":NgramdRewrite with a range past the last line rewrites up to the last line", function()

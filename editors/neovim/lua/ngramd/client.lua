@@ -119,6 +119,49 @@ function M.start(bufnr, lsp_config)
   return id
 end
 
+-- A renamed buffer (:file, :saveas) is another document (URI) to the server, which Neovim
+-- tells at the next write at best (0.9+); requests under the new URI meanwhile find no
+-- document. 0.10+: the client is detached before the rename (didClose of the old URI) and
+-- the plugin attaches it again after (didOpen of the new). Before 0.10, attaching again
+-- would send every change twice (a second nvim_buf_attach while the first lasts until the
+-- next change): the client stays attached and after_rename sends the two itself.
+local reattach = has("0.10")
+
+--- Before `bufnr` is renamed: what after_rename needs, or nil where no initialized ngramd
+--- client is attached (one still initializing opens the buffer under its new name).
+function M.before_rename(bufnr)
+  local client = M.get(bufnr)
+  if not client or not client.initialized then
+    return nil
+  end
+  if reattach then
+    vim.lsp.buf_detach_client(bufnr, client.id)
+  end
+  return { client = client, uri = vim.uri_from_bufnr(bufnr), detached = reattach }
+end
+
+local line_endings = { unix = "\n", dos = "\r\n", mac = "\r" }
+
+--- After the rename, before 0.10: didClose of the old URI, didOpen of the new (as Neovim
+--- opens a document: its text, at the version its next change follows).
+function M.after_rename(bufnr, before)
+  local uri = vim.uri_from_bufnr(bufnr)
+  if before.detached or uri == before.uri or not vim.lsp.buf_is_attached(bufnr, before.client.id) then
+    return
+  end
+  local client, ft = before.client, vim.bo[bufnr].filetype
+  local eol = line_endings[vim.bo[bufnr].fileformat] or "\n"
+  local text = table.concat(vim.api.nvim_buf_get_lines(bufnr, 0, -1, true), eol) .. (vim.bo[bufnr].eol and eol or "")
+  local version = vim.lsp.util.buf_versions[bufnr]
+  M.notify(client, "textDocument/didClose", { textDocument = { uri = before.uri } })
+  M.notify(client, "textDocument/didOpen", { textDocument = {
+    uri = uri,
+    languageId = client.config.get_language_id and client.config.get_language_id(bufnr, ft) or ft,
+    version = type(version) == "number" and version or 0,
+    text = text,
+  } })
+end
+
 --- The LSP version of `bufnr`'s text as last synced to the server, or vim.NIL where it is
 --- unknown (a command's version argument: the server then takes its current copy).
 function M.version(bufnr)

@@ -117,31 +117,43 @@ function M.resolve(opts)
   return cfg
 end
 
+--- The value of `flag` (`--model`, `--device`) in the server command `cfg.cmd` (after its
+--- `lsp`), else `default`; nil where the command shows no `lsp` arguments (a wrapper script).
+local function command_flag(cfg, flag, default)
+  if not cfg.cmd then
+    return default -- the plugin's own command passes --model only when set, never --device
+  end
+  local lsp_args = false
+  for i, arg in ipairs(cfg.cmd) do
+    if lsp_args and arg == flag then
+      return cfg.cmd[i + 1]
+    elseif lsp_args and arg:sub(1, #flag + 1) == flag .. "=" then
+      return arg:sub(#flag + 2)
+    end
+    lsp_args = lsp_args or arg == "lsp"
+  end
+  return lsp_args and default or nil
+end
+
 --- initializationOptions / didChangeConfiguration settings: the server's keys.
 --- `server_debounce_ms` overrides debounce_ms (the fallback path debounces in the client
 --- and asks the server not to wait a second time).
+--- The server keeps its value of a key it is not sent: an option left out is sent as the
+--- value the server starts with (its default, the command's --model/--device, null: the
+--- command's socket), so that setup() again without it takes back what an earlier one set.
 function M.init_options(cfg, server_debounce_ms)
-  local o = {
+  return {
     maxTokens = cfg.max_tokens,
     multiline = cfg.multiline,
     temperature = cfg.temperature,
     debounceMs = server_debounce_ms or cfg.debounce_ms,
     enabled = cfg.enabled,
     prepareCompletions = cfg.prepare_completions,
+    timeoutMs = math.floor(cfg.timeout_ms or 8000),
+    socket = cfg.socket and cfg.socket ~= "" and cfg.socket or vim.NIL,
+    model = cfg.model and cfg.model ~= "" and cfg.model or command_flag(cfg, "--model", vim.NIL),
+    device = cfg.device or command_flag(cfg, "--device", "auto"),
   }
-  if cfg.model and cfg.model ~= "" then
-    o.model = cfg.model
-  end
-  if cfg.socket and cfg.socket ~= "" then
-    o.socket = cfg.socket
-  end
-  if cfg.timeout_ms then
-    o.timeoutMs = math.floor(cfg.timeout_ms)
-  end
-  if cfg.device then
-    o.device = cfg.device
-  end
-  return o
 end
 
 --- The server command for a buffer whose project root is `root` (may be nil).

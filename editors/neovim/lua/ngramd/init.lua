@@ -39,6 +39,9 @@ local rewrites_waiting = {}
 -- say whether a command's range was typed as '<,'>, and the marks stay set for ever.
 local visual_left = {}
 
+-- bufnr -> what ngramd.client.before_rename returned, from BufFilePre to BufFilePost
+local renaming = {}
+
 local function remember_visual_exit(bufnr)
   visual_left[bufnr] = {
     tick = vim.api.nvim_buf_get_changedtick(bufnr),
@@ -250,13 +253,39 @@ function M.setup(opts)
     end,
   })
 
-  vim.api.nvim_create_autocmd("BufFilePost", { -- a buffer named at last (`:w name`, `:file name`)
+  local function serve(bufnr)
+    if vim.api.nvim_buf_is_valid(bufnr) and filetype_enabled(vim.bo[bufnr].filetype) and vim.bo[bufnr].buftype == "" then
+      M.start(bufnr)
+    end
+  end
+  -- A rename (`:file name`, `:saveas`): the server closes the old URI and opens the new
+  -- one (ngramd.client.before_rename).
+  vim.api.nvim_create_autocmd("BufFilePre", {
     group = group,
     pattern = "*",
     callback = function(args)
-      if filetype_enabled(vim.bo[args.buf].filetype) and vim.bo[args.buf].buftype == "" then
-        M.start(args.buf)
+      local before = client_mod.before_rename(args.buf)
+      renaming[args.buf] = before
+      if before then
+        vim.schedule(function() -- no BufFilePost (E95: the name is another buffer's): served as before
+          if renaming[args.buf] == before then
+            renaming[args.buf] = nil
+            serve(args.buf)
+          end
+        end)
       end
+    end,
+  })
+  vim.api.nvim_create_autocmd("BufFilePost", { -- renamed, or named at last (`:w name`, `:file name`)
+    group = group,
+    pattern = "*",
+    callback = function(args)
+      local before = renaming[args.buf]
+      renaming[args.buf] = nil
+      if before then
+        client_mod.after_rename(args.buf, before)
+      end
+      serve(args.buf)
     end,
   })
 
