@@ -34,7 +34,7 @@ from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.engine import EngineConfig, GenerationOutput, generate, prefill
 from daemon.kv_cache import KVPool, common_prefix_len
 from daemon.fim_view import PrefixView
-from daemon.prompt import ForcedPrefix, build_prompt, fim_tokens
+from daemon.prompt import ForcedPrefix, PromptConfig, build_prompt, fim_tokens, model_positions, within_positions
 from daemon.proposer import IndexProposer, NullProposer, Proposer
 from daemon.requests import (CompletionRequest, CompletionResult, EditRequest, GenerationStats, Prepared,
                              SamplingParams, check_sampling)
@@ -75,13 +75,14 @@ class Completer:
         """Complete ``req.text`` at ``req.offset``. Raises ValueError for bad input."""
         _validate(req)
         t0 = time.perf_counter()
-        prompt = build_prompt(self.runtime, req.text, req.offset, self.cfg.prompt)
+        prompt = build_prompt(self.runtime, req.text, req.offset, self._prompt_config())
+        max_tokens = self._fit_answer(len(prompt.ids), req.max_tokens)
         if not req.speculate:
             proposer, policy = NullProposer(), None
         else:
             proposer, policy = self._proposer(req.uri, prompt.ids, prompt.fim), self.policy
         stopper = StopChecker(
-            StopConfig(max_tokens=req.max_tokens, stop_strings=tuple(req.stop),
+            StopConfig(max_tokens=max_tokens, stop_strings=tuple(req.stop),
                        single_line=not req.multiline, line_prefix=prompt.line_prefix, eos_ids=self.eos_ids),
             self.runtime.token_bytes, skip=prompt.forced.encode("utf-8"))
         forced = ForcedPrefix(self.runtime, prompt.forced) if prompt.forced else None
@@ -121,8 +122,23 @@ class Completer:
             raise ValueError("text must be a string")
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= len(text):
             raise ValueError(f"offset {offset!r} is out of range: the text has {len(text)} characters")
-        prompt = build_prompt(self.runtime, text, offset, self.cfg.prompt)
+        prompt = build_prompt(self.runtime, text, offset, self._prompt_config())
         return self.prepare(uri, prompt.ids, cancel)
+
+    def _prompt_config(self) -> PromptConfig:
+        """The prompt budget, within the model's positions (a model with a small context window)."""
+        return within_positions(self.cfg.prompt, model_positions(self.runtime))
+
+    def _fit_answer(self, prompt_tokens: int, max_tokens: int) -> int:
+        """``max_tokens`` cut to the positions the model has after a prompt of ``prompt_tokens``;
+        ValueError when none is left."""
+        limit = model_positions(self.runtime)
+        if limit is None:
+            return max_tokens
+        if prompt_tokens >= limit:
+            raise ValueError(f"the prompt ({prompt_tokens} tokens) leaves no room in the model's "
+                             f"{limit} positions")
+        return min(max_tokens, limit - prompt_tokens)
 
     def decode(self, key: Hashable, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
                stopper: StopChecker, sampling: SamplingParams, forced: ForcedPrefix | None = None,

@@ -36,6 +36,7 @@ from daemon.context_lookup import ContextLookup, prompt_lookup
 from daemon.edit_indent import frame_of, line_before, split_layout
 from daemon.edit_prompt import EditPrompt, build_edit_prompt, check_range
 from daemon.edit_proposer import EditProposer, EditProposerConfig
+from daemon.prompt import model_positions
 from daemon.proposer import IndexProposer, NullProposer
 from daemon.requests import (FINISHED_EDIT_STOPS, CompletionResult, EditRequest, Prepared, check_instruction,
                              check_sampling)
@@ -163,12 +164,6 @@ def edit_cache_key(uri: str) -> tuple[str, str]:
     """The KV cache of a document's edit prompts, kept apart from its completions' (``uri``):
     a tuple, so that no document name (a uri is any string) can share it."""
     return ("edit", uri)
-
-
-def model_positions(runtime: Any) -> int | None:
-    """The positions the model has (its ``max_position_embeddings``); None when unknown."""
-    limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
-    return limit if isinstance(limit, int) else None
 
 
 def fit_positions(runtime: Any, ep: EditPrompt, max_tokens: int) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import re
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -58,6 +58,26 @@ class PromptConfig:
     max_prompt_tokens: int = 1536
     suffix_tokens: int = 256  # FIM only: at most this much of the budget goes to the suffix
     heal: bool = True  # back off to the last pre-tokenizer boundary and force the typed characters
+
+
+# Positions a completion prompt leaves for the answer where the model has few (a context
+# window under the prompt budget and the answer; not the default model's 8192).
+MIN_ANSWER_POSITIONS = 64
+
+
+def model_positions(runtime: Any) -> int | None:
+    """The positions the model has (its ``max_position_embeddings``); None when unknown."""
+    limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
+    return limit if isinstance(limit, int) else None
+
+
+def within_positions(config: PromptConfig, positions: int | None) -> PromptConfig:
+    """``config`` with its budget cut so that a prompt leaves the answer ``MIN_ANSWER_POSITIONS``
+    of the model's ``positions`` (None: unknown, unchanged); the suffix keeps a quarter at most."""
+    if positions is None or config.max_prompt_tokens + MIN_ANSWER_POSITIONS <= positions:
+        return config
+    budget = max(1, positions - MIN_ANSWER_POSITIONS)
+    return replace(config, max_prompt_tokens=budget, suffix_tokens=min(config.suffix_tokens, budget // 4))
 
 
 @dataclass(frozen=True)
@@ -175,7 +195,8 @@ def build_prompt(runtime: Any, text: str, offset: int, config: PromptConfig = Pr
     assert 0 <= offset <= len(text)
     tok = runtime.tokenizer
     fim = fim_tokens(tok)
-    prefix_budget = config.max_prompt_tokens - (config.suffix_tokens if fim else 0)
+    # a FIM prompt adds its suffix and three FIM tokens to the prefix: all within the budget
+    prefix_budget = max(1, config.max_prompt_tokens - (config.suffix_tokens + 3 if fim else 0))
     start = _window_start(text, offset, prefix_budget)
     prefix = text[start:offset]
     cut = _last_chunk_start(tok, prefix) if (config.heal and prefix) else len(prefix)

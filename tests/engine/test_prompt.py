@@ -95,3 +95,10 @@ def test_a_small_budget_still_sees_the_text_before_the_cursor():
     offset = text.index("\n", 1000) + 1
     p = build_prompt(rt, text, offset, PromptConfig(max_prompt_tokens=100))
     assert len(p.ids) == 100 and text[:offset].endswith(p.text + p.forced)
+
+
+def test_a_fim_prompt_keeps_within_its_budget_with_its_three_fim_tokens(tiny_fim):
+    text = "\n".join(f"x{i} = {i * 7919 % 10007}" for i in range(3000))
+    config = PromptConfig(max_prompt_tokens=300, suffix_tokens=100)
+    prompt = build_prompt(tiny_fim, text, len(text) // 2, config)
+    assert prompt.fim and len(prompt.ids) == 300
