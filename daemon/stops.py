@@ -3,7 +3,7 @@
 The generated tokens are turned into text incrementally from their raw bytes,
 so a multi-byte character split across tokens is only emitted once complete
 (bytes that are not UTF-8 become U+FFFD).
-Rules, checked after each token (the stop reason names the first that fires):
+Rules, checked after each token (the stop reason names the one that fires):
 
 - ``eos``: an end-of-sequence or other special token (not emitted);
 - ``max_tokens``: that many tokens were generated;
@@ -20,6 +20,14 @@ Rules, checked after each token (the stop reason names the first that fires):
 - ``stop_string`` also (with ``closing_fence``, an edit's answer): the line that closes the
   fenced answer (``FenceNesting``: a bare fence line at column 0 that closes no block the
   answer opened) ends it (cut before the line break before it).
+
+When one token completes several text rules (``stop_string``, ``end_of_line``, ``block_end``),
+the one whose match completes first in the text wins, as if the text had come a character at a
+time: where generation stops never depends on how the text is split into tokens (a stop string
+may span tokens, a token may hold several matches). Among matches completed by the same character,
+the one that cuts shorter wins, then a stop string (the caller's own) before the line and block
+rules. Example: stops ``("abc", "b")`` cut ``abc`` to ``a`` whether it came as one token or
+three. The text rules are read before ``repetition`` and ``max_tokens``.
 
 ``skip`` bytes at the start of the stream (the characters before the cursor
 that the prompt backed off, see prompt.py) are consumed but not part of the text.
@@ -79,8 +87,9 @@ class StopChecker:
             self.reason = "eos"
             return True
         self._raw += self._token_bytes(token)
+        judged = len(self.text)  # no rule fired in the text so far
         self._decode()
-        self._check_text()
+        self._check_text(judged)
         if not self.reason and self._loops is not None and self._loops.push(token):
             self.reason = "repetition"
         if not self.reason and self.num_tokens >= self.cfg.max_tokens:
@@ -103,37 +112,41 @@ class StopChecker:
         self.text += self._utf8.decode(bytes(self._raw[start:]))
         self._fed = len(self._raw)
 
-    def _check_text(self) -> None:
+    def _check_text(self, judged: int) -> None:
+        """Apply the text rule that fires first in ``self.text``, whose first ``judged``
+        characters were read before (no match lies wholly in them)."""
         text = self.text
+        # (where its match completes, the cut, tie rank, reason) for each rule that fires
+        fired: list[tuple[int, int, int, str]] = []
         if self._fences is not None:
             closing = self._fences.closing_line(text)
-            if closing is not None:
-                self.text = text[: max(closing - 1, 0)]  # before the line break before it
-                self.reason = "stop_string"
-                return
+            if closing is not None:  # judged once its line break came; cut before the line break before it
+                fired.append((text.index("\n", closing) + 1, max(closing - 1, 0), 0, "stop_string"))
         for s in self.cfg.stop_strings:
-            if s and s in text:
-                self.text = text[: text.index(s)]
-                self.reason = "stop_string"
-                return
+            at = text.find(s, max(judged - len(s) + 1, 0)) if s else -1  # it may begin in an earlier token
+            if at >= 0:
+                fired.append((at + len(s), at, 0, "stop_string"))
         if self.cfg.single_line:
-            if "\n" in text:
-                end = text.index("\n")
-                if end > 0 and text[end - 1] == "\r":  # a CRLF file's line ends at its \r
-                    end -= 1
-                self.text = text[:end]
-                self.reason = "end_of_line"
-            return
-        if self.cfg.block_end:
-            self._check_block_end()
+            end = text.find("\n", judged)
+            if end >= 0:
+                cut = end - 1 if end > 0 and text[end - 1] == "\r" else end  # a CRLF file's line ends at its \r
+                fired.append((end + 1, cut, 1, "end_of_line"))
+        elif self.cfg.block_end:
+            block = self._block_end()
+            if block is not None:
+                fired.append((*block, 2, "block_end"))
+        if fired:
+            _, cut, _, self.reason = min(fired)
+            self.text = text[:cut]
 
-    def _check_block_end(self) -> None:
+    def _block_end(self) -> tuple[int, int] | None:
+        """(where the block end became certain, the cut) in ``self.text``; None while the block goes on."""
         lines = (self.cfg.line_prefix + self.text).split("\n")
         # lines[0] is the cursor's line. The block's indentation is that of the first
         # non-blank line from there on; indentation is known once a non-blank character arrived.
         base = next((_indent(x) for x in lines if x.strip()), None)
         if base is None:
-            return
+            return None
         prev_indent = base
         blank_before = False
         offset = len(lines[0]) + 1  # char offset of lines[i] in line_prefix + text
@@ -148,12 +161,13 @@ class StopChecker:
             if ind < base or (blank_before and ind < prev_indent):
                 cut = offset - len(self.cfg.line_prefix)
                 kept = self.text[: max(cut, 0)]
-                self.text = kept.rstrip("\r\n \t") if kept.strip() else kept.rstrip(" \t")
-                self.reason = "block_end"
-                return
+                kept = kept.rstrip("\r\n \t") if kept.strip() else kept.rstrip(" \t")
+                # certain once the line's first non-blank character came (its indentation then known)
+                return cut + len(line) - len(line.lstrip()) + 1, len(kept)
             prev_indent = ind
             blank_before = False
             offset += len(line) + 1
+        return None
 
 
 class FenceNesting:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from daemon.stops import StopChecker, StopConfig
 
 
@@ -104,3 +107,83 @@ def test_fence_nesting_finds_the_line_that_closes_the_answer_as_the_text_streams
     assert FenceNesting("````").closing_line("a\n```\nb\n````\n") == 2
     assert FenceNesting("```").closing_line("```\n") == 0  # no text at all
     assert FenceNesting("```").closing_line("a\n```") is None  # not complete yet
+
+
+# --- several rules completed by one token: the first in the text wins, whatever the token boundaries
+
+
+def test_stop_strings_in_one_token_cut_at_the_first_in_the_text_not_the_first_listed():
+    for stops in (("b", "a"), ("a", "b")):
+        c, _ = _run(["ab"], stop_strings=stops, block_end=False)
+        assert (c.text, c.reason) == ("", "stop_string"), stops
+
+
+def test_single_line_ends_at_the_newline_before_a_stop_string_in_the_same_token():
+    for token in ("x\n}", "x\r\n}"):
+        c, _ = _run([token], stop_strings=("}",), single_line=True)
+        assert (c.text, c.reason) == ("x", "end_of_line"), token  # a single line holds no newline
+
+
+def test_block_end_cuts_before_a_stop_string_on_the_dedented_line_in_the_same_token():
+    alone, _ = _run(["x\n}"], line_prefix="    ")
+    c, _ = _run(["x\n}"], stop_strings=("}",), line_prefix="    ")
+    assert (alone.text, alone.reason) == (c.text, c.reason) == ("x", "block_end")
+
+
+def test_a_stop_string_completed_first_wins_over_one_that_begins_before_it():
+    """As the text comes a character at a time: ``b`` ends generation before ``abc`` can be complete."""
+    for pieces in (["abc"], ["ab", "c"], ["a", "b", "c"]):
+        c, _ = _run(pieces, stop_strings=("abc", "b"), block_end=False)
+        assert (c.text, c.reason) == ("a", "stop_string"), pieces
+
+
+def test_a_stop_string_before_the_closing_fence_in_the_same_token_cuts_there():
+    c, _ = _run(["a END\n```\n"], stop_strings=("END",), closing_fence="```", block_end=False)
+    assert (c.text, c.reason) == ("a ", "stop_string")
+    c, _ = _run(["a\n```\nEND"], stop_strings=("END",), closing_fence="```", block_end=False)
+    assert (c.text, c.reason) == ("a", "stop_string")
+
+
+_CHARS = "ab} \n\r`→"  # → is three bytes: splits inside a character too
+
+
+@st.composite
+def _streams(draw):
+    """(config, skip, stream bytes, token boundaries): a random split of the stream into tokens."""
+    cfg = dict(
+        stop_strings=tuple(draw(st.lists(st.text("ab} \n`", min_size=1, max_size=3), max_size=3))),
+        single_line=draw(st.booleans()),
+        line_prefix=draw(st.sampled_from(["", "  ", "    "])),
+        block_end=draw(st.booleans()),
+        closing_fence=draw(st.sampled_from([None, "```"])),
+    )
+    skip = draw(st.sampled_from(["", "a", " b"])).encode()
+    stream = skip + draw(st.text(_CHARS, max_size=30)).encode()
+    cuts = draw(st.sets(st.integers(1, max(len(stream) - 1, 1)), max_size=len(stream)))
+    bounds = sorted({0, len(stream)} | {c for c in cuts if c < len(stream)})
+    return cfg, skip, stream, bounds
+
+
+@settings(max_examples=400, deadline=None)
+@given(_streams())
+def test_where_generation_stops_does_not_depend_on_how_the_stream_is_split_into_tokens(case):
+    """A speculative pass pushes several tokens at once, and a token holds several characters:
+    the result must be that of the text pushed a byte at a time."""
+    cfg, skip, stream, bounds = case
+    tokens = [stream[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    def checker(table):
+        return StopChecker(StopConfig(max_tokens=10_000, **cfg), lambda t: table[t], skip=skip)
+
+    by_byte = checker([bytes([b]) for b in stream])
+    stopped_at = by_byte.push_many(range(len(stream)))  # bytes consumed
+    many = checker(tokens)
+    used = many.push_many(range(len(tokens)))
+    one_by_one = checker(tokens)
+    pushed = next((i + 1 for i in range(len(tokens)) if one_by_one.push(i)), len(tokens))
+    assert (many.text, many.reason, used) == (one_by_one.text, one_by_one.reason, pushed)
+    assert (many.text, many.reason) == (by_byte.text, by_byte.reason)
+    if by_byte.reason:  # the same token stops it: the one holding the byte that stopped it
+        assert bounds[used - 1] < stopped_at <= bounds[used]
+    else:
+        assert used == len(tokens)
