@@ -3,7 +3,7 @@
 What it measures (run by scripts/gpu_bench.sh on a GPU machine):
 
 1. The *verify-cost curve*: ms per forward pass over n new tokens (n = 1..64)
-   after ctx cached tokens (ctx = 1k..8k), for random-weight bf16 models with the
+   after ctx cached tokens (ctx = 1k..8k), for random-weight fp32 models (as the daemon runs them) with the
    shapes of real code models (Qwen2.5-Coder 1.5B and 7B). The time of a pass
    does not depend on the weights' values; they are random normal, never zeros.
 2. *Projections*: the speedup over plain decoding that this curve implies for
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.models:
         models = {k: v for k, v in models.items() if k in args.models.split(",")}
     ctxs, sizes = (DRY_CTX, DRY_SIZES) if args.dry_run else (CTX, SIZES)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = torch.float32  # as the daemon runs every model (daemon/model.py resolve_device: bf16 is not exact)
     repeats = 1 if args.dry_run else args.repeats
     try:
         traces = json.loads(Path(args.traces).read_text())

@@ -7,7 +7,7 @@
 # 1. Installs the project into a venv that sees the image's torch and transformers
 #    (--system-site-packages; pip install --no-deps --no-build-isolation -e .: nothing is downloaded).
 #    If that fails, runs from the source tree with PYTHONPATH.
-# 2. Measures the verify-cost curve of random-weight bf16 models shaped like Qwen2.5-Coder 1.5B
+# 2. Measures the verify-cost curve of random-weight fp32 models (as the daemon runs them) shaped like Qwen2.5-Coder 1.5B
 #    and 7B, and projects speedups from the CPU acceptance traces in bench/traces_cpu.json
 #    (labelled as projections).
 # 3. If a real model is at hand (NGRAMD_GPU_MODEL=local dir or cached HF id, or the embedded
@@ -51,7 +51,7 @@ if [ -z "$DRY" ]; then
     timeout 420 "$RUN_PY" -m daemon.cli bench --cases bench/cases/stdlib.jsonl --device cuda \
       ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} --repeat 3 --json > "$OUTDIR/bench_gpu.json" 2> "$OUTDIR/bench_gpu.log"
     BENCH_RC=$?
-    # how far a multi-token pass's logits drift from one-token passes in bf16 (README: exactness)
+    # how far a multi-token pass's logits drift from one-token passes on the GPU (README: exactness)
     timeout 120 "$RUN_PY" -W ignore scripts/measure_pass_drift.py --device cuda ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
       > "$OUTDIR/pass_drift.txt" 2>&1 || echo "gpu_bench: the pass-drift measurement failed (see pass_drift.txt)" >&2
   else

@@ -47,7 +47,7 @@ def main() -> int:
     ap.add_argument("--cursors", type=int, default=4, help="cursor positions per file")
     ap.add_argument("--files", default=",".join(DEFAULT_FILES))
     ap.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"),
-                    help="where to measure (auto/cuda: bf16 on a GPU, as the daemon runs there)")
+                    help="where to measure (auto/cuda: on a GPU, in fp32, as the daemon runs there)")
     args = ap.parse_args()
     rt = load_runtime(args.model, device=args.device)
     worst, closest, n = 0.0, float("inf"), 0
