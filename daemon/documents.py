@@ -7,7 +7,7 @@ Vocabulary:
   same file share one document; it is dropped when its last holder closes it
   (or disconnects). Each holder's versions are its own sequence: the store keeps
   the last version each holder sent, so an ``open`` from a holder below that
-  version (a stale re-open) is refused, while another editor's ``open``, whose
+  version with another text (a stale re-open) is refused, while another editor's ``open``, whose
   numbering is unrelated, re-syncs the document whatever its version.
 - *in sync*: a holder whose own text the document holds (it sent it, by ``open`` or
   ``change``, or opened the same text). Only a holder in sync may change the document or
@@ -211,15 +211,18 @@ class DocumentStore:
         """Open (or re-sync) a document; a second holder shares it and its text wins.
 
         A holder re-opening with a version below the last one it sent is stale (its
-        newer text is already here): refused with CONTENT_MODIFIED, as a stale change is.
-        The same version is accepted (a client re-sending its current state)."""
+        newer text is already here): refused with CONTENT_MODIFIED, as a stale change is,
+        unless it sends the text the document holds. The same version is accepted (a
+        client re-sending its current state)."""
         self.check_size(text)
         doc = self._docs.get(uri)
         if doc is None:
             doc = self._docs[uri] = Document(uri, text, version, language_id)
         else:
             last = doc.holders.get(conn)
-            if last is not None and version < last:
+            # the same text again is no stale copy whatever its version (Neovim 0.8/0.9 open a
+            # renamed buffer at version 0 at its write): that version is the holder's from now on
+            if last is not None and version < last and text != doc.text:
                 raise RpcError(CONTENT_MODIFIED, f"stale open of {uri[:200]}: version {version} is "
                                                  f"older than {last}, which this client sent before")
             if text != doc.text:

@@ -154,6 +154,10 @@ def test_stale_reopen_by_the_same_holder_is_refused():
     assert store.get("u").text == "v7 text"
     store.open(1, "u", "v7 again", 7)  # its current version: a re-sync, accepted
     assert store.get("u").text == "v7 again"
+    store.open(1, "u", "v7 again", 0)  # the same text at a lower version: a new numbering, no stale copy
+    assert store.text_at("u", 0, 1) == "v7 again"
+    store.change("u", 1, [(None, None, "v1 of the new numbering")], conn=1)
+    assert store.get("u").text == "v1 of the new numbering"
 
 
 def test_another_holders_open_resyncs_whatever_its_version():
