@@ -145,9 +145,12 @@ function launchPlan(): LaunchPlan {
   };
 }
 
-/** What tells two plans' servers apart: the command line, or why there is none. */
+/**
+ * What tells two plans' servers apart: the command line; for no server, the settings that
+ * failed (not the message, which names the open folders: a folder change would pop it up again).
+ */
 function planKey(plan: LaunchPlan): string {
-  return JSON.stringify(plan.ok ? [plan.command, serverArgs(plan.settings)] : plan.error);
+  return JSON.stringify(plan.ok ? [plan.command, serverArgs(plan.settings)] : [settings.serverPath, settings.model, settings.socket]);
 }
 
 /** The key of the plan the server was last started with, or failed to start with. */
@@ -397,6 +400,7 @@ async function refreshStatus(): Promise<unknown> {
     return result;
   } catch (err) {
     if (seq === statusSeq) {
+      lastStatus = undefined; // an editor switch must not show an older good status over the error
       showStatus(errorView(String(err)));
     }
     return undefined;

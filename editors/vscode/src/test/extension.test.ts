@@ -247,6 +247,35 @@ test("a model path with ${workspaceFolder} reaches the server expanded, in its a
   assert.equal((client.clientOptions.initializationOptions as { model: string }).model, "/ws/api/models/coder.gguf");
 });
 
+test("a status poll that fails stays shown when the active editor changes", async () => {
+  h.answer = async () => ({ connected: true, enabled: true, daemon: { state: "running" } });
+  await activate();
+  await pollOnce();
+  h.answer = async () => {
+    throw new Error("the daemon's link broke");
+  };
+  await pollOnce();
+  assert.match(h.statusItem.tooltip, /link broke/);
+  const editor = editorOn("/a.py");
+  h.window.activeTextEditor = editor;
+  h.emit("activeEditor", editor);
+  await settle();
+  assert.match(h.statusItem.tooltip, /link broke/, "not the older good status");
+});
+
+test("a server that cannot start is not retried, nor its error shown again, for folders that change nothing", async () => {
+  h.folders = [{ name: "api", path: "/ws/api" }];
+  h.config.global.serverPath = "${workspaceFolder:nope}/bin/ngramd";
+  await activate();
+  for (const name of ["web", "docs", "ops"]) {
+    h.folders.push({ name, path: `/ws/${name}` }); // the error names the open folders: the key must not
+    await Promise.all(h.folderListeners.map((l) => l({})));
+    await settle();
+  }
+  assert.equal(h.messages.filter((m) => m.kind === "error").length, 1);
+  assert.equal(h.clients.length, 0);
+});
+
 test("a folder added that holds the server starts it, where none was found before", async () => {
   const dir = path.dirname(process.execPath);
   h.config.global.serverPath = "${workspaceFolder:runtime}/" + path.basename(process.execPath);
