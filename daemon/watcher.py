@@ -298,8 +298,8 @@ class WorkspaceWatcher:
             return any(r in path.parents and not ig.ignored(path) for r, ig in others)
 
         def forget() -> None:
-            lower_this_thread()
             try:
+                lower_this_thread()
                 if previous is not None:  # the removes of a folder are forgotten in their order
                     previous.wait()
                 with self._folders_lock:
