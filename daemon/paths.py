@@ -18,6 +18,12 @@ path *while still holding* the flock, then unlocks; an acquirer, once its flock
 succeeds, checks that the path still names the inode it locked, and otherwise
 (it locked a file just unlinked) closes it and tries again on the new path.
 
+A socket file removed while the daemon runs (a tmp cleaner, a wiped runtime dir) would leave it
+holding the lock, reachable by nobody: the server checks its socket every few seconds and,
+when its path is empty, takes the lock again (``SocketLock.reacquire``: a lock file removed
+too is locked anew; one that a starting daemon locked meanwhile makes it exit instead) and
+binds the path again; anything else found there is never touched (it exits).
+
 Probes: ``lock_holder`` (``ngramd status``/``stop``, the LSP waiting for a daemon) takes a
 *shared* flock for an instant to learn whether a daemon holds the lock. An acquirer whose
 exclusive flock fails therefore tries a shared one: if that succeeds no daemon holds the
@@ -197,6 +203,17 @@ class SocketLock:
                 raise OSError(f"{self.path} has been locked shared (not by an ngramd daemon) "
                               f"for {PROBE_WAIT_S:.0f} s")
             time.sleep(PROBE_RETRY_S)
+
+    def reacquire(self) -> None:
+        """Hold the lock at its path again when our lock file was removed (a wiped runtime dir);
+        AlreadyRunning when a daemon started since then holds the new one."""
+        if self._fd is None or _names_inode(self.path, self._fd):
+            return
+        lost, self._fd = self._fd, None
+        try:
+            self.acquire()
+        finally:
+            os.close(lost)  # unlinked: no acquirer can take it for the path (they check the inode)
 
     def release(self) -> None:
         """Remove the lock file, then unlock (the order the protocol above needs)."""

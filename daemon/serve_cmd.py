@@ -5,7 +5,8 @@
    or answers on the socket; remove a stale socket file) — cheap, before the model;
 2. load the model and build the index and engine;
 3. bind the socket (0600), print ``ngramd: ready on <socket> (pid N)`` on stdout;
-4. index and watch ``--workspace`` folders in the background (progress in status).
+4. index and watch ``--workspace`` folders in the background (progress in status);
+5. bind the socket again if its file is removed (daemon/server.py), or exit.
 
 Exit codes: 0 clean stop, 1 error, 3 another daemon already serves that socket.
 """
@@ -22,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.paths import (EXIT_ALREADY_RUNNING, UNRESOLVABLE, AlreadyRunning, claim_socket, resolve_socket_path,
-                          socket_is_live)
+from daemon.paths import (EXIT_ALREADY_RUNNING, UNRESOLVABLE, AlreadyRunning, SocketLock, claim_socket,
+                          resolve_socket_path, socket_is_live)
 from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES
 
 # The least --max-message-bytes: a negative limit breaks msgpack's reader (every connection
@@ -64,12 +65,12 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"ngramd: cannot use socket {sock}: {exc}", file=sys.stderr)
         return 1
     try:
-        return _serve(args, sock, workspaces)
+        return _serve(args, sock, workspaces, lock)
     finally:
         lock.release()
 
 
-def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path]) -> int:
+def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path], lock: SocketLock) -> int:
     from daemon.server import Server
     from daemon.service import Service
 
@@ -82,7 +83,7 @@ def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path]) -> int:
     service = Service(completer, index, model_name=str(rt.name), device=str(rt.device),
                       dtype=str(rt.dtype).replace("torch.", ""), socket_path=str(sock),
                       max_message_bytes=max_bytes)
-    server = Server(service, sock, max_message_bytes=max_bytes)
+    server = Server(service, sock, max_message_bytes=max_bytes, lock=lock)  # lock: taken again if removed
 
     def on_ready() -> None:
         print(f"ngramd: ready on {sock} (pid {os.getpid()}, model {rt.name}, device {rt.device})",

@@ -25,6 +25,13 @@ and the ``exiting`` notice if the daemon stops meanwhile, then the connection cl
 
 Security: only ``AF_UNIX``; the socket is created under umask 0o177 (so it is
 never briefly world-accessible) and then chmod 0600.
+
+The socket file: every ``socket_check_s`` the server checks that its path still names the
+socket it bound. Removed (a tmp cleaner, a wiped runtime dir), it is bound again at the same
+path, the lock taken again first where it went too (daemon/paths.py), so the daemon keeps
+its model and documents; connections already open go on. When that fails, or something else
+is at the path (never removed or bound over), the daemon exits as on ``shutdown``, with the
+``exiting`` reason ``socket lost``: left running it could be reached by no one.
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ import logging
 import os
 import select
 import signal
+import socket
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from daemon.paths import is_socket
+from daemon.paths import AlreadyRunning, prepare_socket_dir
 from daemon.rpc import (
     DEFAULT_MAX_MESSAGE_BYTES, ERROR_NOTICE, EXITING, INTERNAL_ERROR, Notification, Request, Response,
     RpcError, decode, msgid_of, pack_notification, pack_response, FrameReader,
@@ -54,6 +63,9 @@ MAX_IN_FLIGHT = 64
 # how often a half-closed connection waiting for its answers is checked for a full close
 # (asyncio no longer watches a socket once it has read its end of input)
 HANGUP_POLL_S = 0.1
+# how often ``run`` checks that its socket file is still there (see the module docstring)
+SOCKET_CHECK_S = 2.0
+SOCKET_LOST = "socket lost"  # the ``exiting`` reason when the daemon exits for it
 _conn_ids = itertools.count(1)
 
 
@@ -86,30 +98,118 @@ class Connection:
 
 
 class Server:
-    """Serve ``service`` (a daemon.service.Service) on ``socket_path``."""
+    """Serve ``service`` (a daemon.service.Service) on ``socket_path``; ``lock`` (a
+    daemon.paths.SocketLock, None in tests) is taken again if its file is removed."""
 
     def __init__(self, service: Any, socket_path: Path,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, lock: Any = None,
+                 socket_check_s: float = SOCKET_CHECK_S) -> None:
         self.service = service
         self.socket_path = socket_path
         self.max_message_bytes = max_message_bytes
         self.max_in_flight = MAX_IN_FLIGHT
+        self.lock = lock
+        self.socket_check_s = socket_check_s
+        self.exit_reason = "shutdown"
         self.connections: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket file we made
+        self._stop: asyncio.Event | None = None  # set by ``run``
 
     async def start(self) -> None:
-        old = os.umask(0o177)
+        self._server = await self._listen()
+
+    async def _listen(self) -> asyncio.AbstractServer:
+        """Bind a socket at the path and serve it. Our own bind, not asyncio's: that one removes
+        a socket file already there, where this fails (EADDRINUSE) and leaves it alone."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path),
-                                                           limit=READ_CHUNK)
-        finally:
-            os.umask(old)
-        os.chmod(self.socket_path, 0o600)
+            old = os.umask(0o177)
+            try:
+                sock.bind(str(self.socket_path))
+            finally:
+                os.umask(old)
+            st = os.lstat(self.socket_path)
+            self._bound = (st.st_dev, st.st_ino)
+            os.chmod(self.socket_path, 0o600)
+            return await asyncio.start_unix_server(self._handle, sock=sock, limit=READ_CHUNK)
+        except BaseException:
+            sock.close()
+            self._unlink_socket()
+            raise
+
+    def _socket_state(self) -> str:
+        """"ours" (the path names the socket we bound), "absent" or "other"."""
+        try:
+            st = os.lstat(self.socket_path)
+        except (FileNotFoundError, NotADirectoryError):
+            return "absent"
+        except OSError:  # cannot tell (a folder made unreadable): leave things as they are
+            return "ours"
+        ours = stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._bound
+        return "ours" if ours else "other"
+
+    def _unlink_socket(self) -> None:
+        """Remove our socket file, never a file someone put at the path since."""
+        if self._bound is not None and self._socket_state() == "ours":
+            try:
+                self.socket_path.unlink()
+            except OSError:
+                pass
+
+    async def check_socket(self) -> bool:
+        """One check of the socket file (``run`` makes one every ``socket_check_s``): bind it
+        again when it is gone; when that fails, or something else is there, the daemon exits
+        (False). See the module docstring."""
+        state = self._socket_state()
+        if state == "ours":
+            return True
+        why = "something else is at its path" if state == "other" else await self._bind_again()
+        if why is None:
+            log.warning("socket %s was removed: bound it again", self.socket_path)
+            return True
+        log.warning("socket %s was removed and %s: exiting", self.socket_path, why)
+        self.exit_reason = SOCKET_LOST
+        if self._stop is not None:
+            self._stop.set()
+        return False
+
+    async def _bind_again(self) -> str | None:
+        """Take the path again (its folder, the lock, the socket); None once done, else why not."""
+        if self._server is not None:
+            # nobody can reach it now (its connections stay open); closed before the new bind,
+            # as Python 3.13+ then removes the file at its path when it has the old inode number
+            self._server.close()
+            self._server = None
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._reclaim)
+            self._server = await self._listen()
+        except AlreadyRunning as exc:
+            return f"another daemon took it ({exc})"
+        except OSError as exc:
+            return f"cannot be bound again ({exc})"
+        return None
+
+    def _reclaim(self) -> None:
+        """The socket's folder and lock as ``serve`` made them (off the loop: the lock may wait
+        out a probe)."""
+        prepare_socket_dir(self.socket_path)
+        if self.lock is not None:
+            self.lock.reacquire()
+
+    async def _keep_socket(self) -> None:
+        while True:
+            await asyncio.sleep(self.socket_check_s)
+            try:
+                if not await self.check_socket():
+                    return
+            except Exception:  # a bug here must not end the checks (nor the daemon)
+                log.exception("checking socket %s failed", self.socket_path)
 
     async def run(self, on_ready: Callable[[], None] | None = None) -> None:
         """Start, call ``on_ready``, serve until ``shutdown`` or SIGTERM/SIGINT."""
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
+        stop = self._stop = asyncio.Event()
         self.service.shutdown_requested = stop
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -119,7 +219,11 @@ class Server:
         await self.start()
         if on_ready is not None:
             on_ready()
-        await stop.wait()
+        keeper = asyncio.create_task(self._keep_socket())
+        try:
+            await stop.wait()
+        finally:
+            keeper.cancel()
         await self.close()
 
     async def close(self) -> None:
@@ -137,18 +241,14 @@ class Server:
         # Tell every client that this exit was asked for (shutdown, SIGTERM/SIGINT): an editor
         # then waits for its next request to start a daemon, where a crash (no notice) gets one
         # started again at once.
-        notice = pack_notification(EXITING, {"reason": "shutdown"})
+        notice = pack_notification(EXITING, {"reason": self.exit_reason})
         sends = [asyncio.ensure_future(conn.send(notice)) for conn in list(self.connections.values())]
         if sends:  # bounded: a client that reads nothing cannot hold the exit up
             await asyncio.wait(sends, timeout=SHUTDOWN_GRACE_S)
         for conn in list(self.connections.values()):
             conn.closed = True
             conn.writer.close()
-        if is_socket(self.socket_path):  # never a file someone put there meanwhile
-            try:
-                self.socket_path.unlink()
-            except OSError:
-                pass
+        self._unlink_socket()
         # the worker and watcher threads stop in service.close(), off the loop
         await asyncio.get_running_loop().run_in_executor(None, self.service.close)
 

@@ -394,6 +394,20 @@ def test_fuzz_garbage_bytes_and_oversized_messages(daemon, baseline):
         assert c.call("status")["requests"]["errors"]
 
 
+def test_a_wiped_socket_folder_is_made_again_and_the_same_daemon_answers(daemon):
+    """A runtime dir wiped (socket and lock file gone): the daemon binds its socket again (in
+    the 2 s of its check) and takes the lock anew, instead of running on unreachable."""
+    from daemon.paths import lock_holder, socket_is_live
+
+    shutil.rmtree(daemon.sock.parent)
+    wait_until(lambda: socket_is_live(daemon.sock, timeout=5), timeout=60)
+    assert stat.S_IMODE(daemon.sock.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(daemon.sock.lstat().st_mode) == 0o600
+    assert lock_holder(daemon.sock) == daemon.proc.pid
+    r = daemon.cli("status")
+    assert r.returncode == 0 and f"pid {daemon.proc.pid}" in r.stdout, r.stderr
+
+
 # -- status and stop (last: it ends the module's daemon) ------------------------------------
 
 def test_status_and_stop_cli(daemon):
