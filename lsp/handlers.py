@@ -126,7 +126,8 @@ def register(server: NgramdServer) -> None:
         cursor = ls.position_of(proposal.doc, proposal.offset)
         word = items.word_before(text[positions.line_start(text, proposal.offset):proposal.offset])
         word_start = ls.position_of(proposal.doc, proposal.offset - len(word))
-        item = items.completion_item(proposal.text, word, types.Range(start=word_start, end=cursor))
+        item = items.completion_item(proposal.text, word, types.Range(start=word_start, end=cursor),
+                                     markup=_takes_plain_text_markup(ls))
         return types.CompletionList(is_incomplete=True, items=[item] if item else [])
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
@@ -260,6 +261,14 @@ def _uri_version_and(ls: NgramdServer, command: str, uri: Any, version: Any, raw
         kind = lsp_type.__name__
         raise JsonRpcInvalidParams(f"{command}: {kind.lower()} must be an LSP {kind}, got {raw!r}") from exc
     return uri, version, value
+
+
+def _takes_plain_text_markup(ls: NgramdServer) -> bool:
+    """Whether the editor listed plain text among its completion documentation formats: MarkupContent
+    is for those that did (the protocol); a plain string documents an item in any editor."""
+    completion = getattr(ls.client_capabilities.text_document, "completion", None)
+    formats = getattr(getattr(completion, "completion_item", None), "documentation_format", None) or ()
+    return types.MarkupKind.PlainText in formats
 
 
 def _has_inline_completion(ls: NgramdServer) -> bool:

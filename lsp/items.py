@@ -52,9 +52,11 @@ def selected_items(proposal: str, selected: types.SelectedCompletionInfo, *, inv
                                        range=selected.range) for item in items]
 
 
-def completion_item(proposal: str, word: str, replace: types.Range) -> types.CompletionItem | None:
+def completion_item(proposal: str, word: str, replace: types.Range,
+                    markup: bool = True) -> types.CompletionItem | None:
     """The completion-menu fallback: the proposal's first line, prefixed by the word
-    being typed (``replace`` spans that word) so that the menu's filter keeps it."""
+    being typed (``replace`` spans that word) so that the menu's filter keeps it.
+    ``markup``: the editor takes plain-text MarkupContent documentation (else a string)."""
     line = first_line(proposal)
     if not line.strip():
         return None
@@ -63,7 +65,8 @@ def completion_item(proposal: str, word: str, replace: types.Range) -> types.Com
         label=label,
         kind=types.CompletionItemKind.Text,
         detail="ngramd",
-        documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=word + proposal),
+        documentation=(types.MarkupContent(kind=types.MarkupKind.PlainText, value=word + proposal)
+                       if markup else word + proposal),
         filter_text=label,
         sort_text="0",
         insert_text_format=types.InsertTextFormat.PlainText,

@@ -94,10 +94,10 @@ async def raw_request(client, method: str, params: Any, msg_id: str) -> Any:
 
 
 def client_capabilities(*, resolve_edit: bool = False, encodings: list[str] | None = None,
-                        inline: bool = True) -> types.ClientCapabilities:
+                        inline: bool = True, documentation: list[str] | None = None) -> types.ClientCapabilities:
     """An editor's capabilities, with inlineCompletion (pytest-lsp's captured ones lack it);
     ``inline=False``: an editor without it (Helix, Neovim before 0.12), which the completion
-    list serves."""
+    list serves; ``documentation``: the completion documentation formats it takes (none said)."""
     code_action = types.CodeActionClientCapabilities(
         code_action_literal_support=types.ClientCodeActionLiteralOptions(
             code_action_kind=types.ClientCodeActionKindOptions(value_set=[
@@ -112,7 +112,8 @@ def client_capabilities(*, resolve_edit: bool = False, encodings: list[str] | No
         text_document=types.TextDocumentClientCapabilities(
             synchronization=types.TextDocumentSyncClientCapabilities(dynamic_registration=False),
             completion=types.CompletionClientCapabilities(
-                completion_item=types.ClientCompletionItemOptions(snippet_support=False)),
+                completion_item=types.ClientCompletionItemOptions(
+                    snippet_support=False, documentation_format=documentation)),
             inline_completion=types.InlineCompletionClientCapabilities() if inline else None,
             code_action=code_action,
         ),

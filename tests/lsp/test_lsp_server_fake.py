@@ -128,10 +128,11 @@ async def test_inline_completion_selected_completion_info(fake, sock, lsp_client
     assert call["text"] == "import os\nos.path\n" and call["offset"] == len("import os\nos.path")
 
 
-async def test_completion_fallback(fake, sock, lsp_client):
+@pytest.mark.parametrize("formats", [None, [types.MarkupKind.PlainText]])
+async def test_completion_fallback(fake, sock, lsp_client, formats):
     from lsp_helpers import client_capabilities
 
-    client = await lsp_client(sock, capabilities=client_capabilities(inline=False))  # as Helix
+    client = await lsp_client(sock, capabilities=client_capabilities(inline=False, documentation=formats))  # as Helix
     fake.proposal = "ult = compute()\nprint(result)"
     open_doc(client, URI, f"# {EMOJI}\nres")
     result = await client.text_document_completion_async(types.CompletionParams(
@@ -140,7 +141,10 @@ async def test_completion_fallback(fake, sock, lsp_client):
     item = result.items[0]
     assert item.label == "result = compute()"
     assert item.text_edit.range == rng(1, 0, 1, 3) and item.text_edit.new_text == item.label
-    assert item.documentation.value == "res" + fake.proposal
+    if formats:  # MarkupContent only where the editor said it takes it, else a string
+        assert item.documentation == types.MarkupContent(kind=types.MarkupKind.PlainText, value="res" + fake.proposal)
+    else:
+        assert item.documentation == "res" + fake.proposal
     assert item.insert_text_format == types.InsertTextFormat.PlainText
     assert fake.methods("complete")[-1]["offset"] == len(f"# {EMOJI}\nres")
 
