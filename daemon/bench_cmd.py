@@ -255,7 +255,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "platform": platform.platform(),
         "seconds": round(time.perf_counter() - t0, 1),
         "index": runner.index_stats,
-        "engine_config": _config_dict(engine_config),
+        "engine_config": _config_dict(runner.engine_config),  # as run: with the runner's fairness overrides
     }
     return build_report(rows, meta)
 

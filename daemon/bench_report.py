@@ -26,9 +26,10 @@ stays the cold protocol's.
 
 Targets (issues 4 and 7; shown, never asserted by a test): ordinary cases >= 2.0x
 over plain and >= 1.4x over HF prompt lookup; repeat cases >= 6x over plain; norepeat
-cases never below 0.95x of plain; edits that change few lines (``changed_lines`` <=
-``FEW_LINES``, answer finished: not cut by max_tokens nor stopped in a loop) >= 6x over
-plain; 100% identical.
+cases never below 0.95x of plain; edits that change few lines (1 to ``FEW_LINES`` of
+``changed_lines``, answer finished: not cut by max_tokens nor stopped in a loop) >= 6x over
+plain; 100% identical. A finished answer that changed nothing (the selection repeated, the
+draft's best case) is no edit of a few lines: those are a group of their own, ``edit_unchanged``.
 
 An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
 compiles with the answer in place), counted in a group over the answers an editor applies
@@ -101,9 +102,18 @@ def _lines(text: str) -> list[str]:
 
 
 def is_few_lines_edit(row: dict[str, Any]) -> bool:
-    """An edit case whose answer was complete and changed at most ``FEW_LINES`` lines."""
+    """An edit case whose answer was complete and changed 1 to ``FEW_LINES`` lines."""
+    return _finished_edit(row) and 1 <= row["changed_lines"] <= FEW_LINES
+
+
+def is_unchanged_edit(row: dict[str, Any]) -> bool:
+    """An edit case whose answer was complete and repeated the selection unchanged."""
+    return _finished_edit(row) and row["changed_lines"] == 0
+
+
+def _finished_edit(row: dict[str, Any]) -> bool:
     return (row.get("mode") == "edit" and row.get("changed_lines") is not None
-            and row["changed_lines"] <= FEW_LINES and row.get("stop_reason") in FINISHED_EDIT_STOPS)
+            and row.get("stop_reason") in FINISHED_EDIT_STOPS)
 
 
 def _speedups(rows: list[dict[str, Any]], base_key: str, key: str = "ms") -> dict[str, float | None]:
@@ -205,6 +215,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary["edits"] = _group(edits) if edits else None
     few = [r for r in edits if is_few_lines_edit(r)]
     summary["edit_few_lines"] = _group(few) if few else None
+    unchanged = [r for r in edits if is_unchanged_edit(r)]
+    summary["edit_unchanged"] = _group(unchanged) if unchanged else None
     summary["targets"] = check_targets(by_kind, summary)
     return summary
 
@@ -320,7 +332,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
                      f"passes {_fmt(g['passes_vs_plain'], 'x', 2)}; ceiling {_fmt(g['ceiling_vs_plain'], 'x', 2)}"
                      + prepared(g))
     for label, group in (("edits", summary.get("edits")),
-                         (f"edits changing <= {FEW_LINES} lines", summary.get("edit_few_lines"))):
+                         (f"edits changing 1-{FEW_LINES} lines", summary.get("edit_few_lines")),
+                         ("edits answered with the selection unchanged", summary.get("edit_unchanged"))):
         if group:
             lines.append(f"{label} ({group['cases']}): vs plain {sp(group, 'vs_plain')}; "
                          f"vs HF {sp(group, 'vs_hf')}; decoding only {_fmt(group['decode_vs_plain'], 'x', 2)}; "

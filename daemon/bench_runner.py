@@ -60,8 +60,11 @@ from daemon.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
 VARIANTS = ("spec", "plain", "hf")
-VARIANTS_ORDER = ("plain", "spec", "hf")
-PREPARED_ORDER = ("prep_plain", "prep_spec")  # the prepared variants, in round 0's order
+# The orders the cold variants run in, by turns (plain before hf: hf generates as many tokens as
+# plain did), and the prepared variants' after them; a case's first round takes the turn after the
+# previous case's, so that at --repeat 1 too no variant always runs first or after another.
+VARIANTS_ORDERS = (("plain", "spec", "hf"), ("spec", "plain", "hf"), ("plain", "hf", "spec"))
+PREPARED_ORDERS = (("prep_plain", "prep_spec"), ("prep_spec", "prep_plain"))
 
 
 # --------------------------------------------------------------------------- forward-pass trace
@@ -239,6 +242,7 @@ class BenchRunner:
         self._warm = False
         self._completer = None
         self._index_view = _NoHistory(None)  # the engine's view of the current case's index
+        self._turn = 0  # rounds run so far, of every case: which of the orders comes next
 
     # --- index -------------------------------------------------------------------------
     def index_for(self, workspace: Path) -> Any:
@@ -332,7 +336,7 @@ class BenchRunner:
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
         self.warm_up(case)
-        variants = VARIANTS + (PREPARED_ORDER if self.prepared else ())
+        variants = VARIANTS + (PREPARED_ORDERS[0] if self.prepared else ())
         times: dict[str, list[float]] = {v: [] for v in variants}  # each run's ms
         first: dict[str, list[float]] = {v: [] for v in variants}  # each run's time to its first token
         spec_runs: list[EngineRun] = []
@@ -343,10 +347,9 @@ class BenchRunner:
         prompt_ids: list[int] | None = None
         with case_document(index, case):
             for r in range(max(1, repeat)):
-                # round 0 starts with plain (hf needs the engine's prompt ids from it);
-                # later rounds rotate, so that no variant always goes first
-                order = VARIANTS_ORDER[r % 3:] + VARIANTS_ORDER[:r % 3]
-                for variant in order:
+                turn = self._turn
+                self._turn += 1
+                for variant in VARIANTS_ORDERS[turn % len(VARIANTS_ORDERS)]:
                     if variant == "hf":
                         n_plain = len(plain_runs[0].result.token_ids)
                         if not self.hf or n_plain == 0:  # hf generates at least one token: unequal work
@@ -364,9 +367,9 @@ class BenchRunner:
                     (spec_runs if variant == "spec" else plain_runs).append(run)
                     times[variant].append(run.ms)
                     first[variant].append(run.result.stats.first_token_ms)
-                    if variant == "plain" and prompt_ids is None:
+                    if variant == "plain" and prompt_ids is None:  # read off plain's passes (no drafts)
                         prompt_ids = self._prompt_ids(run)
-                for variant in (PREPARED_ORDER[r % 2:] + PREPARED_ORDER[:r % 2]) if self.prepared else ():
+                for variant in PREPARED_ORDERS[turn % len(PREPARED_ORDERS)] if self.prepared else ():
                     run = self._engine_run(case, index, variant == "prep_spec", prepared=True)
                     prepared_runs.append(run)
                     times[variant].append(run.ms)

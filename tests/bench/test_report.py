@@ -169,18 +169,20 @@ def test_edits_that_change_few_lines_have_their_own_target():
         return {**row(id_, "ordinary", ms, plain, plain), "mode": "edit", "changed_lines": changed,
                 "stop_reason": stop}
 
-    rows = [edit_row("few", 100, 700, 1), edit_row("many", 100, 150, 9),
+    rows = [edit_row("few", 100, 700, 1), edit_row("many", 100, 150, 9), edit_row("same", 100, 1200, 0),
             edit_row("cut", 100, 900, 0, stop="max_tokens"), row("completion", "ordinary", 100, 100, 100)]
     s = summarize(rows)
     few = s["edit_few_lines"]
-    assert few["cases"] == 1 and few["vs_plain"]["total"] == 7.0
-    assert s["edits"]["cases"] == 3 and s["edits"]["vs_plain"]["total"] == 5.833  # 1750 / 300
+    assert few["cases"] == 1 and few["vs_plain"]["total"] == 7.0  # not the answer that changed nothing
+    assert s["edit_unchanged"]["cases"] == 1 and s["edit_unchanged"]["vs_plain"]["total"] == 12.0
+    assert s["edits"]["cases"] == 4 and s["edits"]["vs_plain"]["total"] == 7.375  # 2950 / 400
     # the completion kinds' targets count completions only
     assert s["by_kind"]["ordinary"]["cases"] == 1 and s["targets"]["ordinary_vs_plain"]["value"] == 1.0
     assert s["targets"]["edit_few_lines_vs_plain"] == {"value": 7.0, "goal": 6.0, "met": True, "ceiling": 70.0}
     out = io.StringIO()
     render_text(build_report(rows, {}), out, use_rich=False)
-    assert "edits changing <= 3 lines (1)" in out.getvalue() and "edits (3)" in out.getvalue()
+    assert "edits changing 1-3 lines (1)" in out.getvalue() and "edits (4)" in out.getvalue()
+    assert "edits answered with the selection unchanged (1)" in out.getvalue()
     assert summarize(ROWS)["targets"]["edit_few_lines_vs_plain"]["met"] is None  # no edit cases
     table = markdown_table(build_report(rows, {}))
     assert "| few | edit |" in table and "| completion | ordinary |" in table

@@ -210,3 +210,38 @@ def test_hf_is_not_timed_on_a_case_where_plain_decoding_made_no_token(monkeypatc
     assert row["status"] == "ok" and row["generated"] == 0
     assert hf_lengths == [8]  # the warm-up's only
     assert row["hf_prompt_lookup_ms"] is None and row["hf_identical"] is None and row["speedup_hf"] is None
+
+
+def test_at_repeat_1_the_variants_take_turns_across_cases(monkeypatch, tiny_runtime, two_cases):
+    """Each case's round runs the variants in the next of the orders: none always goes first."""
+    import daemon.bench_runner as bench_runner
+
+    monkeypatch.setitem(sys.modules, "daemon.completer",
+                        types.SimpleNamespace(Completer=make_fake_completer(False)))
+    runner = BenchRunner(tiny_runtime)
+    runner._indexes[two_cases[0].workspace] = FakeIndex(files=[two_cases[0].path])
+    ran: list[str] = []
+    engine_run = runner._engine_run
+
+    def recording_engine_run(case, index, speculate, *args, **kwargs):
+        if args or kwargs.get("max_tokens"):  # the warm-up's own runs
+            return engine_run(case, index, speculate, *args, **kwargs)
+        ran.append("spec" if speculate else "plain")
+        return engine_run(case, index, speculate, *args, **kwargs)
+
+    hf = bench_runner.hf_prompt_lookup
+
+    def recording_hf(*args, **kwargs):
+        ran.append("hf")
+        return hf(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_engine_run", recording_engine_run)
+    monkeypatch.setattr(bench_runner, "hf_prompt_lookup", recording_hf)
+    runner.warm_up(two_cases[0])  # not counted: its runs come before any case's
+    ran.clear()
+    orders = []
+    for _ in range(3):
+        assert runner.run_case(two_cases[0], repeat=1)["status"] == "ok"
+        orders.append(tuple(ran))
+        ran.clear()
+    assert orders == list(bench_runner.VARIANTS_ORDERS)
