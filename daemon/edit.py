@@ -95,9 +95,15 @@ class EditDraftPolicy:
         self.acceptance = ema_acceptance(self.acceptance, accepted, max(drafted_len, 1), self.ALPHA)
 
 
+# The least default room: an empty or short selection is where new code is written (a
+# function, a docstring), which twice its few tokens would cut off. Unused room costs nothing.
+MIN_DEFAULT_MAX_TOKENS = 256
+
+
 def default_max_tokens(draft_len: int) -> int:
-    """Room for an answer twice the original's length (type hints, added lines)."""
-    return min(MAX_TOKENS_CAP, 2 * draft_len + 32)
+    """Room for an answer twice the original's length (type hints, added lines), and at least
+    ``MIN_DEFAULT_MAX_TOKENS``."""
+    return min(MAX_TOKENS_CAP, max(2 * draft_len + 32, MIN_DEFAULT_MAX_TOKENS))
 
 
 def validate(req: EditRequest) -> None:
@@ -189,10 +195,16 @@ def instruction_free_prefix(runtime: Any, text: str, start: int, end: int, uri: 
     """The edit prompt's token ids before the instruction: every instruction's prompt for this
     range starts with them (the file around the range, the selection, the words before the
     instruction), so they can be prefilled while the user is still typing it."""
-    first, second = (build_edit_prompt(runtime, text, start, end, placeholder, uri).prompt_ids
+    return _instruction_free(runtime, text, start, end, uri)[0]
+
+
+def _instruction_free(runtime: Any, text: str, start: int, end: int, uri: str) -> tuple[list[int], list[int]]:
+    """(``instruction_free_prefix``, the draft: the unchanged selection, whatever the instruction)."""
+    first, second = (build_edit_prompt(runtime, text, start, end, placeholder, uri)
                      for placeholder in _PLACEHOLDER_INSTRUCTIONS)
-    shared = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b), min(len(first), len(second)))
-    return first[:shared]
+    a_ids, b_ids = first.prompt_ids, second.prompt_ids
+    shared = next((i for i, (a, b) in enumerate(zip(a_ids, b_ids)) if a != b), min(len(a_ids), len(b_ids)))
+    return a_ids[:shared], first.draft_ids
 
 
 def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int,
@@ -211,15 +223,16 @@ def prepare_edit(completer: Completer, uri: str, text: str, start: int, end: int
         raise ValueError("the instruction must be a string")
     if instruction is not None and instruction.strip():
         check_instruction(instruction)
-        ids = build_edit_prompt(completer.runtime, text, start, end, instruction, uri).prompt_ids
-        what = "the prompt"
+        ep = build_edit_prompt(completer.runtime, text, start, end, instruction, uri)
+        ids, draft, what = ep.prompt_ids, ep.draft_ids, "the prompt"
     else:
-        ids = instruction_free_prefix(completer.runtime, text, start, end, uri)
+        ids, draft = _instruction_free(completer.runtime, text, start, end, uri)
         what = "the prompt before the instruction"
     limit = model_positions(completer.runtime)
-    if limit is not None and len(ids) > limit:
-        raise ValueError(f"the edit is too long to rewrite: {what} has {len(ids)} tokens, "
-                         f"the model has {limit} positions; select less")
+    if limit is not None and len(ids) + len(draft) > limit:  # as fit_positions will find at the edit
+        raise ValueError(f"the edit is too long to rewrite: {what} ({len(ids)} tokens) and the unchanged "
+                         f"selection ({len(draft)} tokens) need more than the model's {limit} positions; "
+                         f"select less")
     return completer.prepare(edit_cache_key(uri), ids, cancel)
 
 

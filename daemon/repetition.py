@@ -11,8 +11,9 @@ equals token ``t - p``), ``p`` at most ``max_period`` tokens. A *loop*: a period
 of at least ``min_repeats`` cycles that goes ``min_span`` tokens or more beyond what the
 prompt holds of it. Code repeats too, so the prompt (the file around the range and the
 selection) is the measure: a table of ``0x00, 0x00, ...`` copied from the selection, or
-given one more row, is no loop; text is compared with the indentation of every line
-left out (the selection is shown dedented, the file around it is not). A legitimate
+given one more row, is no loop; text is compared with the spaces and tabs that begin and
+end every line left out (the selection is shown dedented, the file around it is not; an
+answer drops trailing whitespace the selection has). A legitimate
 answer with ``min_span`` tokens of repetition the prompt does not hold (a list of a
 hundred zeros) is cut: ``stop_loops=False`` (the ``edit`` method's ``stopLoops``,
 ``ngramd edit --no-loop-stop``) turns the guard off.
@@ -35,13 +36,14 @@ MIN_SPAN = 96  # tokens a loop must go beyond the prompt's copy of it (a short r
 MIN_REPEATS = 3  # cycles a loop must come at least
 MAX_PERIOD = 64  # longest cycle looked for, in tokens
 
-_INDENT = re.compile(rb"\n[ \t]+")
+_LINE_EDGES = re.compile(rb"[ \t]*\n[ \t]*")
 
 
-def without_indentation(text: bytes) -> bytes:
-    """``text`` with the spaces and tabs that begin its lines left out, its first line's too: so
-    any suffix of a text, rewritten so, is a suffix of the whole rewritten so."""
-    return _INDENT.sub(b"\n", text).lstrip(b" \t")
+def without_line_edges(text: bytes) -> bytes:
+    """``text`` with the spaces and tabs that begin and end its lines left out (its first line's
+    start too, not its last line's end, which may go on): so any suffix of a text, rewritten so,
+    is a suffix of the whole rewritten so."""
+    return _LINE_EDGES.sub(b"\n", text).lstrip(b" \t")
 
 
 class RepetitionGuard:
@@ -55,7 +57,7 @@ class RepetitionGuard:
     def __init__(self, allowed: bytes, token_bytes: Callable[[int], bytes], min_span: int = MIN_SPAN,
                  min_repeats: int = MIN_REPEATS, max_period: int = MAX_PERIOD) -> None:
         assert min_span >= 2 and min_repeats >= 2 and max_period >= 1
-        self.allowed = without_indentation(allowed)
+        self.allowed = without_line_edges(allowed)
         self.token_bytes = token_bytes
         self.min_span, self.min_repeats, self.max_period = min_span, min_repeats, max_period
         self.tokens: list[int] = []
@@ -87,4 +89,4 @@ class RepetitionGuard:
 
     def _held(self, n: int) -> bool:
         """Whether the prompt holds the text of the last ``n`` tokens."""
-        return without_indentation(bytes(self.text[self.starts[len(self.tokens) - n]:])) in self.allowed
+        return without_line_edges(bytes(self.text[self.starts[len(self.tokens) - n]:])) in self.allowed

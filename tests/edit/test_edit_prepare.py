@@ -133,6 +133,13 @@ def test_bad_ranges_and_prompts_too_long_are_clear_errors(completer, tiny_runtim
     monkeypatch.setattr(tiny_runtime.model.config, "max_position_embeddings", 50)
     with pytest.raises(ValueError, match="too long to rewrite.*before the instruction"):
         completer.prepare_edit(URI, SRC, START, END)
+    # the prompt fits, but not with the answer the edit must have room for (the unchanged
+    # selection): the edit itself would be refused, so the prepare is, before any prefill
+    prefix = instruction_free_prefix(tiny_runtime, SRC, START, END, URI)
+    monkeypatch.setattr(tiny_runtime.model.config, "max_position_embeddings", len(prefix) + 2)
+    with pytest.raises(ValueError, match="too long to rewrite.*unchanged selection"):
+        completer.prepare_edit(URI, SRC, START, END)
+    assert len(completer.pool.get(edit_cache_key(URI))) == 0
 
 
 def test_a_prepare_runs_in_short_passes_so_that_a_request_waits_behind_one_at_most(
@@ -147,3 +154,12 @@ def test_a_prepare_runs_in_short_passes_so_that_a_request_waits_behind_one_at_mo
     prepared = completer.prepare_edit(URI, text, 0, len(text))  # a long selection: several passes
     assert prepared.prefilled > 2 * PREPARE_CHUNK
     assert max(rows) == PREPARE_CHUNK and sum(rows) == prepared.prefilled
+
+
+def test_the_default_room_for_an_answer_lets_an_empty_selection_get_new_code():
+    """Twice an empty selection's few draft tokens would cut a new function off in its docstring."""
+    from daemon.edit import MAX_TOKENS_CAP, MIN_DEFAULT_MAX_TOKENS, default_max_tokens
+
+    assert default_max_tokens(5) == MIN_DEFAULT_MAX_TOKENS
+    assert default_max_tokens(500) == 2 * 500 + 32
+    assert default_max_tokens(10 ** 6) == MAX_TOKENS_CAP

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.repetition import MAX_PERIOD, MIN_REPEATS, MIN_SPAN, RepetitionGuard, without_indentation
+from daemon.repetition import MAX_PERIOD, MIN_REPEATS, MIN_SPAN, RepetitionGuard, without_line_edges
 from daemon.stops import StopChecker, StopConfig
 
 
@@ -80,6 +80,14 @@ def test_the_prompts_indentation_does_not_count():
     assert _stops_at([1] * 2 * MIN_SPAN, allowed=b"", token_bytes=table.__getitem__) == MIN_SPAN
 
 
+def test_trailing_whitespace_the_answer_drops_does_not_count():
+    """A table whose rows end in a space, copied without it (as a model writes code): copying."""
+    table = {0: b"    0x00, 0x00, \n", 1: b"    0x00, 0x00,\n"}
+    allowed = b"TABLE = [\n" + table[0] * 2 * MIN_SPAN
+    assert _stops_at([1] * 2 * MIN_SPAN, allowed=allowed, token_bytes=table.__getitem__) is None
+    assert _stops_at([1] * 2 * MIN_SPAN, allowed=b"", token_bytes=table.__getitem__) == MIN_SPAN
+
+
 # tokens with spaces, tabs and line breaks, so that indentation is in play
 _PIECES = [b"a", b"b", b" ", b"\n", b"\t", b"  c", b"\n    ", b"d\n", b"[0, ", b"0],\n"]
 
@@ -88,10 +96,10 @@ def _brute_force_stop(tokens: list[int], allowed: bytes) -> int | None:
     """The first token that ends a loop, straight from the definition: a run of period
     p <= MAX_PERIOD over at least max(MIN_SPAN, MIN_REPEATS * p) tokens (its whole length L),
     that goes MIN_SPAN tokens beyond the longest suffix of the output the prompt holds."""
-    prompt = without_indentation(allowed)
+    prompt = without_line_edges(allowed)
     for k in range(1, len(tokens) + 1):
         held = max(m for m in range(k + 1)
-                   if without_indentation(b"".join(_PIECES[t] for t in tokens[k - m:k])) in prompt)
+                   if without_line_edges(b"".join(_PIECES[t] for t in tokens[k - m:k])) in prompt)
         for p in range(1, MAX_PERIOD + 1):
             length = p
             while length < k and tokens[k - 1 - length] == tokens[k - 1 - length + p]:
@@ -120,9 +128,9 @@ def test_it_stops_where_a_brute_force_search_finds_the_first_loop(seed, prompt_h
 
 
 @given(st.binary(max_size=40).map(lambda b: bytes(b" \t\na"[x % 4] for x in b)))
-def test_without_indentation_keeps_suffixes_suffixes(text):
+def test_without_line_edges_keeps_suffixes_suffixes(text):
     for i in range(len(text) + 1):
-        assert without_indentation(text).endswith(without_indentation(text[i:]))
+        assert without_line_edges(text).endswith(without_line_edges(text[i:]))
 
 
 def test_stop_checker_reason_repetition_only_when_enabled():
