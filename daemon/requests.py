@@ -73,6 +73,10 @@ def check_instruction(value: object) -> str:
     if len(value) > MAX_INSTRUCTION_CHARS:
         raise ValueError(f"the edit is too long to rewrite: the instruction has {len(value)} characters, "
                          f"at most {MAX_INSTRUCTION_CHARS} are taken; shorten the instruction")
+    try:  # a lone surrogate (bytes that were not UTF-8 on a command line) has no tokens
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the instruction is not valid text: {exc.reason} at character {exc.start}") from None
     return value
 
 

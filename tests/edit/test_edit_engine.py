@@ -237,3 +237,11 @@ def test_a_document_named_like_an_edit_key_keeps_its_own_kv_cache(tiny_completer
     assert uri + "#edit" in tiny_completer.pool._caches and edit_cache_key(uri) != uri + "#edit"
     tiny_completer.drop_cache(uri)  # closing uri drops its edits' cache, not the other document's
     assert uri + "#edit" in tiny_completer.pool._caches and edit_cache_key(uri) not in tiny_completer.pool._caches
+
+
+def test_an_instruction_that_is_not_valid_text_is_a_clear_error(tiny_completer):
+    """Bytes that were not UTF-8 on a command line come as lone surrogates, which have no tokens."""
+    text = "def f(x):\n    return x\n"
+    with pytest.raises(ValueError, match="instruction is not valid text"):
+        tiny_completer.edit(EditRequest(uri="file:///w/a.py", text=text, start=0, end=len(text),
+                                        instruction="rename \udcff"))
