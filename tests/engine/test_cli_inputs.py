@@ -48,3 +48,17 @@ def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf")
     with pytest.raises(InputError, match="is empty"):
         read_source(path)
+
+
+def test_the_readmes_first_completion_is_after_edit_buffers_docstring():
+    """The README's first command says where its cursor is; index/store.py moves under it."""
+    import ast
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    lines = {int(n) for n in re.findall(r"complete index/store\.py --line (\d+) --col 0", (repo / "README.md").read_text())}
+    tree = ast.parse((repo / "index" / "store.py").read_text())
+    (edit_buffer,) = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "edit_buffer"]
+    first_statement = edit_buffer.body[1]  # body[0] is the docstring
+    assert lines == {first_statement.lineno - 1}  # the CLI's lines are 0-based
