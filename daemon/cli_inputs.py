@@ -7,10 +7,13 @@ offset, and building the n-gram index those commands draft from.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.documents import DEFAULT_MAX_DOCUMENT_CHARS
 from daemon.lines import LINE_BREAK
 from daemon.requests import SamplingParams, check_sampling
 
@@ -23,11 +26,19 @@ def read_source(path: Path, allow_empty: bool = False) -> str:
     """The UTF-8 text of ``path``; InputError when it cannot serve as a source file.
 
     A leading byte order mark is dropped: editors hide it and leave it out of the text
-    they send over LSP, so line 0's columns, the offsets and the prompt match theirs."""
+    they send over LSP, so line 0's columns, the offsets and the prompt match theirs.
+    A file longer than the daemon takes a document (``DEFAULT_MAX_DOCUMENT_CHARS``) is
+    refused, as is anything but a regular file (``/dev/zero`` would be read for ever)."""
+    limit = DEFAULT_MAX_DOCUMENT_CHARS
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise InputError(f"{path} is not a regular file")
+            data = f.read(4 * limit + 1)  # a character is 4 bytes at most
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > 4 * limit:  # more characters than the limit, whatever they are
+        raise _too_long(path, limit)
     if b"\0" in data[:8192]:
         raise InputError(f"{path} looks binary")
     try:
@@ -36,7 +47,13 @@ def read_source(path: Path, allow_empty: bool = False) -> str:
         raise InputError(f"{path} is not UTF-8 text: {exc}") from exc
     if not text and not allow_empty:  # a BOM alone is empty too
         raise InputError(f"{path} is empty: there is no text to complete from")
+    if len(text) > limit:
+        raise _too_long(path, limit)
     return text
+
+
+def _too_long(path: Path, limit: int) -> InputError:
+    return InputError(f"{path} is too long: more than {limit} characters, the most the daemon takes for a document")
 
 
 def offset_of(text: str, line: int, col: int) -> int:

@@ -62,3 +62,22 @@ def test_the_readmes_first_completion_is_after_edit_buffers_docstring():
     (edit_buffer,) = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "edit_buffer"]
     first_statement = edit_buffer.body[1]  # body[0] is the docstring
     assert lines == {first_statement.lineno - 1}  # the CLI's lines are 0-based
+
+
+def test_a_file_longer_than_a_document_or_no_regular_file_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import daemon.cli_inputs as cli_inputs
+    from daemon.cli_inputs import read_source
+
+    monkeypatch.setattr(cli_inputs, "DEFAULT_MAX_DOCUMENT_CHARS", 10)
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    assert read_source(tmp_path / "ok.py") == "x = 1\n"
+    (tmp_path / "long.py").write_text("x = 12345678\n")  # 13 characters
+    with pytest.raises(InputError, match="too long: more than 10 characters"):
+        read_source(tmp_path / "long.py")
+    (tmp_path / "longer.py").write_text("é" * 30)  # 60 bytes: past 4 bytes a character
+    with pytest.raises(InputError, match="too long"):
+        read_source(tmp_path / "longer.py")
+    with pytest.raises(InputError, match="not a regular file"):
+        read_source(Path("/dev/zero"))  # never read to its end
