@@ -133,34 +133,44 @@ def _max_message_bytes(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     from daemon.client import Client, DaemonUnavailable
 
+    from daemon.rpc import RpcError
+
     sock = resolve_socket_path(args.socket)
     try:
         with Client(sock, timeout=10.0) as c:
             status = c.call("status")
+        if not isinstance(status, dict) or not isinstance(status.get("daemon"), dict):
+            raise TypeError("its status has no daemon section")
+        text = json.dumps(status, indent=2, default=str) if args.json else format_status(status)
     except (DaemonUnavailable, TimeoutError) as exc:
         return _unavailable(sock, exc, args.json)
-    if args.json:
-        print(json.dumps(status, indent=2, default=str))
-    else:
-        print(format_status(status))
+    except (RpcError, KeyError, TypeError, AttributeError) as exc:  # an error, or a reply of another shape
+        return _not_ngramd(sock, exc, args.json)
+    print(text)
     return 0
 
 
 def run_stop(args: argparse.Namespace) -> int:
     from daemon.client import Client, DaemonUnavailable
 
+    from daemon.rpc import RpcError
+
     sock = resolve_socket_path(args.socket)
     try:
         with Client(sock, timeout=10.0) as c:
             pid = c.call("status")["daemon"]["pid"]
+            if not isinstance(pid, int) or isinstance(pid, bool):
+                raise TypeError(f"its pid is {pid!r}")
             c.call("shutdown")
     except (DaemonUnavailable, TimeoutError) as exc:
         return _unavailable(sock, exc, args.json)
+    except (RpcError, KeyError, TypeError) as exc:
+        return _not_ngramd(sock, exc, args.json)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (sock.exists() or _alive(pid)):
         time.sleep(0.05)
     if sock.exists() and socket_is_live(sock):
-        print(f"ngramd: daemon {pid} did not stop in time", file=sys.stderr)
+        _say(f"daemon {pid} did not stop in time", sock, args.json)
         return 1
     msg = {"stopped": True, "pid": pid}
     print(json.dumps(msg) if args.json else f"ngramd: stopped daemon {pid}")
@@ -182,11 +192,23 @@ def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
         message = f"the daemon on {sock} did not answer: {exc}"
     else:
         message = f"no daemon is running on {sock}"
+    _say(message, sock, as_json, starting)
+    return 1
+
+
+def _not_ngramd(sock: Path, exc: BaseException, as_json: bool) -> int:
+    """``sock`` answered, but not as an ngramd daemon does (an error, a reply of another shape)."""
+    _say(f"what answers on {sock} is not an ngramd daemon, or not one this ngramd understands "
+         f"({type(exc).__name__}: {exc})", sock, as_json)
+    return 1
+
+
+def _say(message: str, sock: Path, as_json: bool, starting: bool = False) -> None:
+    """An error of status or stop: one line on stderr, or one JSON object on stdout."""
     if as_json:
         print(json.dumps({"error": message, "socket": str(sock), "starting": starting}))
     else:
         print(f"ngramd: {message}", file=sys.stderr)
-    return 1
 
 
 def _alive(pid: int) -> bool:

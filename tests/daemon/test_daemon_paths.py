@@ -153,6 +153,48 @@ def test_status_without_a_daemon_says_so_in_one_line(tmp_path, capsys):
         lock.release()
 
 
+@pytest.mark.parametrize("reply", [b"\xc1\xc1\xc1", "error", {"x": 1}])
+def test_status_and_stop_of_something_else_on_the_socket_say_so_in_one_line(tmp_path, capsys, reply):
+    """Bytes that are not msgpack, an error, a reply of another shape: no traceback, JSON with --json."""
+    import threading
+
+    import msgpack
+
+    from daemon.cli import main
+
+    sock = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock))
+    server.listen(4)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                unpacker = msgpack.Unpacker(raw=False)
+                unpacker.feed(conn.recv(65536))
+                for _, msgid, _, _ in unpacker:
+                    if isinstance(reply, bytes):
+                        conn.sendall(reply)
+                    elif reply == "error":
+                        conn.sendall(msgpack.packb([1, msgid, {"code": -32601, "message": "nope"}, None]))
+                    else:
+                        conn.sendall(msgpack.packb([1, msgid, None, reply]))
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        for argv in (["status"], ["status", "--json"], ["stop", "--json"]):
+            assert main([*argv, "--socket", str(sock)]) == 1
+            out, err = capsys.readouterr()
+            said = json.loads(out)["error"] if "--json" in argv else err.strip()
+            assert "is not an ngramd daemon" in said and "Traceback" not in out + err
+    finally:
+        server.close()
+
+
 def test_status_text_shows_the_packed_weight_copies_and_the_prepares():
     from daemon.serve_cmd import format_status
 
