@@ -2,7 +2,8 @@
 
 Loads the model, indexes the file itself (and ``--workspace`` folders), completes at the position and prints the text and
 its statistics, or one JSON object (``CompletionResult.to_dict()`` plus the
-model and the position) with ``--json``.
+model and the position, and ``forward_passes``, ``drafted``, ``accepted`` and ``ms``
+at its top as ``ngramd edit --json`` has them) with ``--json``.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def run(args: Any) -> int:
     wall = (time.perf_counter() - t0) * 1000
     if args.json:
         out = result.to_dict()
+        s = result.stats
         out.update(model=runtime.name, device=str(runtime.device), file=str(path), line=args.line,
-                   col=args.col, offset=offset, speculate=req.speculate)
+                   col=args.col, offset=offset, speculate=req.speculate, forward_passes=s.forward_passes,
+                   drafted=s.drafted, accepted=s.accepted, ms=round(s.ms, 2))
         print(json.dumps(out))
         return 0
     s = result.stats

@@ -8,7 +8,9 @@
 4. index and watch ``--workspace`` folders in the background (progress in status);
 5. bind the socket again if its file is removed (daemon/server.py), or exit.
 
-Exit codes: 0 clean stop, 1 error, 3 another daemon already serves that socket.
+Exit codes of ``serve``: 0 clean stop, 1 error (the model, the socket), 2 bad arguments
+(``--workspace``, ``--max-message-bytes``, ``--max-indexed-tokens``), 3 another daemon already
+serves that socket. ``status`` and ``stop``: 0, or 1 when no daemon answers as one.
 """
 
 from __future__ import annotations

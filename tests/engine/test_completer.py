@@ -197,6 +197,9 @@ def test_cli_json(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["stats"]["generated"] == len(out["token_ids"]) or out["stop_reason"] == "eos"
     assert out["offset"] == len(f.read_text())
+    # the figures ngramd edit --json has at its top, here too
+    assert [out[k] for k in ("forward_passes", "drafted", "accepted")] == [
+        out["stats"][k] for k in ("forward_passes", "drafted", "accepted")] and out["ms"] > 0
 
 
 @pytest.mark.parametrize("content,line,col,message", [
