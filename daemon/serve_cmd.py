@@ -193,9 +193,21 @@ def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     elif holder is not None:
         message = f"the daemon on {sock} did not answer: {exc}"
     else:
-        message = f"no daemon is running on {sock}"
+        message = f"no daemon is running on {sock}" + _why_none_can(sock)
     _say(message, sock, as_json, starting)
     return 1
+
+
+def _why_none_can(sock: Path) -> str:
+    """Why no daemon could serve ``sock`` (as ``serve`` would refuse it), or ""."""
+    from daemon.paths import MAX_SOCKET_PATH_BYTES, holds_non_socket
+
+    size = len(os.fsencode(sock))
+    if size > MAX_SOCKET_PATH_BYTES:
+        return f", nor can one: the path is {size} bytes long, unix sockets allow {MAX_SOCKET_PATH_BYTES}"
+    if holds_non_socket(sock):
+        return ", nor can one: the path exists and is not a socket"
+    return ""
 
 
 def _not_ngramd(sock: Path, exc: BaseException, as_json: bool) -> int:

@@ -195,6 +195,17 @@ def test_status_and_stop_of_something_else_on_the_socket_say_so_in_one_line(tmp_
         server.close()
 
 
+def test_status_on_a_path_no_daemon_can_serve_says_why(tmp_path, capsys):
+    from daemon.cli import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["status", "--socket", str(tmp_path / "notes.txt")]) == 1
+    assert capsys.readouterr().err.strip().endswith("nor can one: the path exists and is not a socket")
+    long_path = tmp_path / ("x" * 120 + ".sock")
+    assert main(["stop", "--socket", str(long_path), "--json"]) == 1
+    assert "unix sockets allow" in json.loads(capsys.readouterr().out)["error"]
+
+
 def test_status_text_shows_the_packed_weight_copies_and_the_prepares():
     from daemon.serve_cmd import format_status
 
