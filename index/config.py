@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class IndexConfig:
     min_n: int = 2  # shortest context suffix that may produce a draft
     max_match: int = 32  # longest suffix compared (also the static segment's sort depth)
-    max_indexed_tokens: int = 8_000_000  # bound on live tokens; LRU workspace files go first
+    max_indexed_tokens: int = 8_000_000  # bound on live tokens; LRU workspace files go first, then old history
     max_file_bytes: int = 1 << 20  # larger workspace files are skipped
     max_history_tokens: int = 65_536  # oldest accepted completions are dropped past this
     merge_tokens: int = 65_536  # dynamic-set (or tombstoned) tokens that trigger a merge

@@ -141,12 +141,12 @@ class WorkspaceFiles:
         return 0 if s is None else s.num_tokens - self._static_dead
 
     def _enforce_bound(self) -> bool:
-        """Evict least recently used workspace files until the bound holds (lock held); whether
-        any was. A writer that is no file writer (buffers, history) then calls ``_after_write``
+        """Evict least recently used workspace files, then the oldest history, until the bound
+        holds (lock held; open buffers are never evicted); whether any was. A writer that is no file writer (buffers, history) then calls ``_after_write``
         too: the cached dynamic set only tombstones an evicted file, and a match found only there
         hid a shorter live one from every lookup until the next file write."""
         over = self._indexed_tokens() - self.cfg.max_indexed_tokens
-        if over <= 0 or not self._files:
+        if over <= 0 or not (self._files or self._history):
             return False
         for key, f in sorted(self._files.items(), key=lambda kv: kv[1].used):
             if over <= 0:
@@ -154,6 +154,13 @@ class WorkspaceFiles:
             self._remove(key)
             self._evicted += 1
             over -= f.n_tokens
+        # then the oldest accepted completions: else open buffers and history past the bound kept
+        # it exceeded for good, and every file a scan installed was evicted at once
+        while over > 0 and self._history:
+            old, _ = self._history.popleft()
+            self._history_tokens -= len(old)
+            over -= len(old)
+            self._cache.pop("history", None)
         return True
 
     # ---- the dynamic set --------------------------------------------------

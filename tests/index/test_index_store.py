@@ -230,6 +230,23 @@ def test_eviction_keeps_the_bound_and_drops_least_recently_used(tmp_path):
     assert s["bytes_per_token"] > 0 and s["index_bytes"] > 0
 
 
+def test_history_past_what_files_leave_of_the_bound_goes_oldest_first(tmp_path):
+    """Evicting every file is not enough when buffers and history fill the bound: the oldest
+    accepted completions go then (buffers never), and the bound holds."""
+    cfg = IndexConfig(min_n=2, max_match=8, max_indexed_tokens=100, max_history_tokens=1000)
+    idx = chars(cfg)
+    p = tmp_path / "f.txt"
+    p.write_text("y" * 20)
+    idx.index_file(p)
+    idx.open_buffer("u", "0" * 30)
+    for i in range(4):
+        idx.add_history(ids(f"<{i}>" + "h" * 27))  # 30 tokens each: 120 in all
+    s = idx.stats()
+    assert s["indexed_tokens"] <= 100 and s["buffer_tokens"] == 30 and s["workspace_files"] == 0
+    assert s["history_tokens"] == 60  # the two newest
+    assert idx.propose(ids("<3"), k=1) and not idx.propose(ids("<0"), k=1)
+
+
 @pytest.mark.parametrize("writer", ["open_buffer", "edit_buffer", "add_history"])
 def test_a_file_evicted_by_a_buffer_or_history_hides_no_shorter_match(tmp_path, writer):
     """The evicted file held the only long match ("abcd" then "X"): a lookup must find the
