@@ -68,12 +68,16 @@ def read_text(path: str | os.PathLike, max_bytes: int) -> str:
     if st.st_size > max_bytes:
         raise SkipFile(p, "too_large", f"{st.st_size} bytes > max_file_bytes={max_bytes}")
     try:
-        with open(p, "rb") as f:
-            data = f.read(max_bytes + 1)
+        # non-blocking: a path swapped for a FIFO since the stat would block the scan at its open
+        with open(os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+            data = f.read(max_bytes + 1) if regular else b""
     except FileNotFoundError as e:
         raise SkipFile(p, "vanished", str(e)) from None
     except OSError as e:
         raise SkipFile(p, "unreadable", str(e)) from None
+    if not regular:
+        raise SkipFile(p, "not_a_file", "not a regular file")
     if len(data) > max_bytes:  # it grew since stat
         raise SkipFile(p, "too_large", f"more than max_file_bytes={max_bytes} bytes")
     if b"\0" in data[:8192]:

@@ -613,3 +613,36 @@ def test_real_paths_agree_with_realpath_through_file_and_folder_links(tmp_path):
     reals = RealPaths()
     for path in paths:
         assert reals.of(str(path)) == os.path.realpath(path), path
+
+
+def test_a_file_swapped_for_a_fifo_after_its_stat_is_skipped_not_waited_on(tmp_path, monkeypatch):
+    """A FIFO opened for reading blocks until a writer comes: the scan thread would hang for ever."""
+    import stat as stat_module
+
+    from index import workspace
+    from index.workspace import SkipFile, read_text
+
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+
+    def stat_as_regular(path, *args, **kwargs):  # the stat saw the regular file before the swap
+        st = real_stat(path, *args, **kwargs)
+        return os.stat_result((stat_module.S_IFREG | 0o644,) + tuple(st)[1:]) if str(path) == str(fifo) else st
+
+    monkeypatch.setattr(workspace.os, "stat", stat_as_regular)
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            read_text(fifo, 1000)
+        except SkipFile as exc:
+            outcome.append(exc.reason)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # unblock it: a writer opening the FIFO ends the reader's wait
+        with open(fifo, "wb"):
+            pass
+    assert outcome == ["not_a_file"]
