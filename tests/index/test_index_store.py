@@ -327,14 +327,14 @@ def test_bad_files_are_skipped_and_counted(tmp_path, monkeypatch):
     # Unreadable (we may run as root, so simulate the permission error).
     ok = tmp_path / "ok.txt"
     ok.write_text("hello")
-    real_open = open
+    real_open = os.open  # read_text opens the path with os.open (non-blocking), then reads the descriptor
 
     def deny(path, *a, **kw):
         if os.fspath(path) == os.fspath(ok):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return real_open(path, *a, **kw)
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr(os, "open", deny)
     assert not idx.index_file(ok)
     assert idx.stats()["skipped"]["unreadable"] == 1 and "Permission denied" in idx.last_skip
 
