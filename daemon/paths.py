@@ -249,14 +249,22 @@ def lock_holder(sock: Path) -> int | None:
         os.close(fd)
 
 
+def socket_path_problem(sock: Path) -> str | None:
+    """Why no daemon can serve ``sock`` (too long for a unix socket, a file that is not one), or None."""
+    size = len(os.fsencode(sock))
+    if size > MAX_SOCKET_PATH_BYTES:
+        return f"the path is {size} bytes long; unix sockets allow {MAX_SOCKET_PATH_BYTES}: choose a shorter --socket"
+    if holds_non_socket(sock):
+        return f"{sock} exists and is not a socket; ngramd will not remove it"
+    return None
+
+
 def claim_socket(sock: Path) -> SocketLock:
     """Take the lock and clear a stale socket file; raises AlreadyRunning if live,
     NotASocket if the path is too long or holds anything but a socket."""
-    if len(os.fsencode(sock)) > MAX_SOCKET_PATH_BYTES:
-        raise NotASocket(f"the path is {len(os.fsencode(sock))} bytes long; unix sockets allow "
-                         f"{MAX_SOCKET_PATH_BYTES}: choose a shorter --socket")
-    if holds_non_socket(sock):
-        raise NotASocket(f"{sock} exists and is not a socket; ngramd will not remove it")
+    problem = socket_path_problem(sock)
+    if problem:
+        raise NotASocket(problem)
     prepare_socket_dir(sock)
     lock = SocketLock(sock)
     lock.acquire()

@@ -181,7 +181,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     """No answer on ``sock``: say why in one line (or one JSON object), exit 1."""
-    from daemon.paths import is_socket, lock_holder
+    from daemon.paths import is_socket, lock_holder, socket_path_problem
 
     holder = lock_holder(sock)
     starting = holder is not None and not is_socket(sock)  # the socket appears once the model is loaded
@@ -193,21 +193,10 @@ def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     elif holder is not None:
         message = f"the daemon on {sock} did not answer: {exc}"
     else:
-        message = f"no daemon is running on {sock}" + _why_none_can(sock)
+        problem = socket_path_problem(sock)
+        message = f"no daemon is running on {sock}" + (f", nor can one: {problem}" if problem else "")
     _say(message, sock, as_json, starting)
     return 1
-
-
-def _why_none_can(sock: Path) -> str:
-    """Why no daemon could serve ``sock`` (as ``serve`` would refuse it), or ""."""
-    from daemon.paths import MAX_SOCKET_PATH_BYTES, holds_non_socket
-
-    size = len(os.fsencode(sock))
-    if size > MAX_SOCKET_PATH_BYTES:
-        return f", nor can one: the path is {size} bytes long, unix sockets allow {MAX_SOCKET_PATH_BYTES}"
-    if holds_non_socket(sock):
-        return ", nor can one: the path exists and is not a socket"
-    return ""
 
 
 def _not_ngramd(sock: Path, exc: BaseException, as_json: bool) -> int:
