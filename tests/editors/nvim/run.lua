@@ -461,6 +461,20 @@ if suite == "fake" then
     eq(st.settings[#st.settings].ngramd.maxTokens, 64, "settings sent back")
   end)
 
+  test("setup() again with enabled = false hides the suggestion shown and stops suggestions", function()
+    set_lines({ "def add(a, b):", "    ret" }, 2, 7)
+    suggest_and_wait()
+    local ok, err = pcall(function()
+      ngramd.setup(vim.tbl_extend("force", setup_opts, { enabled = false }))
+      eq(ghost.visible(buf), false, "the suggestion shown")
+      eq(ngramd.suggest(), false, "no request while disabled")
+    end)
+    ngramd.setup(setup_opts)
+    assert(ok, err)
+    suggest_and_wait() -- on again
+    ngramd.dismiss()
+  end)
+
   test("setup() again without an option takes back the value an earlier setup() sent", function()
     -- `cmd` (not run: the server is running) names its lsp arguments, as `ngramd lsp` does
     local opts = vim.tbl_extend("force", setup_opts, { cmd = vim.list_extend(vim.deepcopy(cmd), { "lsp" }) })
@@ -688,6 +702,43 @@ if suite == "fake" then
       eq(vim.fn.mode(), "n", "Visual mode ended")
     end
     vim.keymap.del("x", "<F5>", { buffer = buf })
+  end)
+
+  test(":NgramdRewrite with 'selection' exclusive or old rewrites what Vim's operators would take", function()
+    vim.keymap.set("x", "<F5>", "<Cmd>NgramdRewrite return-only loud<CR>", { buffer = buf })
+    local ok, err = pcall(function()
+      for _, case in ipairs({
+        -- exclusive: '> is on the first character after the selection
+        { "exclusive", "0wve", { "alpha [BETA]!", "gamma" } },
+        { "exclusive", "0wv", { "alpha [B]eta!", "gamma" } }, -- '< is '>: one character
+        { "exclusive", "0vl", { "[\195\137] beta", "gamma" }, { "\195\169 beta", "gamma" } }, -- é, two bytes
+        { "exclusive", "0wvj0", { "alpha [BETA!", "]gamma" } }, -- up to the line break
+        { "exclusive", "0wv$", { "alpha [BETA!]", "gamma" } },
+        { "exclusive", "Vj", { "[ALPHA BETA!", "GAMMA]" } }, -- linewise: whole lines
+        { "old", "0wv$", { "alpha [BETA!]", "gamma" } }, -- '> on the last character
+        { "inclusive", "0wvj0", { "alpha [BETA!", "G]amma" } },
+      }) do
+        local selection, keys, want, before = case[1], case[2], case[3], case[4] or { "alpha beta!", "gamma" }
+        vim.o.selection = selection
+        for _, how in ipairs({ "'<,'>", "<Cmd> mapping" }) do
+          local what = selection .. " " .. keys .. " by " .. how
+          set_lines(before, 1, 0)
+          if how == "'<,'>" then
+            vim.cmd("normal! " .. keys .. "\27")
+            vim.cmd("'<,'>NgramdRewrite return-only loud")
+          else
+            vim.api.nvim_feedkeys(keys .. vim.api.nvim_replace_termcodes("<F5>", true, false, true), "xt", false)
+          end
+          wait(function()
+            return not vim.deep_equal(lines(), before)
+          end, "the rewrite: " .. what)
+          eq(lines(), want, what)
+        end
+      end
+    end)
+    vim.o.selection = "inclusive"
+    vim.keymap.del("x", "<F5>", { buffer = buf })
+    assert(ok, err)
   end)
 
   test(":NgramdRewrite after an old selection on its lines takes whole lines (a stale selection)", function()
@@ -1001,6 +1052,27 @@ if suite == "fake" then
       return answered ~= nil
     end, "the restarted server's answer")
     eq(answered, true, "status from the restarted server")
+  end)
+end
+
+if suite == "native" then
+  test("native: setup() again with enabled switches ngramd's client in the built-in on and off", function()
+    local id = client().id
+    local function ngramd_on()
+      return vim.lsp.inline_completion.is_enabled({ bufnr = buf, client_id = id })
+    end
+    local ok, err = pcall(function()
+      ngramd.setup(vim.tbl_extend("force", setup_opts, { enabled = false }))
+      eq(ngramd_on(), false, "ngramd's after setup{enabled = false}")
+      eq(vim.lsp.inline_completion.is_enabled({ bufnr = buf }), true, "the buffer's, for other servers")
+      ngramd.setup(setup_opts)
+      eq(ngramd_on(), true, "ngramd's after setup{enabled = true}")
+      ngramd.toggle(false)
+      ngramd.setup(setup_opts)
+      eq(ngramd_on(), true, "ngramd's after :NgramdToggle off, then setup{enabled = true}")
+    end)
+    ngramd.setup(setup_opts)
+    assert(ok, err)
   end)
 end
 

@@ -217,6 +217,28 @@ local function push_config()
   end
 end
 
+--- Turns suggestions on or off in the plugin and, on the native path, in the built-in
+--- module for ngramd's running clients (not the server: push_config tells it).
+local function apply_enabled(enabled)
+  ghost.options.enabled = enabled
+  prepare.options.enabled = enabled
+  if not enabled then
+    for _, b in ipairs(vim.api.nvim_list_bufs()) do
+      ghost.dismiss(b)
+    end
+  end
+  if M.native then
+    for _, c in ipairs(client_mod.all()) do -- ngramd's clients only: not another server's inline completion
+      if enabled then -- its buffers' switches on too (one attached while ngramd was off left them)
+        for b in pairs(c.attached_buffers or {}) do
+          vim.lsp.inline_completion.enable(true, { bufnr = b })
+        end
+      end
+      vim.lsp.inline_completion.enable(enabled, { client_id = c.id })
+    end
+  end
+end
+
 local function filetype_enabled(ft)
   if M.config.filetypes == "*" then
     return ft ~= ""
@@ -234,9 +256,9 @@ function M.setup(opts)
   M.native = config.use_native(M.config)
   ghost.options.debounce_ms = M.config.debounce_ms
   ghost.options.highlight = M.config.highlight
-  ghost.options.enabled = M.config.enabled
-  prepare.options.enabled = M.config.enabled
   prepare.options.prepare_completions = M.config.prepare_completions
+  -- setup() again: clients already attached take `enabled` now (on_attach sets it only for new ones)
+  apply_enabled(M.config.enabled)
   vim.cmd("highlight default link NgramdGhost Comment")
   -- setup() again (a changed option): servers already running take the new settings
   -- (a new `cmd` or socket needs :NgramdRestart)
@@ -444,23 +466,7 @@ function M.toggle(enabled)
     enabled = not M.config.enabled
   end
   M.config.enabled = enabled
-  ghost.options.enabled = enabled
-  prepare.options.enabled = enabled
-  if not enabled then
-    for _, b in ipairs(vim.api.nvim_list_bufs()) do
-      ghost.dismiss(b)
-    end
-  end
-  if M.native then
-    for _, c in ipairs(client_mod.all()) do -- ngramd's clients only: not another server's inline completion
-      if enabled then -- its buffers' switches on too (one attached while ngramd was off left them)
-        for b in pairs(c.attached_buffers or {}) do
-          vim.lsp.inline_completion.enable(true, { bufnr = b })
-        end
-      end
-      vim.lsp.inline_completion.enable(enabled, { client_id = c.id })
-    end
-  end
+  apply_enabled(enabled)
   push_config()
   return enabled
 end
@@ -546,6 +552,21 @@ function M.statusline()
   return rate and string.format("ngramd %d%%", math.floor(rate * 100 + 0.5)) or "ngramd"
 end
 
+--- The byte column where a characterwise selection from mark `s` to mark `e` ('< '>)
+--- ends on its last line `last`, as Vim's operators take it: with 'selection' exclusive
+--- '> is on the first character after the selection (unless '< is there too: one
+--- character is selected), else on the last selected character, which ends after it.
+local function selection_end_byte(s, e, last)
+  if vim.o.selection == "exclusive" and (s[1] ~= e[1] or s[2] ~= e[2]) then
+    return math.min(#last, e[2])
+  end
+  local end_byte = math.min(#last, e[2] + 1)
+  while end_byte < #last and bit.band(last:byte(end_byte + 1), 0xC0) == 0x80 do
+    end_byte = end_byte + 1
+  end
+  return end_byte
+end
+
 --- The LSP range of a rewrite: with `visual` (the command came from the selection just
 --- left), that characterwise selection's columns when it lies on lines line1..line2;
 --- else whole lines. Lines past the buffer's end are clamped to it.
@@ -559,11 +580,7 @@ local function rewrite_range(bufnr, line1, line2, encoding, visual)
   local last = vim.api.nvim_buf_get_lines(bufnr, line2 - 1, line2, false)[1] or ""
   if visual and vmode == "v" and s[1] == line1 and e[1] == line2 then
     local first = vim.api.nvim_buf_get_lines(bufnr, line1 - 1, line1, false)[1] or ""
-    -- '> is on the last selected character: the range ends after it.
-    local end_byte = math.min(#last, e[2] + 1)
-    while end_byte < #last and bit.band(last:byte(end_byte + 1), 0xC0) == 0x80 do
-      end_byte = end_byte + 1
-    end
+    local end_byte = selection_end_byte(s, e, last)
     return {
       start = { line = line1 - 1, character = text.lsp_col(first, s[2], encoding) },
       ["end"] = { line = line2 - 1, character = text.lsp_col(last, end_byte, encoding) },
