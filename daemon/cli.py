@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", action="append", default=[], metavar="DIR",
                    help="index and watch the files under DIR (repeatable; editors add their folders too)")
     _add_model_args(p)
-    p.add_argument("--socket", default=None, help=SOCKET_HELP)
+    p.add_argument("--socket", type=_socket_path, default=None, help=SOCKET_HELP)
     p.add_argument("--max-indexed-tokens", type=int, default=None,
                    help="bound on indexed tokens; least recently used files go first (default 8,000,000)")
     p.add_argument("--max-message-bytes", type=int, default=None,
@@ -65,11 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text in (("status", "print the running daemon's figures"), ("stop", "stop the daemon")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--socket", default=None, help=SOCKET_HELP)
+        p.add_argument("--socket", type=_socket_path, default=None, help=SOCKET_HELP)
         p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("lsp", help="Language Server over stdio; starts a daemon if none answers")
-    p.add_argument("--socket", default=None, help=SOCKET_HELP)
+    p.add_argument("--socket", type=_socket_path, default=None, help=SOCKET_HELP)
     _add_model_args(p)
 
     p = sub.add_parser("complete", help="complete FILE at a position (in-process)")
@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 SOCKET_HELP = ("unix socket path (default: $XDG_RUNTIME_DIR/ngramd/ngramd.sock, "
                "or ngramd.sock in the user cache dir without XDG_RUNTIME_DIR)")
+
+
+def _socket_path(value: str) -> str:
+    """--socket's value; an empty one is a usage error: it would mean the default socket, so a
+    script whose variable came out empty would reach (or stop) the default daemon unawares."""
+    if not value:
+        raise argparse.ArgumentTypeError("must be a path, not empty (leave --socket out for the default)")
+    return value
 
 
 _POSITION_OPTIONS = ("--start", "--end")

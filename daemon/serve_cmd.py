@@ -8,9 +8,11 @@
 4. index and watch ``--workspace`` folders in the background (progress in status);
 5. bind the socket again if its file is removed (daemon/server.py), or exit.
 
-Exit codes of ``serve``: 0 clean stop, 1 error (the model, the socket), 2 bad arguments
-(``--workspace``, ``--max-message-bytes``, ``--max-indexed-tokens``), 3 another daemon already
-serves that socket. ``status`` and ``stop``: 0, or 1 when no daemon answers as one.
+Exit codes of ``serve``: 0 clean stop, 1 error (the socket; a model load that fails unforeseen),
+2 bad input on the command line (``--workspace``, ``--max-message-bytes``, ``--max-indexed-tokens``,
+a ``--model`` or ``--device`` that cannot be loaded: ``ModelLoadError``, as ``complete``, ``edit``
+and ``bench`` have it), 3 another daemon already serves that socket. ``status`` and ``stop``: 0,
+or 1 when no daemon answers as one.
 """
 
 from __future__ import annotations
@@ -73,12 +75,16 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path], lock: SocketLock) -> int:
+    from daemon.model import ModelLoadError
     from daemon.server import Server
     from daemon.service import Service
 
     try:
         completer, index, rt = _build_engine(args)
-    except Exception as exc:  # a model that cannot load: say why, exit 1
+    except ModelLoadError as exc:  # the --model or --device given: bad input, its message says what to do
+        print(f"ngramd: cannot load the model: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a load that failed unforeseen: say why, exit 1
         print(f"ngramd: cannot load the model: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     max_bytes = _max_message_bytes(args)

@@ -34,7 +34,7 @@ from daemon.requests import (
     CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
 from daemon.paths import UNRESOLVABLE
-from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from daemon.rpc import DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, RpcError
 from daemon.watcher import WorkspaceWatcher
 from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
@@ -417,6 +417,10 @@ class Service:
         request_id = p.get("requestId")
         if request_id is not None:
             _check_request_id(request_id)
+        if self.shutdown_requested is not None and self.shutdown_requested.is_set():
+            # the server waits out the work it cancelled at shutdown; new work would run on the
+            # model meanwhile, for a client about to lose its connection
+            raise RpcError(REQUEST_CANCELLED, "the daemon is shutting down")
         loop = asyncio.get_running_loop()
         job = Job(kind=kind, uri=p["uri"], fn=fn, future=loop.create_future(), loop=loop,
                   conn=conn, request_id=request_id)

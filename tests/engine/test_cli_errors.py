@@ -111,3 +111,53 @@ def test_output_whose_reader_went_away_exits_141_without_a_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(120) == cli.EXIT_BROKEN_PIPE
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def _subcommands_taking(option: str) -> list[str]:
+    subparsers = next(a for a in cli.build_parser()._actions if a.dest == "command")
+    return sorted(name for name, sub in subparsers.choices.items() if option in sub._option_string_actions)
+
+
+def test_the_socket_taking_subcommands_are_found():
+    assert _subcommands_taking("--socket") == ["lsp", "serve", "status", "stop"]
+
+
+@pytest.mark.parametrize("command", _subcommands_taking("--socket"))
+@pytest.mark.parametrize("spelling", [["--socket", ""], ["--socket="]])
+def test_an_empty_socket_is_a_usage_error(no_model_load, monkeypatch, tmp_path, capsys, command, spelling):
+    """Not the default socket: a script whose path variable came out empty must not reach (or
+    stop, or start) the default daemon."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # where the default socket would go
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, *spelling])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"ngramd {command}: error: argument --socket:" in err and "empty" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def unloadable_model(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ModelLoadError("unknown model 'nope': not a .gguf file")
+    monkeypatch.setattr(model, "load_runtime", refuse)
+
+
+@pytest.mark.parametrize("command", ["serve", "complete", "edit"])
+def test_a_model_that_cannot_load_is_bad_input_for_every_command(unloadable_model, source, tmp_path, capsys, command):
+    """One rule (README, "Exit status"): a --model or --device that cannot be used exits 2."""
+    where = {"serve": ["--socket", str(tmp_path / "s.sock")], "complete": [source, "--line", "1", "--col", "0"],
+             "edit": [source, "--start", "0:0", "--end", "1:0", "--instruction", "x"]}[command]
+    assert cli.main([command, *where, "--model", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'nope': not a .gguf file" in err and "Traceback" not in err
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_serve_whose_model_load_fails_unforeseen_is_an_error(monkeypatch, tmp_path, capsys):
+    def fail(*args, **kwargs):
+        raise MemoryError("out of memory")
+    monkeypatch.setattr(model, "load_runtime", fail)
+    assert cli.main(["serve", "--socket", str(tmp_path / "s.sock")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot load the model: MemoryError: out of memory" in err and "Traceback" not in err
