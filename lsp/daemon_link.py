@@ -22,10 +22,12 @@ States::
   alive (loading, or dying after it served), no second one is started there; after a
   daemon exits without ever answering, or cannot be started at all (e.g. its socket's
   folder cannot be created), spawning backs off for ``SPAWN_BACKOFF_S`` and calls fail
-  with that reason meanwhile. A daemon that served (a connect made while it ran, or a
-  session whose initialize gave its pid) and then exited is no failed start, nor is one
-  that exits with ``EXIT_ALREADY_RUNNING`` (another editor's daemon is starting): its
-  socket is waited for while that daemon holds the lock.
+  with that reason meanwhile. The reason (for a daemon that exited, with its last lines in
+  its log: a model that cannot be loaded, say) goes to ``on_start_failed``, once per failed
+  start, so that the editor can show it. A daemon that served (a connect made while it
+  ran, or a session whose initialize gave its pid) and then exited is no failed start, nor
+  is one that exits with ``EXIT_ALREADY_RUNNING`` (another editor's daemon is starting):
+  its socket is waited for while that daemon holds the lock.
 - A connection the daemon refused (its ``fatal`` error notice, e.g. a document over its
   ``--max-message-bytes``, which ``on_connect`` would send again) or that closed soon
   after it was made ready, twice running, is not reconnected at once: connecting backs
@@ -44,7 +46,7 @@ from typing import Any, Awaitable, Callable
 
 from daemon.paths import EXIT_ALREADY_RUNNING, lock_holder
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
-from lsp.spawn import spawn_daemon
+from lsp.spawn import log_path, log_size, log_tail, spawn_daemon
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ SESSION_RETRIES = 2
 class DaemonLink:
     def __init__(self, socket_path: str, *, model: str | None = None, device: str = "auto",
                  on_connect: Callable[[RpcConnection], Awaitable[None]] | None = None,
+                 on_start_failed: Callable[[str], None] | None = None,
                  spawn: bool = True, start_timeout: float = 180.0) -> None:
         self.socket_path = socket_path
         self.model = model
@@ -72,6 +75,7 @@ class DaemonLink:
         self.spawn = spawn
         self.start_timeout = start_timeout
         self._on_connect = on_connect
+        self._on_start_failed = on_start_failed
         self._conn: RpcConnection | None = None
         self._connecting: asyncio.Task[RpcConnection] | None = None
         self._connect_spawns = True  # whether the attempt in _connecting may start a daemon
@@ -86,6 +90,7 @@ class DaemonLink:
         self.connects = 0  # connections made ready (a reconnect counts)
         self.spawned = 0  # daemons this link started
         self._answered: set[int] = set()  # pids of started daemons that answered once
+        self._log_starts: dict[int, int] = {}  # pid of a started daemon -> its output's offset in the log
         self.last_error: str = ""
 
     @property
@@ -251,11 +256,13 @@ class DaemonLink:
                 if time.monotonic() < self._no_spawn_until:
                     raise DaemonUnavailable(f"no daemon on {self.socket_path}; {self._no_spawn_reason}")
                 log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
+                log_start = log_size(self.socket_path)
                 try:
                     proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
                 except OSError as exc:  # e.g. the socket's folder cannot be created, the log not opened
                     raise self._back_off(f"cannot start a daemon on {self.socket_path}: {exc}") from exc
                 self._procs.append((self.socket_path, proc))
+                self._log_starts[proc.pid] = log_start
                 self.spawned += 1
             conn = await self._wait_for(proc)
             if conn is not None:
@@ -271,6 +278,7 @@ class DaemonLink:
         """
         deadline = time.monotonic() + self.start_timeout
         served = proc.pid in self._answered  # read now: _reap forgets the pid once it exits
+        log_start = self._log_starts.get(proc.pid)
         while True:
             try:
                 conn = await RpcConnection.open(self.socket_path, on_close=self._lost)
@@ -289,8 +297,7 @@ class DaemonLink:
                     return None
                 if code == EXIT_ALREADY_RUNNING:
                     return await self._wait_for_other(code, deadline)
-                raise self._back_off(f"`ngramd serve` exited with code {code} before "
-                                     f"answering; see {self.socket_path}.log")
+                raise self._back_off(self._exit_reason(code, log_start))
             if time.monotonic() > deadline:
                 raise DaemonUnavailable(f"the daemon started on {self.socket_path} did not answer "
                                         f"within {self.start_timeout:.0f} s")
@@ -328,10 +335,20 @@ class DaemonLink:
                                         f"{self.start_timeout:.0f} s")
             await asyncio.sleep(POLL_S)
 
+    def _exit_reason(self, code: int, log_start: int | None) -> str:
+        """Why a daemon this link started exited unanswered: its code, and its last lines in the
+        log (written from ``log_start`` on; None: unknown, none quoted) that say why."""
+        said = log_tail(self.socket_path, log_start) if log_start is not None else ""
+        return (f"`ngramd serve` exited with code {code} before answering{f' ({said})' if said else ''}; "
+                f"see {log_path(self.socket_path)}")
+
     def _back_off(self, reason: str) -> DaemonUnavailable:
-        """No spawn for SPAWN_BACKOFF_S after a failed start; the error to raise now."""
+        """No spawn for SPAWN_BACKOFF_S after a failed start, which ``on_start_failed`` is told
+        of (once: the calls meanwhile fail without starting one); the error to raise now."""
         self._no_spawn_until = time.monotonic() + SPAWN_BACKOFF_S
         self._no_spawn_reason = f"the last start failed: {reason}"
+        if self._on_start_failed is not None:
+            self._on_start_failed(reason)
         return DaemonUnavailable(reason)
 
     def _live_proc(self) -> subprocess.Popen | None:
@@ -351,7 +368,9 @@ class DaemonLink:
     def _reap(self) -> None:
         """Forget (and wait for) daemons this link started that have exited: no zombies."""
         self._procs = [(path, p) for path, p in self._procs if p.poll() is None]
-        self._answered &= {p.pid for _, p in self._procs}  # a pid may be reused
+        live = {p.pid for _, p in self._procs}
+        self._answered &= live  # a pid may be reused
+        self._log_starts = {pid: start for pid, start in self._log_starts.items() if pid in live}
 
     def _lost(self, conn: RpcConnection) -> None:
         if conn is not self._conn:

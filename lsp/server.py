@@ -46,7 +46,7 @@ from lsp import positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.daemon_limits import DaemonLimits, message_fits
-from lsp.daemon_link import DaemonLink
+from lsp.daemon_link import SPAWN_BACKOFF_S, DaemonLink
 from lsp.protocol import NgramdProtocol, is_parse_error
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,9 @@ class NgramdServer(LanguageServer):
         self.settings = settings
         self.default_socket = socket_path
         self.link = DaemonLink(self._socket_path(settings), model=settings.model,
-                               device=settings.device, on_connect=self._on_connect, spawn=spawn)
+                               device=settings.device, on_connect=self._on_connect,
+                               on_start_failed=self._daemon_start_failed, spawn=spawn)
+        self._start_failure_shown: str | None = None  # the last failed start's reason told the user
         self._ids = itertools.count(1)
         self._generations = itertools.count(1)
         self._generation: dict[str, int] = {}
@@ -273,6 +275,7 @@ class NgramdServer(LanguageServer):
         folders = self.folder_paths()
         info = await conn.request("initialize", {"client": CLIENT_NAME, "workspaceFolders": folders},
                                   timeout=60.0)
+        self._start_failure_shown = None  # a daemon answered: a later failed start is news
         self.daemon_info = info if isinstance(info, dict) else {}
         self.limits.update(self.daemon_info)
         conn.max_message_bytes = self.limits.max_message_bytes
@@ -295,6 +298,18 @@ class NgramdServer(LanguageServer):
             fut.add_done_callback(lambda f, uri=doc.uri: self._resync_done(f, uri))
         self._prepare_resting(conn)
         log.info("daemon ready (%s); %d open documents sent", self.daemon_info, len(sent))
+
+    def _daemon_start_failed(self, reason: str) -> None:
+        """Tell the user why no daemon serves (a model that cannot be loaded, say): the link
+        calls this once per failed start (one every ``SPAWN_BACKOFF_S`` while the user types);
+        a reason already shown is not shown again until a daemon has connected."""
+        if reason == self._start_failure_shown:
+            log.info("the daemon did not start again: %s", reason)
+            return
+        self._start_failure_shown = reason
+        self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=(
+            f"ngramd: the daemon did not start: {reason}; a request after {SPAWN_BACKOFF_S:.0f} s "
+            f"tries again")))
 
     # -- completion ---------------------------------------------------------------------
 
@@ -340,7 +355,7 @@ class NgramdServer(LanguageServer):
         self._inflight[uri] = request_id
         started = time.monotonic()
         try:
-            result = await self._complete(uri, params)
+            result = await self._call_in_sync("complete", params, self.settings.timeout_ms / 1000)
         except asyncio.CancelledError:
             self.counters["cancelled"] += 1
             if self._inflight.get(uri) == request_id:
@@ -376,19 +391,21 @@ class NgramdServer(LanguageServer):
         log.debug("completion in %.0f ms: %r", (time.monotonic() - started) * 1000, result["text"][:80])
         return Proposal(doc, offset, result["text"], result)
 
-    async def _complete(self, uri: str, params: dict[str, Any]) -> Any:
-        """``complete``; once re-sends the document and retries if the daemon's copy was
-        stale or missing (``_is_out_of_date``); any other refusal is raised as is."""
-        timeout = self.settings.timeout_ms / 1000
+    async def _call_in_sync(self, method: str, params: dict[str, Any], timeout: float) -> Any:
+        """The daemon's answer to ``method`` on ``params["uri"]``; once re-sends the document and
+        asks again if the daemon's copy was stale or missing (``_is_out_of_date``: e.g. it holds
+        another editor's unsaved text of the file); any other refusal is raised as is, and so is
+        one of a request that sends its own ``text``."""
         deadline = time.monotonic() + timeout
         try:
-            return await self.link.call("complete", params, timeout)
+            return await self.link.call(method, params, timeout)
         except DaemonError as exc:
             if not _is_out_of_date(exc) or "text" in params:
                 raise
-            log.info("daemon's copy of %s is out of date (%s); re-sending", uri, exc.message)
+            uri = params["uri"]
+            log.info("daemon's copy of %s is out of date for %s (%s); re-sending", uri, method, exc.message)
             self.resync(uri)
-            return await self.link.call("complete", params, max(0.01, deadline - time.monotonic()))
+            return await self.link.call(method, params, max(0.01, deadline - time.monotonic()))
 
     def _report_refusal(self, exc: DaemonError) -> None:
         """Log the daemon's refusal of a completion; show it too when the user can fix it
@@ -499,9 +516,11 @@ class NgramdServer(LanguageServer):
         return await self._prepare("prepareEdit", params)
 
     async def _prepare(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        """A daemon ``prepare*`` call's figures; None when it did not prepare (a head start only)."""
+        """A daemon ``prepare*`` call's figures; None when it did not prepare (a head start only).
+        A copy of the document the daemon refuses as stale (another editor's text, say) is
+        re-sent and the prepare asked again, once, as a completion is."""
         try:
-            result = await self.link.call(method, params, max(self.settings.timeout_ms / 1000, 30.0))
+            result = await self._call_in_sync(method, params, max(self.settings.timeout_ms / 1000, 30.0))
         except (DaemonError, DaemonUnavailable) as exc:
             log.debug("%s of %s did nothing: %s", method, params["uri"], exc)
             return None
@@ -652,7 +671,7 @@ def _is_out_of_date(exc: DaemonError) -> bool:
 def _is_users_doing(exc: DaemonError) -> bool:
     """Whether the daemon refused what the user asked for (a setting out of range, a
     method this daemon lacks), which repeats until the user acts; not a document the
-    daemon lost, which ``_complete`` repairs."""
+    daemon lost, which ``_call_in_sync`` repairs."""
     return exc.code == rpc.METHOD_NOT_FOUND or (
         exc.code == rpc.INVALID_PARAMS and not exc.message.startswith(rpc.DOCUMENT_NOT_OPEN))
 

@@ -2,8 +2,8 @@
 
 The daemon is one per user and outlives the editor that started it, so it runs in
 its own session (no signal from the editor's terminal reaches it) with its output
-in ``<socket>.log``. Its socket path and command line are the daemon's own
-(daemon/paths.py, daemon/client.py; both torch-free).
+in ``<socket>.log``, which every daemon started there appends to. Its socket path and
+command line are the daemon's own (daemon/paths.py, daemon/client.py; both torch-free).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
     prepare_socket_dir(sock)  # the daemon's own rule (mkdir's mode is masked by the umask)
     directory = str(sock.parent)
     cmd = serve_command(socket_path, model=model_argument(model), device=device)
-    log_path = socket_path + ".log"
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(log_path(socket_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
@@ -35,6 +34,33 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
         )
     finally:
         os.close(fd)
+
+
+def log_path(socket_path: str) -> str:
+    """Where the daemons started for ``socket_path`` write their output."""
+    return socket_path + ".log"
+
+
+def log_size(socket_path: str) -> int:
+    """The log's length now, where the output of a daemon started next begins (0: no log yet)."""
+    try:
+        return os.path.getsize(log_path(socket_path))
+    except OSError:
+        return 0
+
+
+def log_tail(socket_path: str, since: int, lines: int = 3, limit: int = 400) -> str:
+    """The last ``lines`` non-blank lines written to the log from byte ``since`` on (a daemon's
+    last words: why it exited), joined into one line of at most ``limit`` characters (its end);
+    "" when there are none or the log cannot be read."""
+    try:
+        with open(log_path(socket_path), "rb") as f:
+            f.seek(max(since, f.seek(0, os.SEEK_END) - 4 * limit))  # only the end matters
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    said = " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+    return said if len(said) <= limit else "..." + said[-(limit - 3):]
 
 
 def model_argument(model: str | None) -> str | None:

@@ -43,6 +43,9 @@ class FakeDaemon:
         self.connections = 0
         self.max_document_chars = 8 << 20  # a longer document is refused (open, change), as the daemon does
         self.refuse_text: str | None = None  # a document holding this text is refused (open, change)
+        # uris whose copy holds another editor's text (daemon/documents.py, "in sync"): this
+        # client's change and versioned requests of them are refused until it opens them again
+        self.out_of_sync: set[str] = set()
         self.drop_connections = 0  # this many next connections are closed unanswered (a dying daemon's backlog)
         self.calls: list[tuple[str, Any]] = []
         self.cancelled: list[Any] = []
@@ -122,7 +125,10 @@ class FakeDaemon:
         if method == "open":
             self._check_text(p["text"])
             self.docs[p["uri"]] = {"text": p["text"], "version": p["version"]}
+            self.out_of_sync.discard(p["uri"])
             return None
+        if method != "open" and "version" in p:
+            self._check_in_sync(p["uri"])
         if method == "change":
             doc = self.docs.get(p["uri"])
             if doc is None:
@@ -174,6 +180,11 @@ class FakeDaemon:
         if method == "shutdown":
             return None
         raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
+
+    def _check_in_sync(self, uri: str) -> None:
+        if uri in self.out_of_sync:  # the daemon's refusal (daemon/documents.py)
+            raise rpc.RpcError(rpc.CONTENT_MODIFIED, f"{uri} holds another client's text since this one "
+                                                     f"last sent it: send the whole text again")
 
     async def _complete(self, p: dict) -> Any:
         uri = p["uri"]

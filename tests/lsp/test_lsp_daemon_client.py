@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 import pytest_asyncio
@@ -134,6 +135,39 @@ async def test_link_spawn_failure_is_reported(sock, monkeypatch):
     with pytest.raises(DaemonUnavailable, match="the last start failed: .*exited with code 3"):
         await link.call("status", None, 10)
     assert len(spawned) == 1
+
+
+async def test_a_failed_start_is_told_once_with_the_daemons_last_words(sock, monkeypatch):
+    """A daemon that exits before answering: ``on_start_failed`` gets its exit code and its last
+    lines in the log (not those of daemons before it), once per failed start: not for the calls
+    during the back-off, again for the next start after it."""
+    import subprocess
+    import sys
+
+    import lsp.daemon_link as dl
+
+    def fake_spawn(path, model, device):
+        with open(path + ".log", "a") as log:
+            return subprocess.Popen([sys.executable, "-c", (
+                "import sys; print('loading'); print(); "
+                "print('ngramd: cannot load the model: no such file', file=sys.stderr); raise SystemExit(1)")],
+                stdout=log, stderr=log)
+
+    with open(sock + ".log", "w") as log:
+        log.write("an earlier daemon's last words\n")
+    monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
+    told: list[str] = []
+    link = DaemonLink(sock, spawn=True, start_timeout=10, on_start_failed=told.append)
+    want = "exited with code 1 before answering (loading | ngramd: cannot load the model: no such file)"
+    for _ in range(2):
+        with pytest.raises(DaemonUnavailable, match=re.escape(want)):
+            await link.call("status", None, 10)
+    assert len(told) == 1 and want in told[0] and sock + ".log" in told[0]
+    monkeypatch.setattr(dl, "SPAWN_BACKOFF_S", 0.0)
+    link._no_spawn_until = 0.0  # the back-off is over
+    with pytest.raises(DaemonUnavailable, match=re.escape(want)):
+        await link.call("status", None, 10)
+    assert len(told) == 2 and "earlier" not in told[1]
 
 
 async def test_link_spawn_oserror_is_unavailable_and_backs_off(tmp_path):

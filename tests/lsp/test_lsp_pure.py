@@ -173,3 +173,32 @@ def test_a_model_path_is_given_to_the_daemon_absolute(tmp_path, monkeypatch):
     assert model_argument("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"  # an id, no such path
     assert model_argument("/abs/m.gguf") == "/abs/m.gguf"
     assert model_argument(None) is None and model_argument("") == ""
+
+
+async def test_a_failed_start_is_shown_once_per_reason_until_a_daemon_answers(monkeypatch):
+    """The link reports a failed start every back-off period while the user types: the same
+    reason pops up once, a new one shows, and after a daemon answered the old one is news again."""
+    from lsp.server import NgramdServer
+
+    server = NgramdServer(Settings(), "/tmp/ngramd-test-unused.sock", spawn=False)
+    shown: list[str] = []
+    monkeypatch.setattr(server, "window_show_message", lambda params: shown.append(params.message))
+    server._daemon_start_failed("exited with code 2 (cannot load the model)")
+    server._daemon_start_failed("exited with code 2 (cannot load the model)")
+    assert len(shown) == 1 and "cannot load the model" in shown[0]
+    server._daemon_start_failed("cannot start a daemon: Permission denied")
+    assert len(shown) == 2 and "Permission denied" in shown[1]
+
+    class AnsweringConnection:
+        max_message_bytes = 0
+        daemon_pid = None
+
+        async def request(self, method, params, timeout):
+            return {"pid": 1}
+
+        def send(self, method, params):
+            raise AssertionError(f"nothing to send without open documents or folder changes: {method}")
+    monkeypatch.setattr(server, "_prepare_resting", lambda conn: None)
+    await server._on_connect(AnsweringConnection())
+    server._daemon_start_failed("cannot start a daemon: Permission denied")
+    assert len(shown) == 3

@@ -124,6 +124,34 @@ async def test_two_editors_with_different_unsaved_texts_of_one_file_each_complet
     assert doc["chars"] == len(a_text)
 
 
+async def test_a_prepare_from_an_editor_whose_text_the_daemon_no_longer_holds_is_resynced(
+        daemon_sock, lsp_client):
+    """Editor A types into a file B has open too: the daemon holds A's text and refuses B's
+    versioned prepares as out of sync. B's cursor rests: the LSP re-sends B's text and asks
+    again, so the daemon prepares B's own text."""
+    uri = "file:///tmp/ngr-doc/two-editors-prepare.py"
+    a = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
+    b = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS})
+    for client in (a, b):  # connected first: a prepare only waits 1 s for a connection (PROBE_S)
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
+    open_doc(a, uri, SOURCE)
+    open_doc(b, uri, SOURCE)
+    change(a, uri, 2, (rng(0, 0, 0, 0), "# A\n"))
+    await until(lambda: _document_chars(daemon_sock, uri) == len(SOURCE) + 4, what="A's change")
+    last = SOURCE.split("\n")[-1]
+    prepared = await b.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="ngramd.prepareCompletion", arguments=[uri, {"line": 5, "character": len(last)}, 1]))
+    assert prepared is not None and prepared["tokens"] > 10
+    assert _document_chars(daemon_sock, uri) == len(SOURCE)  # B's text, re-sent
+
+
+def _document_chars(sock: str, uri: str) -> int | None:
+    """How long the daemon's copy of ``uri`` is (None: not open)."""
+    with Client(sock, timeout=120) as c:
+        docs = [d for d in c.call("status")["documents"]["list"] if d["uri"] == uri]
+    return docs[0]["chars"] if docs else None
+
+
 async def test_completion_fallback_matches_daemon(daemon_sock, lsp_client):
     client = await lsp_client(daemon_sock, options={"maxTokens": MAX_TOKENS},
                               capabilities=client_capabilities(inline=False))

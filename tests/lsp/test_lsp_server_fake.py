@@ -411,6 +411,29 @@ async def test_prepare_completion_asks_the_daemon_to_prepare_the_cursor_and_neve
     assert err.value.code == types.ErrorCodes.InvalidParams and "takes [uri, position, version?]" in err.value.message
 
 
+@pytest.mark.parametrize("command, place, method", [
+    ("ngramd.prepareCompletion", {"line": 1, "character": 2}, "prepareComplete"),
+    ("ngramd.prepareRewrite", {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 5}},
+     "prepareEdit")])
+async def test_a_prepare_refused_as_out_of_sync_resends_the_text_and_is_asked_again(
+        fake, sock, lsp_client, command, place, method):
+    """Another editor sent its own unsaved text of the file: the daemon refuses this editor's
+    versioned prepare (ContentModified, daemon/documents.py) until it sends its text again. The
+    LSP re-sends the whole text and asks once more, as for a completion; the answer is the
+    prepare's."""
+    client = await lsp_client(sock)
+    open_doc(client, URI, "s = 1\nt = 2\n")
+    await until(lambda: URI in fake.docs)
+    fake.docs[URI]["text"] = "s = 1\n# the other editor's\nt = 2\n"
+    fake.out_of_sync.add(URI)
+    prepared = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=command, arguments=[URI, place, 1]))
+    assert prepared is not None and prepared["tokens"] > 0
+    assert len(fake.methods(method)) == 2  # refused, then asked again
+    assert fake.docs[URI] == {"text": "s = 1\nt = 2\n", "version": 1}  # this editor's text re-sent
+    assert [m for m, _ in fake.calls].count("open") == 2
+
+
 async def test_where_the_cursor_rested_is_prepared_when_a_daemon_comes(fake, sock, lsp_client):
     """A prepare asked while no daemon runs (the one the server started still loading, or
     one stopped) does nothing, and it is sent once a daemon connects, after the document's
