@@ -14,7 +14,9 @@ import * as fs from "fs";
 import * as vscode from "vscode";
 import {
   CancellationToken,
+  CloseAction,
   DidChangeConfigurationNotification,
+  ErrorHandler,
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
@@ -51,10 +53,20 @@ import { CompletionPreparer, Spot } from "./prepare_completion";
 import { InstructionPreparer } from "./prepare_rewrite";
 
 const STATUS_POLL_MS = 5000;
+/**
+ * How long a stop waits for the server: for its answer to `initialize` when it is still
+ * starting, then for its answer to `shutdown`. A server that gives neither is killed.
+ */
+export const STOP_WAIT_MS = 2000;
 /** The URI schemes whose documents the client sends the server (its document selector). */
 const SERVED_SCHEMES = ["file", "untitled"];
 
 let client: LanguageClient | undefined;
+// The current client's start(): the lifecycle does not wait on it (a server that never
+// answers `initialize` would hold every restart for ever); a stop waits on it, for a while.
+let clientStart: Promise<void> = Promise.resolve();
+// Clients this extension stopped: their error handler no longer restarts them.
+const retired = new WeakSet<LanguageClient>();
 // Disposes the current client's state listener with the client (one per client).
 let clientStateListener: vscode.Disposable | undefined;
 // Starts, stops and restarts run one after another: two overlapping restarts (a
@@ -218,6 +230,7 @@ async function startClient(): Promise<void> {
     // A failed request is said where it matters (a rewrite's own message, the status bar), once:
     // the client's notification would pop up a second one, or one for a suggestion asked in passing.
     revealOutputChannelOn: RevealOutputChannelOn.Never,
+    errorHandler: errorHandlerOf(() => c),
     middleware: {
       workspace: {
         handleApplyEdit: (params, next) => {
@@ -311,9 +324,10 @@ async function startClient(): Promise<void> {
       },
     },
   };
-  client = new LanguageClient("ngramd", "ngramd", serverOptions, clientOptions);
-  client.registerProposedFeatures();
-  clientStateListener = client.onDidChangeState((e) => {
+  const c = new LanguageClient("ngramd", "ngramd", serverOptions, clientOptions);
+  client = c;
+  c.registerProposedFeatures();
+  clientStateListener = c.onDidChangeState((e) => {
     if (e.newState === State.Running) {
       // settings changed while it started (or before a restart after a crash, which sends the
       // first options again) did not reach it: sendServerSettings sends only to a running server
@@ -331,10 +345,54 @@ async function startClient(): Promise<void> {
   });
   showStatus({ text: "$(loading~spin) ngramd", tooltip: "ngramd: starting", state: "starting" });
   pollPaused = false; // a new server: watch it until it says its daemon is stopped
-  try {
-    await client.start();
-  } catch (err) {
-    showStatus(errorView(`could not start: ${String(err)}`));
+  clientStart = c.start().catch((err) => {
+    if (client === c) {
+      showStatus(errorView(`could not start: ${String(err)}`));
+    }
+  });
+}
+
+/**
+ * The client's default error handler (a server that crashes is started again, a few times),
+ * except for a client this extension stopped: killed while it started, its connection closes,
+ * and the default would start a server again, one no one stops.
+ */
+function errorHandlerOf(owner: () => LanguageClient): ErrorHandler {
+  let defaults: ErrorHandler | undefined;
+  const byDefault = () => (defaults ??= owner().createDefaultErrorHandler());
+  return {
+    error: (error, message, count) => byDefault().error(error, message, count),
+    closed: () => (retired.has(owner()) ? { action: CloseAction.DoNotRestart, handled: true } : byDefault().closed()),
+  };
+}
+
+function settledWithin(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Ends a client in bounded time, whatever its server does: a server still starting is waited
+ * on for its answer to `initialize`, then asked to shut down; one that answers neither is killed.
+ */
+async function endClient(c: LanguageClient, started: Promise<void>): Promise<void> {
+  retired.add(c);
+  if (c.state === State.Starting) {
+    await settledWithin(started, STOP_WAIT_MS);
+  }
+  const server = c.serverProcess; // before stop(), which forgets it even when it fails
+  if (c.state === State.Running) {
+    try {
+      await c.stop(STOP_WAIT_MS);
+      return;
+    } catch (err) {
+      output.appendLine(`stop: ${String(err)}`);
+    }
+  }
+  if (server && server.exitCode === null && server.signalCode === null) {
+    output.appendLine(`the language server (pid ${server.pid}) does not answer: killed`);
+    server.kill("SIGKILL");
   }
 }
 
@@ -346,11 +404,7 @@ async function stopClient(): Promise<void> {
   clientStateListener?.dispose();
   clientStateListener = undefined;
   if (c) {
-    try {
-      await c.stop();
-    } catch (err) {
-      output.appendLine(`stop: ${String(err)}`);
-    }
+    await endClient(c, clientStart);
   }
 }
 

@@ -4,7 +4,7 @@ import { afterEach, beforeEach, mock, test } from "node:test";
 import * as assert from "node:assert/strict";
 import * as path from "node:path";
 
-import { Harness, loadExtension, settle } from "./fake_vscode";
+import { Harness, loadExtension, settle, State } from "./fake_vscode";
 import { SERVER_COMMANDS } from "../commands";
 import { PREPARE_DELAY_MS } from "../prepare_completion";
 
@@ -303,6 +303,65 @@ test("restarts that overlap leave exactly one language server running", async ()
     assert.equal(c.state, 1, "every older client is stopped");
     assert.equal(c.stateListenerCount, 0, "and its state listener disposed");
   }
+});
+
+/** Runs the restart command; `done()` tells whether it has finished. */
+function restartInBackground(): { done: () => boolean } {
+  let finished = false;
+  void h.commands.get("ngramd.restart")!().then(() => (finished = true));
+  return { done: () => finished };
+}
+
+test("a restart ends a server that never answers initialize, and starts a new one", async () => {
+  let answerInitialize = () => {};
+  h.whileStarting = (c) => c === h.clients[0] ? new Promise((r) => (answerInitialize = r)) : Promise.resolve();
+  try {
+    void h.ext.activate(h.context);
+    await settle();
+    const hung = h.clients[0];
+    const server = hung.lastServer!;
+    assert.equal(hung.state, State.Starting);
+    const restart = restartInBackground();
+    await settle();
+    mock.timers.tick(h.ext.STOP_WAIT_MS);
+    await settle();
+    assert.ok(restart.done(), "the restart does not wait for ever");
+    assert.equal(server.signalCode, "SIGKILL", "the server that gave no answer is killed");
+    assert.equal(hung.restartsAfterClose, 0, "and its client, whose connection closed, does not start it again");
+    assert.equal(h.clients.length, 2);
+    assert.equal(h.clients[1].state, State.Running);
+    h.clients[1].lastServer!.kill(); // a crash of the current server: the client's default still restarts it
+    await settle();
+    assert.equal(h.clients[1].restartsAfterClose, 1);
+  } finally {
+    answerInitialize(); // without the fix the lifecycle waits on it: let deactivate run
+  }
+});
+
+test("a restart ends a running server that never answers shutdown, and starts a new one", async () => {
+  await activate();
+  const hung = h.clients[0];
+  const server = hung.lastServer!;
+  h.whileStopping = (c) => (c === hung ? new Promise(() => {}) : undefined);
+  const restart = restartInBackground();
+  await settle();
+  assert.equal(restart.done(), false, "the server gets its time to answer");
+  mock.timers.tick(h.ext.STOP_WAIT_MS);
+  await settle();
+  assert.ok(restart.done());
+  assert.equal(server.signalCode, "SIGKILL");
+  assert.equal(h.clients.length, 2);
+  assert.equal(h.clients[1].state, State.Running);
+});
+
+test("a restart asks a server that answers to shut down, and kills nothing", async () => {
+  await activate();
+  const server = h.clients[0].lastServer!;
+  await h.commands.get("ngramd.restart")!();
+  await settle();
+  assert.equal(server.exitCode, 0);
+  assert.equal(server.signalCode, null);
+  assert.equal(h.clients[1].state, State.Running);
 });
 
 test("rewrite without a running server says so before asking for an instruction", async () => {

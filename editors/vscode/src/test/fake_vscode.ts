@@ -17,11 +17,48 @@ export interface SentRequest {
   token: unknown;
 }
 
+/** vscode-languageclient's CloseAction: what a client does once its server's connection closed. */
+export const CloseAction = { DoNotRestart: 1, Restart: 2 } as const;
+
+type CloseHandler = { closed: () => { action: number } | Promise<{ action: number }> };
+
+/** The server process as the client's `serverProcess` shows it; its exit closes the connection. */
+export class FakeServerProcess {
+  private static pids = 1000;
+  readonly pid = FakeServerProcess.pids++;
+  exitCode: number | null = null;
+  signalCode: string | null = null;
+  private exitListeners: (() => void)[] = [];
+
+  onExit(l: () => void): void {
+    this.exitListeners.push(l);
+  }
+
+  kill(signal = "SIGTERM"): boolean {
+    return this.exit(null, signal);
+  }
+
+  exit(code: number | null, signal: string | null = null): boolean {
+    if (this.exitCode !== null || this.signalCode !== null) {
+      return false;
+    }
+    this.exitCode = code;
+    this.signalCode = signal;
+    this.exitListeners.forEach((l) => l());
+    return true;
+  }
+}
+
 export class FakeClient {
   state: number = State.Stopped;
   readonly requests: SentRequest[] = [];
   readonly notifications: unknown[] = [];
   stopped = 0;
+  /** The server process of the last start; the client forgets it once stopped (`serverProcess`). */
+  lastServer: FakeServerProcess | undefined;
+  serverProcess: FakeServerProcess | undefined;
+  /** Starts the client made itself, after its server's connection closed (its error handler said Restart). */
+  restartsAfterClose = 0;
   private stateListeners: Listener[] = [];
   code2ProtocolConverter = { asRange: (r: unknown) => r, asPosition: (p: unknown) => p };
   protocol2CodeConverter = { asWorkspaceEdit: async (e: unknown) => e };
@@ -53,17 +90,66 @@ export class FakeClient {
     }
   }
 
+  /** As vscode-languageclient's: restarts a crashed server, up to a limit this fake leaves out. */
+  createDefaultErrorHandler(): CloseHandler & { error: () => { action: number } } {
+    return { error: () => ({ action: 1 /* Continue */ }), closed: () => ({ action: CloseAction.Restart }) };
+  }
+
+  /** A start that ends (rejects) when its server exits before it answered `initialize`. */
   async start(): Promise<void> {
     this.setState(State.Starting);
+    const server = new FakeServerProcess();
+    this.serverProcess = this.lastServer = server;
+    const closed = new Promise<never>((_, reject) => server.onExit(() => {
+      reject(new Error("Pending response rejected since connection got disposed"));
+      void this.connectionClosed();
+    }));
     await new Promise((r) => setImmediate(r));
-    await this.harness.whileStarting?.(this);
+    await Promise.race([this.harness.whileStarting?.(this), closed]);
     this.setState(State.Running);
   }
 
-  async stop(): Promise<void> {
-    await new Promise((r) => setImmediate(r));
-    this.stopped += 1;
+  /** As vscode-languageclient's handleConnectionClosed: the error handler says whether to start again. */
+  private async connectionClosed(): Promise<void> {
+    if (this.state === State.Stopped) {
+      return; // stopped on purpose
+    }
+    const handler = (this.clientOptions.errorHandler as CloseHandler | undefined) ?? this.createDefaultErrorHandler();
+    const { action } = await handler.closed();
+    this.serverProcess = undefined;
     this.setState(State.Stopped);
+    if (action === CloseAction.Restart) {
+      this.restartsAfterClose += 1;
+      void this.start().catch(() => undefined);
+    }
+  }
+
+  /**
+   * As vscode-languageclient 11's: refuses a client that is not running (still starting), and
+   * gives the server `timeout` ms (2000 by default) to answer `shutdown` (see whileStopping).
+   */
+  async stop(timeout = 2000): Promise<void> {
+    if (this.state === State.Stopped) {
+      return;
+    }
+    const server = this.serverProcess;
+    this.serverProcess = undefined;
+    if (this.state !== State.Running) {
+      throw new Error("Client is not running and can't be stopped. It's current state is: starting");
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<boolean>((r) => (timer = setTimeout(() => r(true), timeout)));
+    const answered = (this.harness.whileStopping?.(this) ?? new Promise((r) => setImmediate(r))).then(() => false);
+    try {
+      if (await Promise.race([answered, timedOut])) {
+        throw new Error("Stopping the server timed out");
+      }
+    } finally {
+      clearTimeout(timer);
+      this.stopped += 1;
+      this.setState(State.Stopped);
+    }
+    server?.exit(0); // it answered `shutdown` and exits on `exit`
   }
 
   async sendRequest(type: { method: string }, params: SentRequest["params"], token?: unknown): Promise<unknown> {
@@ -86,7 +172,7 @@ export type EditorEvent = "selection" | "activeEditor" | "documentChange" | "doc
 
 export interface Harness {
   vscode: Record<string, unknown>;
-  ext: { activate: (ctx: unknown) => Promise<void>; deactivate: () => Promise<void> };
+  ext: { activate: (ctx: unknown) => Promise<void>; deactivate: () => Promise<void>; STOP_WAIT_MS: number };
   context: { subscriptions: { dispose: () => unknown }[] };
   clients: FakeClient[];
   /** Registered VS Code commands by id. */
@@ -125,8 +211,10 @@ export interface Harness {
   answer: (req: SentRequest, client: FakeClient) => Promise<unknown>;
   /** Fires onDidChangeConfiguration for `ngramd` (after a test changed `config`). */
   changeConfig: () => Promise<void>;
-  /** Run by a client's start() between Starting and Running, when set. */
+  /** Run by a client's start() between Starting and Running, when set (the server answering `initialize`). */
   whileStarting?: (client: FakeClient) => Promise<void>;
+  /** Run by a client's stop(), when set: the server answering `shutdown`. */
+  whileStopping?: (client: FakeClient) => Promise<void> | undefined;
   dispose: () => Promise<void>;
 }
 
@@ -350,6 +438,7 @@ export function loadExtension(): Harness {
     ...require("vscode-languageserver-protocol"),
     TransportKind: { stdio: 0, ipc: 1, pipe: 2, socket: 3 },
     RevealOutputChannelOn: { Debug: 0, Info: 1, Warn: 2, Error: 3, Never: 4 },
+    CloseAction,
     State,
     LanguageClient: function (id: string, name: string, serverOptions: unknown, clientOptions: Record<string, unknown>) {
       const c = new FakeClient(id, name, serverOptions, clientOptions, h);
