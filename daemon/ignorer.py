@@ -23,7 +23,9 @@ Vocabulary (the watcher's, daemon/watcher.py, which asks this for every file eve
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -33,6 +35,10 @@ from index.workspace import (git_exclude_rules, git_index, gitignored, read_giti
                              nested_repositories)
 
 log = logging.getLogger("ngramd.watcher")
+# A file changed this recently (its ctime) may change again within the filesystem's timestamp
+# granularity (a clock tick; 1 or 2 s on some) and keep every field of its stat (rewritten in place
+# at the same size): it is read again until then, as git does with its "racily clean" entries.
+_SETTLED_NS = 3_000_000_000
 _UNASKED = object()  # git not asked yet: equal to no state of its index file
 
 
@@ -52,7 +58,7 @@ class _GitAnswer:
 
 class Ignorer:
     """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
-    specs cached by file mtime.
+    specs cached by the file's stat signature (``_file_signature``, once ``_settled``).
 
     Where the scan lists files with git (``git ls-files --exclude-standard``), the rules git adds
     apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
@@ -70,7 +76,8 @@ class Ignorer:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._specs: dict[Path, tuple[float, pathspec.PathSpec | None]] = {}
+        # directory -> its .gitignore's _file_signature (None: read again) and patterns
+        self._specs: dict[Path, tuple[tuple[int, ...] | None, pathspec.PathSpec | None]] = {}
         self._lock = threading.Lock()
         self._git_lock = threading.Lock()  # one git run at a time
         self._rules_wanted = 0  # bumped by forget_git_rules: an answer read before is out of date
@@ -232,18 +239,20 @@ class Ignorer:
     def _spec(self, directory: Path) -> pathspec.PathSpec | None:
         gi = directory / ".gitignore"
         try:
-            mtime = gi.stat().st_mtime
+            st = gi.stat()
         except OSError:
             return None
+        signature = _file_signature(st)
         with self._lock:
             cached = self._specs.get(directory)
-            if cached and cached[0] == mtime:
+            if cached and cached[0] == signature:
                 return cached[1]
             try:
                 spec = read_gitignore(directory)
             except OSError:
                 spec = None
-            self._specs[directory] = (mtime, spec)
+            # a file changed just now may change again with the same signature: read it again next time
+            self._specs[directory] = (signature if _settled(st) else None, spec)
             return spec
 
 
@@ -259,3 +268,15 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _file_signature(st: os.stat_result) -> tuple[int, ...]:
+    """What tells a changed ``.gitignore``: not its mtime alone, which a rewrite within the
+    timestamp granularity keeps and ``git checkout``, ``cp -p`` or ``touch -d`` set back; the
+    ctime no one can set, the inode (a file replaced), and the size."""
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _settled(st: os.stat_result) -> bool:
+    """Whether the file last changed long enough ago that its next change will change its stat."""
+    return time.time_ns() - st.st_ctime_ns >= _SETTLED_NS

@@ -81,8 +81,11 @@ from daemon.overflow_alarm import OverflowAlarm
 from daemon.priority import lower_this_thread
 from index.workspace import links_outside
 
-# watchdog's inotify warns (2 KB, with the whole watch table) when a folder deleted and made
-# again at once gets a watch its table still holds; it overwrites it, and events keep coming.
+# watchdog's inotify warns (with the whole watch table: KBs to MBs) when a recursive watch adds an
+# inotify watch it holds already: a folder made with folders in it (``git init``, ``mkdir -p``) is
+# walked at its own event, then each subfolder again at its own; a folder moved out of the tree
+# and back kept its watch. The callback "overwritten" is the same object (keyed by its id(), and
+# held by the table): nothing is lost or leaked.
 warnings.filterwarnings("ignore", message="Callback with id .* already exists", category=RuntimeWarning,
                         module="watchdog.observers.inotify")
 

@@ -12,6 +12,11 @@ from daemon_helpers import FakeIndex, real_index, wait_until
 from daemon.ignorer import Ignorer
 from daemon.watcher import WorkspaceWatcher
 
+# watchdog's harmless "Callback ... already exists" (see daemon/watcher.py, whose filter pytest resets
+# around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Callback with id .* already exists:RuntimeWarning:watchdog.observers.inotify")
+
 
 def test_ignorer_follows_nested_gitignores(tmp_path):
     (tmp_path / ".gitignore").write_text("*.log\nbuild/\n/top_only.txt\n")

@@ -12,7 +12,11 @@ from daemon_helpers import real_index, wait_until
 
 from daemon.watcher import WorkspaceWatcher
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+# watchdog's harmless "Callback ... already exists" (see daemon/watcher.py, whose filter pytest resets
+# around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
+pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="git not installed"),
+              pytest.mark.filterwarnings(
+                  "ignore:Callback with id .* already exists:RuntimeWarning:watchdog.observers.inotify")]
 
 
 @pytest.fixture(autouse=True)

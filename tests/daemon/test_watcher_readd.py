@@ -15,6 +15,11 @@ from daemon_helpers import FakeIndex, real_index, wait_until
 import daemon.watcher as watcher_module
 from daemon.watcher import WorkspaceWatcher
 
+# watchdog's harmless "Callback ... already exists" (see daemon/watcher.py, whose filter pytest resets
+# around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Callback with id .* already exists:RuntimeWarning:watchdog.observers.inotify")
+
 GRACE_S = 1.0  # how long the other side is given to run while one is held (only with the race)
 
 

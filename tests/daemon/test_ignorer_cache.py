@@ -1,0 +1,87 @@
+"""The Ignorer's cache of parsed .gitignore files: read again whenever the file may have changed,
+not only when its mtime did (a rewrite within the timestamp granularity, ``git checkout``,
+``cp -p`` and ``touch -d`` keep it or set it back)."""
+
+import os
+import time
+
+import pytest
+
+import daemon.ignorer
+from daemon.ignorer import Ignorer
+
+OLD_RULES, NEW_RULES = "*.log\n", "*.tmp\n"  # the same size
+
+
+def _rewrite_in_place(path, text):
+    with open(path, "r+") as f:
+        f.write(text)
+
+
+def _replace_by_a_copy(path, text):
+    """As ``git checkout`` and ``cp`` into place do: another file (inode) renamed over it."""
+    copy = path.with_name(path.name + ".new")
+    copy.write_text(text)
+    os.replace(copy, path)
+
+
+def _set_mtime_back(path, before):
+    """Give ``path`` the mtime of its stat ``before`` (``cp -p``, ``touch -d``), once its ctime
+    moved past ``before``'s (a utime sets it to now; the clock ticks every few ms): then only
+    the ctime can tell the change."""
+    deadline = time.monotonic() + 5
+    while True:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(path)
+        if after.st_ctime_ns != before.st_ctime_ns:
+            break
+        assert time.monotonic() < deadline, "the file's ctime did not move"
+    assert after.st_mtime_ns == before.st_mtime_ns
+
+
+def _reads_counted(monkeypatch):
+    reads = []
+    read = daemon.ignorer.read_gitignore
+    monkeypatch.setattr(daemon.ignorer, "read_gitignore", lambda d: reads.append(d) or read(d))
+    return reads
+
+
+@pytest.mark.parametrize("change", [_rewrite_in_place, _replace_by_a_copy])
+def test_a_changed_gitignore_given_its_old_mtime_back_is_read_again(tmp_path, change):
+    gitignore = tmp_path / ".gitignore"
+    gitignore.write_text(OLD_RULES)
+    ignorer = Ignorer(tmp_path)
+    assert ignorer.ignored(tmp_path / "a.log") and not ignorer.ignored(tmp_path / "a.tmp")
+    before = os.stat(gitignore)
+    change(gitignore, NEW_RULES)
+    _set_mtime_back(gitignore, before)
+    assert ignorer.ignored(tmp_path / "a.tmp") and not ignorer.ignored(tmp_path / "a.log")
+
+
+def test_a_settled_gitignore_is_read_once_until_its_ctime_tells_a_change(tmp_path, monkeypatch):
+    """Changed long ago (every file, here), its stat is trusted: read once for many paths; rewritten in
+    place at the same size with its mtime set back, its ctime alone tells the change."""
+    monkeypatch.setattr(daemon.ignorer, "_SETTLED_NS", 0)
+    reads = _reads_counted(monkeypatch)
+    gitignore = tmp_path / ".gitignore"
+    gitignore.write_text(OLD_RULES)
+    ignorer = Ignorer(tmp_path)
+    assert all(ignorer.ignored(tmp_path / f"{n}.log") for n in range(3))
+    assert len(reads) == 1
+    before = os.stat(gitignore)
+    _rewrite_in_place(gitignore, NEW_RULES)
+    _set_mtime_back(gitignore, before)
+    assert ignorer.ignored(tmp_path / "a.tmp") and not ignorer.ignored(tmp_path / "a.log")
+    assert len(reads) == 2
+
+
+def test_a_gitignore_changed_just_now_is_read_again_though_its_stat_is_the_same(tmp_path, monkeypatch):
+    """Rewritten in place at the same size within one tick of the filesystem's clock, every field of
+    its stat stays as it was (here: the signature made equal); a file that recent is read again."""
+    monkeypatch.setattr(daemon.ignorer, "_file_signature", lambda st: ("the same stat",))
+    gitignore = tmp_path / ".gitignore"
+    gitignore.write_text(OLD_RULES)
+    ignorer = Ignorer(tmp_path)
+    assert ignorer.ignored(tmp_path / "a.log")
+    _rewrite_in_place(gitignore, NEW_RULES)
+    assert ignorer.ignored(tmp_path / "a.tmp") and not ignorer.ignored(tmp_path / "a.log")
