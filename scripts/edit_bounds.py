@@ -100,11 +100,14 @@ def main() -> int:
     ap.add_argument("--bench-json", required=True)
     ap.add_argument("--cases", required=True)
     ap.add_argument("--ids", help="a JSONL file of cases whose ids alone are replayed (e.g. a few-line subset)")
+    ap.add_argument("--few-lines", action="store_true",
+                    help="only the cases of the bench's edit_few_lines group (answers finished, 1-3 lines changed)")
     simulate_edits.add_cost_argument(ap)
     args = ap.parse_args()
 
     from daemon.adaptive import AdaptiveConfig, DraftPolicy
     from daemon.bench_cases import load_cases
+    from daemon.bench_report import is_few_lines_edit
     from daemon.bench_runner import case_document
     from daemon.edit import EditDraftPolicy, edit_proposer
     from daemon.edit_prompt import build_edit_prompt
@@ -116,7 +119,8 @@ def main() -> int:
     bench = {c["id"]: c for c in json.load(open(args.bench_json))["cases"]}
     wanted = None if not args.ids else {json.loads(line)["id"] for line in open(args.ids) if line.strip()}
     cases = [c for c in load_cases(args.cases)
-             if c.id in bench and c.mode == "edit" and (wanted is None or c.id in wanted)]
+             if c.id in bench and c.mode == "edit" and (wanted is None or c.id in wanted)
+             and (not args.few_lines or is_few_lines_edit(bench[c.id]))]
     config = EditProposerConfig()
     indexes: dict = {}
     plain_total, totals = 0.0, dict.fromkeys(BOUNDS, 0.0)
