@@ -265,9 +265,13 @@ def embedded_gguf_path() -> Path:
 
 
 def cache_root() -> Path:
+    """``NGRAMD_CACHE_DIR``, else the user cache directory (platformdirs, imported only then:
+    a GPU image without it runs with the variable set, scripts/gpu_bench.sh)."""
+    if os.environ.get("NGRAMD_CACHE_DIR"):
+        return Path(os.environ["NGRAMD_CACHE_DIR"])
     import platformdirs
 
-    return Path(os.environ.get("NGRAMD_CACHE_DIR") or platformdirs.user_cache_dir("ngramd"))
+    return Path(platformdirs.user_cache_dir("ngramd"))
 
 
 def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:

@@ -27,16 +27,24 @@ from daemon.model import load_runtime  # noqa: E402
 DEFAULT_FILES = ("daemon/engine.py", "index/store.py", "daemon/completer.py", "lsp/server.py")
 
 
-def drift_at(rt, ids: list[int], k: int) -> tuple[float, float]:
-    """(max |logit difference|, min top-2 gap) over the k positions after ``ids[:-k]``."""
-    ctx, new = ids[:-k], torch.tensor([ids[-k:]])
+def drift_at(rt, ids: list[int], k: int) -> tuple[float, float, bool]:
+    """(max |logit difference|, min top-2 gap, whether the argmax agrees at every position)
+    over the k positions after ``ids[:-k]``.
+
+    The inputs are made on the runtime's device: ``ModelRuntime.forward`` moves nothing (the
+    engine makes its inputs there), and a CUDA model given CPU ids fails."""
+    def on_device(tokens: list[int]) -> torch.Tensor:
+        return torch.tensor([tokens], device=rt.device)
+
+    ctx, new = ids[:-k], on_device(ids[-k:])
     batched, single = KVCache(), KVCache()
     for kv in (batched, single):
-        rt.forward(torch.tensor([ctx]), kv.cache, keep_last=1)
+        rt.forward(on_device(ctx), kv.cache, keep_last=1)
     one_pass = rt.forward(new, batched.cache)  # [k, vocab]
     step = torch.cat([rt.forward(new[:, i:i + 1], single.cache) for i in range(k)])  # [k, vocab]
     top2 = step.topk(2, dim=-1).values  # [k, 2]
-    return float((one_pass - step).abs().max()), float((top2[:, 0] - top2[:, 1]).min())
+    same_argmax = bool((one_pass.argmax(dim=-1) == step.argmax(dim=-1)).all())
+    return float((one_pass - step).abs().max()), float((top2[:, 0] - top2[:, 1]).min()), same_argmax
 
 
 def main() -> int:
@@ -50,17 +58,18 @@ def main() -> int:
                     help="where to measure (auto/cuda: on a GPU, in fp32, as the daemon runs there)")
     args = ap.parse_args()
     rt = load_runtime(args.model, device=args.device)
-    worst, closest, n = 0.0, float("inf"), 0
+    worst, closest, n, disagreements = 0.0, float("inf"), 0, 0
     for name in args.files.split(","):
         ids = rt.encode((ROOT / name).read_text())
         span = len(ids) - args.context - args.k
         for c in range(args.cursors):
             end = args.context + args.k + span * (c + 1) // (args.cursors + 1)
-            d, gap = drift_at(rt, ids[end - args.context - args.k:end], args.k)
-            worst, closest, n = max(worst, d), min(closest, gap), n + 1
-            print(f"{name} @token {end}: max |diff| {d:.2e}, min top-2 gap {gap:.2e}")
+            d, gap, same = drift_at(rt, ids[end - args.context - args.k:end], args.k)
+            worst, closest, n, disagreements = max(worst, d), min(closest, gap), n + 1, disagreements + (not same)
+            print(f"{name} @token {end}: max |diff| {d:.2e}, min top-2 gap {gap:.2e}"
+                  + ("" if same else ", ARGMAX DIFFERS"))
     print(f"{n} positions x {args.k} tokens: max |logit difference| {worst:.2e}; "
-          f"smallest top-2 gap {closest:.2e}")
+          f"smallest top-2 gap {closest:.2e}; argmax differs at {disagreements} of {n} positions")
     return 0
 
 
