@@ -99,16 +99,17 @@ def register(server: NgramdServer) -> None:
                                 ) -> types.InlineCompletionList | None:
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
         selected = params.context.selected_completion_info
-        multiline = ls.settings.multiline
         proposal = await ls.propose(params.text_document.uri, params.position,
-                                    multiline=multiline, selected=selected)
+                                    multiline=ls.settings.multiline, selected=selected)
         if proposal is None:
             return None
+        shape = dict(invoked=invoked, multiline=proposal.multiline, rest=proposal.rest, fim=proposal.fim,
+                     stop_reason=proposal.stop_reason, encoding=ls.encoding())
         if selected is not None:
-            found = items.selected_items(proposal.text, selected, invoked=invoked, multiline=multiline)
+            found = items.selected_items(proposal.text, selected, **shape)
         else:
             cursor = ls.position_of(proposal.doc, proposal.offset)
-            found = items.inline_items(proposal.text, cursor, invoked=invoked, multiline=multiline)
+            found = items.inline_items(proposal.text, cursor, **shape)
         return types.InlineCompletionList(items=found)
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[]))

@@ -98,6 +98,12 @@ def line_start(text: str, offset: int) -> int:
     return max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
 
 
+def line_rest(text: str, offset: int) -> str:
+    """The text after ``offset`` on its line, up to its line break (excluded)."""
+    end = LINE_BREAK.search(text, offset)  # stops at the first break: no scan of the whole text
+    return text[offset:end.start() if end else len(text)]
+
+
 def column_to_index(line_text: str, column: int, encoding: str = UTF16) -> int:
     """Code points of ``line_text`` before ``column`` code units (clamped, rounded down)."""
     encoding = _check(encoding)

@@ -42,7 +42,7 @@ from pygls.workspace import TextDocument
 from daemon import rpc
 from daemon.paths import resolve_socket_path
 from daemon.requests import FINISHED_EDIT_STOPS
-from lsp import positions
+from lsp import items, positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.daemon_limits import DaemonLimits, message_fits
@@ -75,6 +75,18 @@ class Proposal:
     offset: int
     text: str
     result: dict[str, Any]
+    rest: str = ""  # the text after the completed place on its line (lsp/items.py)
+    multiline: bool = True  # what the daemon was asked for
+
+    @property
+    def stop_reason(self) -> str:
+        return str(self.result.get("stop_reason") or "")
+
+    @property
+    def fim(self) -> bool:
+        """Whether the model saw ``rest`` (a fill-in-the-middle prompt)."""
+        prompt = self.result.get("prompt")
+        return isinstance(prompt, str) and items.is_fim_prompt(prompt)
 
 
 class NgramdServer(LanguageServer):
@@ -108,8 +120,11 @@ class NgramdServer(LanguageServer):
         # it is prepared there on connection, one place for every editor. None while the editor
         # sends no prepares (none yet, or its setting is off).
         self._resting: tuple[str, types.Position, int | None] | None = None
+        # Whether the daemon's model sees the text after the cursor (a fill-in-the-middle prompt),
+        # learnt from its last completion; None until one came from the daemon connected now.
+        self._model_sees_rest: bool | None = None
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
-                         "failed": 0, "resyncs": 0}
+                         "failed": 0, "resyncs": 0, "mid_line": 0}
 
     # -- documents ------------------------------------------------------------------
 
@@ -277,6 +292,7 @@ class NgramdServer(LanguageServer):
                                   timeout=60.0)
         self._start_failure_shown = None  # a daemon answered: a later failed start is news
         self.daemon_info = info if isinstance(info, dict) else {}
+        self._model_sees_rest = None  # this daemon may run another model
         self.limits.update(self.daemon_info)
         conn.max_message_bytes = self.limits.max_message_bytes
         pid = self.daemon_info.get("pid")
@@ -321,6 +337,8 @@ class NgramdServer(LanguageServer):
         or when the daemon fails or does not answer within ``timeoutMs``.
         ``selected``: complete the text as it would be with the menu's selection applied
         (sent as the daemon's stateless ``text``), the proposal continuing after it.
+        ``multiline`` is asked for only where the rest of the line is blank: lines written
+        before the rest of a line would split it (lsp/items.py).
         """
         if not self.settings.enabled:
             return None
@@ -339,13 +357,21 @@ class NgramdServer(LanguageServer):
         if self._resting is not None:  # the user is here now: a daemon that comes prepares this place
             self._resting = (uri, pos, doc.version)
         params: dict[str, Any] = {"uri": uri, "offset": offset, "version": doc.version or 0,
-                                  "maxTokens": self.settings.max_tokens, "multiline": multiline,
+                                  "maxTokens": self.settings.max_tokens,
                                   "temperature": self.settings.temperature}
+        rest = positions.line_rest(text, offset)
         if selected is not None:
             s, e = self.range_of(doc, selected.range)
             params["text"] = text[:s] + selected.text + text[e:]
             params["offset"] = s + len(selected.text)
+            rest = positions.line_rest(text, e)
             del params["version"]
+        params["multiline"] = multiline = multiline and not rest.strip()
+        if self._model_sees_rest is False and not items.only_closers(rest):
+            # a model blind to the rest of the line seldom writes a line that ends with it, and
+            # nothing else is offered there (items.replaced_rest): not worth a pass per keystroke
+            self.counters["mid_line"] += 1
+            return None
         request_id = f"{os.getpid()}-{next(self._ids)}"
         params["requestId"] = request_id
         if selected is not None and not message_fits("complete", params, "text", self.limits.max_message_bytes):
@@ -389,7 +415,9 @@ class NgramdServer(LanguageServer):
         self.counters["completions"] += 1
         self._refusals_shown.clear()  # a refusal after this one is news again
         log.debug("completion in %.0f ms: %r", (time.monotonic() - started) * 1000, result["text"][:80])
-        return Proposal(doc, offset, result["text"], result)
+        proposal = Proposal(doc, offset, result["text"], result, rest, multiline)
+        self._model_sees_rest = proposal.fim
+        return proposal
 
     async def _call_in_sync(self, method: str, params: dict[str, Any], timeout: float) -> Any:
         """The daemon's answer to ``method`` on ``params["uri"]``; once re-sends the document and

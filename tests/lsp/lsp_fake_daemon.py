@@ -36,6 +36,8 @@ class FakeDaemon:
         self.prepare_error: tuple[int, str] | None = None  # the answer to prepareEdit/prepareComplete, if an error
         self.edit_stop_reason = "stop_string"  # "max_tokens", "repetition": a rewrite cut off before its end
         self.complete_error: tuple[int, str] | None = None  # (code, message) every complete fails with
+        self.complete_stop_reason = "stop_string"  # "max_tokens": a completion cut at its length limit
+        self.complete_prompt = ""  # the prompt a complete says the model saw (FIM tokens: lsp/items.py)
         self.docs: dict[str, dict[str, Any]] = {}
         # the longest message read, said in the initialize answer; a longer one closes the
         # connection, as the real daemon does
@@ -197,7 +199,7 @@ class FakeDaemon:
             if "version" in p and p["version"] != doc["version"]:
                 raise rpc.RpcError(rpc.CONTENT_MODIFIED, "stale version")
         await self._run((uri, "complete"), p.get("requestId"), self.delay)
-        return _result(self.proposal)
+        return {**_result(self.proposal), "prompt": self.complete_prompt, "stop_reason": self.complete_stop_reason}
 
     async def _run(self, key: tuple[str, str], request_id: Any, seconds: float) -> None:
         """Take ``seconds`` unless cancelled (REQUEST_CANCELLED); supersedes the same key's job."""

@@ -1029,7 +1029,8 @@ async def test_a_document_too_large_for_the_daemon_is_skipped_told_once_and_resu
             text_document=types.TextDocumentIdentifier(uri=big), range=rng(1, 0, 1, 5),
             context=types.CodeActionContext(diagnostics=[])))
         assert actions and actions[0].title
-        result = await client.text_document_inline_completion_async(inline_params(big, 1, 0))
+        # at the line's end: mid-line, the fake's plain prompt would rightly offer nothing (lsp/items.py)
+        result = await client.text_document_inline_completion_async(inline_params(big, 1, 5))
         assert result is not None and result.items, result
 
         change(client, big, 8, (rng(0, 0, 0, 0), "x = 1\n" * 2000))  # too large again: dropped there
