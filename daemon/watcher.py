@@ -507,7 +507,12 @@ class WorkspaceWatcher:
         if self.is_open(path):
             self._count("shadowed")
             return
-        if path.is_file():  # a symlink to a file too, as the scan indexes it
+        try:
+            is_file = path.is_file()  # a symlink to a file too, as the scan indexes it
+        except OSError:  # Python 3.11 raises a permission error (a link to /proc/1/root for a user)
+            self.index.index_file(path)  # skipped and counted "unreadable", an older copy dropped, as by the scan
+            return
+        if is_file:
             if links_outside(path, str(root)):  # the scan does not index it either (a link retargeted out leaves)
                 self._count("ignored")
                 self.index.remove_file(path)

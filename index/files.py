@@ -18,6 +18,10 @@ the rebuild paths): when the dynamic set or the tombstones grow, ``merge``
 rebuilds the static segment from all live files, building outside the lock so
 lookups keep working; then the writer builds the dynamic set's ScanSet.
 
+Files evicted for lack of room are remembered (``_evicted_paths``, bounded) until they come
+back (``scans._restore_evicted``, once buffers shrink), are indexed or removed again, or
+their folder is forgotten or no longer lists them.
+
 Invariant (``NgramIndex._check_invariants`` asserts it): a cached dynamic ScanSet
 built at the current ``_dyn_version`` equals one built from scratch, and in any
 cached one exactly the files still in the dynamic set are live; the running totals
@@ -51,6 +55,10 @@ class _File:
 # ndarray header of its tokens.
 _FILE_RECORD_BYTES = sys.getsizeof(_File(0, 0, 0)) + 3 * sys.getsizeof(2**40)
 ARRAY_HEADER_BYTES = sys.getsizeof(np.zeros(0, np.int32)[:0])  # a view: the header without data
+
+# Files evicted for lack of room that are remembered to come back once there is room again; past
+# this many, the longest evicted are forgotten (a rescan of their folder finds them again).
+MAX_EVICTED_REMEMBERED = 50_000
 
 
 class WorkspaceFiles:
@@ -115,6 +123,7 @@ class WorkspaceFiles:
                 del self._links_of[real]
 
     def _remove(self, key: str) -> None:
+        self._evicted_paths.pop(key, None)  # indexed again or removed: nothing to bring back
         self._forget_link(key)
         f = self._files.pop(key, None)
         if f is None:
@@ -141,10 +150,11 @@ class WorkspaceFiles:
         return 0 if s is None else s.num_tokens - self._static_dead
 
     def _enforce_bound(self) -> bool:
-        """Evict least recently used workspace files, then the oldest history, until the bound
-        holds (lock held; open buffers are never evicted); whether any was. A writer that is no file writer (buffers, history) then calls ``_after_write``
-        too: the cached dynamic set only tombstones an evicted file, and a match found only there
-        hid a shorter live one from every lookup until the next file write."""
+        """Evict least recently used workspace files (remembered: they come back once there is
+        room), then the oldest history, until the bound holds (lock held; open buffers are never
+        evicted); whether any was. A writer that is no file writer (buffers, history) then calls
+        ``_after_write`` too: the cached dynamic set only tombstones an evicted file, and a match
+        found only there hid a shorter live one from every lookup until the next file write."""
         over = self._indexed_tokens() - self.cfg.max_indexed_tokens
         if over <= 0 or not (self._files or self._history):
             return False
@@ -152,6 +162,7 @@ class WorkspaceFiles:
             if over <= 0:
                 break
             self._remove(key)
+            self._remember_evicted(key, f)
             self._evicted += 1
             over -= f.n_tokens
         # then the oldest accepted completions: else open buffers and history past the bound kept
@@ -162,6 +173,42 @@ class WorkspaceFiles:
             over -= len(old)
             self._cache.pop("history", None)
         return True
+
+    # ---- files evicted for lack of room -----------------------------------
+    def _remember_evicted(self, key: str, f: _File) -> None:
+        """``key`` was evicted (lock held): it comes back once there is room (``_restore_evicted``),
+        with its place in the LRU order. Else one big open buffer emptied the workspace for good."""
+        self._evicted_paths[key] = (f.n_tokens, f.used)
+        self._evicted_min_tokens = min(self._evicted_min_tokens, f.n_tokens)
+        if len(self._evicted_paths) > MAX_EVICTED_REMEMBERED:
+            del self._evicted_paths[next(iter(self._evicted_paths))]  # the longest evicted
+
+    def _evicted_that_fit(self, tried: set[str]) -> list[str]:
+        """Evicted files not yet ``tried`` whose tokens fit in the room left now, the most recently
+        evicted (the most recently used) first, one batch at most (lock held). Adds them to ``tried``."""
+        room = self.cfg.max_indexed_tokens - self._indexed_tokens()
+        if room <= 0 or room < self._evicted_min_tokens:  # no walk over them all at each keystroke in a big buffer
+            return []
+        batch: list[str] = []
+        smallest = None
+        for key, (n_tokens, _) in reversed(self._evicted_paths.items()):
+            if len(batch) >= self.cfg.batch_files:
+                break
+            if key in tried:
+                continue
+            if n_tokens <= room:
+                batch.append(key)
+                room -= n_tokens
+            elif smallest is None or n_tokens < smallest:
+                smallest = n_tokens
+        if not batch and not tried and smallest is not None:  # each one is larger than the room
+            self._evicted_min_tokens = smallest
+        tried.update(batch)
+        return batch
+
+    def _evicted_under(self, prefix: str) -> list[str]:
+        """The evicted files under the folder ``prefix`` (lock held); ``_remove_all`` forgets them."""
+        return [k for k in self._evicted_paths if k.startswith(prefix)]
 
     # ---- the dynamic set --------------------------------------------------
     def _dynamic_snapshot(self) -> list[tuple[str, _File, np.ndarray]]:

@@ -3,7 +3,8 @@
 Part of ``store.NgramIndex`` (a mixin: its state is declared in ``NgramIndex.__init__``;
 "lock held" means the caller holds ``NgramIndex._lock``). The writers of workspace
 files: ``index_file``, ``remove_file``, ``remove_tree``, ``index_workspace`` (a whole
-folder, in batches) and ``forget_root``. They read and tokenize outside the lock,
+folder, in batches), ``forget_root``, and ``_restore_evicted`` (files evicted for lack of
+room, read again once buffers shrink). They read and tokenize outside the lock,
 then install into or remove from the file table (``files.WorkspaceFiles``).
 
 Newest wins: since files are read and tokenized outside the lock, a reader (a scan
@@ -110,7 +111,8 @@ class WorkspaceScans:
         key = os.path.abspath(os.fspath(path))
         prefix = _folder_prefix(key)
         with self._lock:
-            n = self._remove_all([k for k in self._files if k == key or k.startswith(prefix)])
+            n = self._remove_all([k for keys in (self._files, self._evicted_paths) for k in keys
+                                  if k == key or k.startswith(prefix)])  # the evicted ones are not counted
             self._record_change(key)
             if self._readers:
                 self._changed_under[prefix] = self._tick()
@@ -181,6 +183,9 @@ class WorkspaceScans:
                     k for k, f in before.items()
                     if k not in found and self._files.get(k) is f  # not re-indexed during the scan
                     and not k.startswith(nested))
+                # nor do the evicted ones it no longer finds come back
+                self._remove_all([k for k in self._evicted_under(prefix)
+                                  if k not in found and not k.startswith(nested)])
         self._after_write()
         with self._lock:
             for reason, n in counts.items():
@@ -239,11 +244,68 @@ class WorkspaceScans:
         with self._lock:
             self._roots.discard(prefix)
             under = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+            evicted = self._evicted_under(prefix)
         # ``keep`` may test ignore rules per file: outside the lock, so lookups go on meanwhile
         gone = [k for k in under if keep is None or not keep(k)]
+        evicted_gone = [k for k in evicted if keep is None or not keep(k)]  # the kept ones come back
         with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
             n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
+            self._remove_all(k for k in evicted_gone if k not in self._files)
         self._after_write()
+        return n
+
+    def _restore_evicted(self) -> int:
+        """Index again the files evicted for lack of room that fit in the room there is now (called
+        when buffers shrink), most recently used first, each with its old place in the LRU order;
+        returns how many came back. A batch at a time, read outside the lock as a scan reads (newest
+        wins: a file event meanwhile decides); one no longer readable is forgotten and counted."""
+        if not self._evicted_paths:  # the common case, without the lock
+            return 0
+        restored, tried = 0, set()
+        while True:
+            with self._lock:
+                keys = self._evicted_that_fit(tried)
+                if not keys:
+                    return restored
+                read_tick = self._begin_read()
+            try:
+                restored += self._restore_batch(keys, read_tick)
+            finally:
+                with self._lock:
+                    self._end_read()
+            self._after_write()
+
+    def _restore_batch(self, keys: list[str], read_tick: int) -> int:
+        """Read, tokenize and install the evicted files ``keys`` whose reads began at ``read_tick``."""
+        read, texts, skipped = [], [], []
+        for key in keys:
+            try:
+                texts.append(read_text(key, self.cfg.max_file_bytes))
+                read.append(key)
+            except SkipFile as e:
+                skipped.append(e)
+        arrays = self._tokenize_files(texts) if texts else []
+        reals = RealPaths()
+        real_paths = [reals.of(k) for k in read]
+        n = 0
+        with self._lock:
+            for e in skipped:
+                if e.path in self._evicted_paths and not self._changed_since(e.path, read_tick):
+                    del self._evicted_paths[e.path]
+                    self._skipped[e.reason] += 1
+            room = self.cfg.max_indexed_tokens - self._indexed_tokens()
+            for key, arr, real in zip(read, arrays, real_paths):
+                waiting = self._evicted_paths.get(key)
+                if waiting is None or self._changed_since(key, read_tick):
+                    continue  # indexed, removed or its folder forgotten meanwhile: that decides
+                if len(arr) > room:  # it grew, or buffers did: it waits for more room
+                    self._evicted_paths[key] = (len(arr), waiting[1])
+                    continue
+                self._install(key, arr, read_tick)
+                self._files[key].used = waiting[1]
+                self._note_link(key, real)
+                room -= len(arr)
+                n += 1
         return n
 
     def _tokenize_files(self, texts: list[str]) -> list[np.ndarray]:

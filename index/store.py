@@ -140,6 +140,10 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         # files added since, and its removed files are tombstoned (see _dynamic_set).
         self._dyn_version = 0
         self._evicted = 0
+        # files evicted for lack of room, to index again once there is room: key -> (tokens, LRU
+        # clock) at eviction, in eviction order, at most files.MAX_EVICTED_REMEMBERED
+        self._evicted_paths: dict[str, tuple[int, int]] = {}
+        self._evicted_min_tokens = sys.maxsize  # at most the fewest tokens of any of them (none fits in less room)
         self._merges = 0
         # Workspace scans (scans.py).
         self._roots: set[str] = set()  # folders index_workspace has scanned, each ending in a separator
@@ -164,10 +168,14 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         doc = Document.from_text(text, self._tok)  # tokenize outside the lock
         keys = KeyIndex(doc.tokens, key_len(self.cfg.min_n)) if len(doc.tokens) >= self.cfg.keyed_min_tokens else None
         with self._lock:
+            old = self._buffers.get(uri)
+            shrank = old is not None and len(old.doc.tokens) > len(doc.tokens)
             self._buffers[uri] = _Buffer(doc, self._tick(), keys)
             evicted = self._enforce_bound()
         if evicted:
             self._after_write()
+        if shrank:
+            self._restore_evicted()
 
     def edit_buffer(self, uri: str, start: int, end: int, new_text: str, result: str | None = None) -> None:
         """Replace characters ``[start, end)`` of buffer ``uri`` (str indices) by ``new_text``.
@@ -194,13 +202,20 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
             if b.keys is not None:
                 b.keys.splice(b.doc.tokens, *splice)
             b.stamp = self._tick()
+            lo, hi, n_new = splice
             evicted = self._enforce_bound()
         if evicted:
             self._after_write()
+        if n_new < hi - lo:  # it shrank
+            self._restore_evicted()
 
     def close_buffer(self, uri: str) -> None:
+        """Forget the buffer ``uri``; files evicted to make room for it come back (read on the
+        caller's thread, outside the lock: the daemon's index thread)."""
         with self._lock:
-            self._buffers.pop(uri, None)
+            closed = self._buffers.pop(uri, None)
+        if closed is not None:
+            self._restore_evicted()
 
     def buffer_text(self, uri: str) -> str:
         with self._lock:
@@ -341,6 +356,8 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
                     b.keys.check(b.doc.tokens)
             self._check_lookup_sets()
             assert self._walk_file_bytes() == (self._file_bytes(), self._dyn_bytes)
+            assert not self._files.keys() & self._evicted_paths.keys()  # an evicted file is not indexed
+            assert all(n >= self._evicted_min_tokens for n, _ in self._evicted_paths.values())
             hit = self._cache.get("dynamic")
             if hit is not None:  # current or not, its live documents are exactly those still dynamic
                 got = hit[1]
@@ -372,7 +389,8 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         with their chunk cuts and key indexes, cached scan sets) and the per-file bookkeeping
         (path strings, file records, the dict and key list holding them: ``_file_bytes``).
         Not counted: buffer texts (the daemon's documents hold the same strings), the
-        bookkeeping of readers in flight, and the interpreter's own overhead."""
+        bookkeeping of readers in flight and of evicted files waiting for room, and the
+        interpreter's own overhead."""
         with self._lock:
             seg = self._static
             static_bytes = 0 if seg is None else seg.nbytes + self._static_live.nbytes + self._static_stamps.nbytes
@@ -396,5 +414,6 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
                 "bytes_per_token": index_bytes / indexed if indexed else 0.0,
                 "skipped": dict(self._skipped),
                 "evicted_files": self._evicted,
+                "evicted_waiting": len(self._evicted_paths),  # evicted files that come back once there is room
                 "merges": self._merges,
             }

@@ -368,8 +368,9 @@ def links_outside(path: str | os.PathLike, real_folder: str) -> bool:
 def _drop_absent_and_links_out(files: list[Path], root: Path, counts: Counter) -> list[Path]:
     """``files`` less the ones not on disk (``not_on_disk``: git lists tracked files a sparse
     checkout leaves out, or deleted and not yet staged; or one vanished since it was listed),
-    the ones that resolve out of ``root`` (``outside_root``) and the symlinks to a file that
-    is itself listed (``duplicate``: its text is indexed once, under its own path).
+    the ones that resolve out of ``root`` (``outside_root``) or cannot be resolved
+    (``unreadable``) and the symlinks to a file that is itself listed (``duplicate``: its text
+    is indexed once, under its own path).
 
     A file resolves elsewhere when it is a link or a folder on its way is one. The walk follows
     no directory link out of the folder, but ``git ls-files`` lists a tracked file even when the
@@ -385,10 +386,14 @@ def _drop_absent_and_links_out(files: list[Path], root: Path, counts: Counter) -
                 counts["not_on_disk"] += 1
                 continue
             is_link = False  # a loop or no permission on the way: reading it says which, per file
-        real_dir = real_dirs.get(f.parent)
-        if real_dir is None:
-            real_dir = real_dirs[f.parent] = os.path.realpath(f.parent)
-        real = os.path.realpath(f) if is_link else os.path.join(real_dir, f.name)
+        try:
+            real_dir = real_dirs.get(f.parent)
+            if real_dir is None:
+                real_dir = real_dirs[f.parent] = os.path.realpath(f.parent)
+            real = os.path.realpath(f) if is_link else os.path.join(real_dir, f.name)
+        except OSError:  # a link no one may read (``/proc/1/root`` for a user): that file, not the folder
+            counts["unreadable"] += 1
+            continue
         if not _is_within(real, real_root):
             counts["outside_root"] += 1
             continue

@@ -1,0 +1,212 @@
+"""Workspace files evicted for lack of room come back once there is room again.
+
+Open buffers are never evicted: one big buffer used to evict every workspace file for good
+(until a rescan of the folder). The index remembers what it evicted and reads it back from disk
+when a buffer shrinks or closes, the most recently used first, up to the bound.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import index.files
+import index.scans
+from index import IndexConfig, NgramIndex, Source
+from index_helpers import char_tokenize, ids
+
+BOUND = 100
+
+
+def _index(**kw) -> NgramIndex:
+    return NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, max_indexed_tokens=BOUND, **kw))
+
+
+def _files(root, n: int) -> list:
+    """``n`` files of 20 tokens (characters) each, ``<i>`` then filler."""
+    paths = []
+    for i in range(n):
+        p = root / f"f{i}.txt"
+        p.write_text(f"<{i}>" + "y" * 17)
+        paths.append(p)
+    return paths
+
+
+def _counts(idx: NgramIndex) -> tuple[int, int, int]:
+    s = idx.stats()
+    return s["workspace_files"], s["evicted_waiting"], s["indexed_tokens"]
+
+
+def test_files_evicted_by_a_big_buffer_come_back_when_it_closes(tmp_path):
+    """The fuzzing review's case, scaled down: the buffer alone fills the bound."""
+    paths = _files(tmp_path, 5)
+    idx = _index()
+    assert idx.index_workspace(tmp_path)["indexed"] == 5
+    idx.open_buffer("untitled:big", "x" * BOUND)
+    assert not any(idx.has_file(p) for p in paths)
+    waiting = idx.stats().get("evicted_waiting")
+    idx.close_buffer("untitled:big")
+    assert all(idx.has_file(p) for p in paths)
+    assert waiting == 5 and _counts(idx) == (5, 0, 100)
+    assert idx.propose(ids("<3>"), k=2).branches[0].source == Source.WORKSPACE
+    idx._check_invariants()
+
+
+def test_what_fits_comes_back_most_recently_used_first_with_its_lru_place(tmp_path):
+    """A buffer that shrinks (an edit, a whole new text) makes room for some of them: the most
+    recently used come back first, and the bound holds. Once back, each keeps its place in the
+    LRU order: the least recently used goes first again."""
+    f0, f1, f2, f3 = _files(tmp_path, 4)
+    idx = _index(merge_tokens=1000)
+    for p in (f0, f1, f2, f3):
+        idx.index_file(p)
+    assert idx.propose(ids("<0"), k=1)  # f0 used: the LRU order is f1, f2, f3, f0
+    idx.open_buffer("u", "b" * 90)  # 90 + 80 tokens: all four go
+    assert _counts(idx) == (0, 4, 90)
+    idx.edit_buffer("u", 0, 45, "")  # 55 tokens of room: two files fit
+    assert [idx.has_file(p) for p in (f0, f1, f2, f3)] == [True, False, False, True]
+    assert _counts(idx) == (2, 2, 85)
+    idx.open_buffer("u", "b" * 5)  # room for the other two
+    assert all(idx.has_file(p) for p in (f0, f1, f2, f3)) and _counts(idx) == (4, 0, 85)
+    idx._check_invariants()
+    idx.open_buffer("u", "b" * 30)  # 110 tokens: f1, the least recently used, goes alone
+    assert [idx.has_file(p) for p in (f0, f1, f2, f3)] == [True, False, True, True]
+
+
+def test_a_file_too_big_for_the_room_waits_and_the_smaller_ones_come_back(tmp_path):
+    big, small = tmp_path / "big.txt", tmp_path / "small.txt"
+    big.write_text("B" * 60)
+    small.write_text("S" * 20)
+    idx = _index()
+    idx.index_file(small)
+    idx.index_file(big)  # the most recently used
+    idx.open_buffer("u", "b" * 100)
+    assert _counts(idx) == (0, 2, 100)
+    idx.open_buffer("u", "b" * 50)
+    assert idx.has_file(small) and not idx.has_file(big)  # 50 tokens of room: big (60) waits
+    assert _counts(idx) == (1, 1, 70)
+    idx.close_buffer("u")
+    assert idx.has_file(big) and _counts(idx) == (2, 0, 80)
+    idx._check_invariants()
+
+
+def test_the_disk_decides_what_comes_back(tmp_path, monkeypatch):
+    """An evicted file comes back with its text on disk now; one deleted meanwhile (no event
+    yet) is forgotten and counted as the scan counts it; one grown past the room waits, and is
+    not read again until there is room for its new size."""
+    changed, deleted, grown = tmp_path / "changed.txt", tmp_path / "deleted.txt", tmp_path / "grown.txt"
+    for p in (changed, deleted, grown):
+        p.write_text(p.stem[:2] + "y" * 18)
+    idx = _index()
+    idx.index_workspace(tmp_path)
+    idx.open_buffer("u", "b" * 100)
+    changed.write_text("ch=new" + "z" * 14)
+    deleted.unlink()
+    grown.write_text("gr" + "y" * 68)  # 70 tokens: more than the 60 there will be room for
+    idx.open_buffer("u", "b" * 40)
+    assert idx.has_file(changed) and not idx.has_file(deleted) and not idx.has_file(grown)
+    assert idx.propose(ids("ch="), k=3).branches[0].tokens.tolist() == ids("new")
+    assert idx.stats()["skipped"] == {"vanished": 1}
+    assert _counts(idx) == (1, 1, 60)  # grown waits, with its new size
+    reads = []
+    read_text = index.scans.read_text
+    monkeypatch.setattr(index.scans, "read_text", lambda path, n: reads.append(path) or read_text(path, n))
+    idx.edit_buffer("u", 0, 1, "")  # 41 tokens of room: still too few
+    assert reads == []
+    idx.close_buffer("u")
+    assert idx.has_file(grown) and _counts(idx) == (2, 0, 90)
+    idx._check_invariants()
+
+
+@pytest.mark.parametrize("how", ["remove_file", "remove_tree", "forget_root", "rescan"])
+def test_a_file_removed_while_evicted_stays_out(tmp_path, how):
+    """What a file event, a folder closed or a rescan decides while the file is evicted holds:
+    it does not come back when there is room, though it is still on disk."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "sub").mkdir()
+    gone, kept = root / "sub" / "gone.txt", root / "kept.txt"
+    gone.write_text("<gone>" + "y" * 14)
+    kept.write_text("<kept>" + "y" * 14)
+    idx = _index()
+    idx.index_workspace(root)
+    idx.open_buffer("u", "b" * 100)
+    assert _counts(idx) == (0, 2, 100)
+    if how == "remove_file":  # the watcher found it ignored now, say
+        idx.remove_file(gone)
+    elif how == "remove_tree":
+        idx.remove_tree(root / "sub")
+    elif how == "forget_root":
+        assert idx.forget_root(root, keep=lambda k: k == str(kept)) == 0  # no file was indexed
+    else:
+        (root / ".gitignore").write_text("sub/\n")
+        idx.index_workspace(root)  # evicts what it installs at once: the buffer fills the bound
+    idx.close_buffer("u")
+    assert not idx.has_file(gone) and idx.has_file(kept)
+    assert idx.stats()["evicted_waiting"] == 0
+    idx._check_invariants()
+
+
+def test_a_file_indexed_again_while_evicted_is_not_read_twice(tmp_path):
+    """A file event indexes an evicted file (room or not): it is no longer waiting."""
+    (p,) = _files(tmp_path, 1)
+    idx = _index()
+    idx.index_file(p)
+    idx.open_buffer("u", "b" * 100)
+    assert not idx.index_file(p)  # no room: evicted again at once, still waiting
+    assert idx.stats()["evicted_waiting"] == 1
+    idx.open_buffer("u", "b" * 70)
+    assert idx.has_file(p) and _counts(idx) == (1, 0, 90)
+    assert idx.index_file(p) and _counts(idx) == (1, 0, 90)
+
+
+def test_how_many_evicted_files_are_remembered_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(index.files, "MAX_EVICTED_REMEMBERED", 2)
+    paths = _files(tmp_path, 4)
+    idx = _index()
+    for p in paths:
+        idx.index_file(p)
+    idx.open_buffer("u", "b" * 100)
+    assert _counts(idx) == (0, 2, 100)
+    idx.close_buffer("u")
+    assert [idx.has_file(p) for p in paths] == [False, False, True, True]  # the last two evicted
+
+
+def test_a_file_event_during_the_read_back_decides(tmp_path, monkeypatch):
+    """Newest wins, as for a scan: a file removed (an event) while it was read back stays out."""
+    (p,) = _files(tmp_path, 1)
+    idx = _index()
+    idx.index_file(p)
+    idx.open_buffer("u", "b" * 100)
+    read_text = index.scans.read_text
+
+    def read_then_removed(path, max_bytes):
+        text = read_text(path, max_bytes)
+        idx.remove_file(path)  # the watcher handles a delete meanwhile
+        return text
+
+    monkeypatch.setattr(index.scans, "read_text", read_then_removed)
+    idx.close_buffer("u")
+    assert not idx.has_file(p) and _counts(idx) == (0, 0, 0)
+
+
+def test_edits_that_leave_too_little_room_for_any_do_not_walk_them_all(tmp_path):
+    """In a big buffer at the bound each deleted character makes a little room: once a walk found
+    every evicted file larger, no later one walks them again until one could fit."""
+    class CountingDict(dict):
+        walks = 0
+
+        def items(self):
+            CountingDict.walks += 1
+            return super().items()
+
+    paths = _files(tmp_path, 4)
+    idx = _index()
+    for p in paths:
+        idx.index_file(p)
+    idx._evicted_paths = CountingDict()
+    idx.open_buffer("u", "b" * 100)
+    for i in range(10):  # 1 to 10 tokens of room, each file needs 20
+        idx.edit_buffer("u", 0, 1, "")
+    assert CountingDict.walks <= 1 and _counts(idx) == (0, 4, 90)
+    idx.edit_buffer("u", 0, 10, "")
+    assert idx.has_file(paths[-1]) and _counts(idx) == (1, 3, 100)
