@@ -14,7 +14,8 @@ Vocabulary:
   ask for work on a version of it, numbered its own way: another's edits and versions are
   of its own text, which this is not (two editors with different unsaved changes to one
   file). It gets ``CONTENT_MODIFIED`` and sends its whole text, which puts it in sync
-  (and the other out).
+  (and the other out). A connection that does not hold the document has no text of it
+  here at all: it is told the document is not open (``DOCUMENT_NOT_OPEN``), and opens it.
 - *change*: either a full replacement (``{"text"}``) or a range edit
   ``{"start", "end", "text"}`` in characters (code points) of the text as it is
   before that change. Changes in one ``change`` call apply in order.
@@ -22,7 +23,8 @@ Vocabulary:
 Invariant: ``doc.text`` is always the result of applying every accepted change
 in order; a change from a holder out of sync or with a version not newer than its
 last, or an open from a holder with a version older than the last one it sent, is
-rejected whole (``CONTENT_MODIFIED``) and leaves the document untouched.
+rejected whole (``CONTENT_MODIFIED``) and leaves the document untouched; so is a
+change from a connection that does not hold it (``DOCUMENT_NOT_OPEN``).
 
 Pure bookkeeping: no index, no model; the service mirrors each accepted edit
 into the n-gram index (``Edit`` records say what to mirror).
@@ -233,25 +235,23 @@ class DocumentStore:
         doc.in_sync.add(conn)
         return doc
 
-    def text_at(self, uri: str, version: int | None, conn: int | None) -> str:
+    def text_at(self, uri: str, version: int | None, conn: int) -> str:
         """The text of ``uri``, which must be at ``version`` as ``conn`` numbers it (when given):
-        CONTENT_MODIFIED if it is at another, or holds another client's text."""
+        CONTENT_MODIFIED if it is at another, or holds another client's text; DOCUMENT_NOT_OPEN
+        if ``conn`` does not hold it (a version of no text of its own here)."""
         doc = self.get(uri)
         if version is not None:
-            self._check_in_sync(doc, conn)
-            now = doc.holders.get(conn, doc.version)  # a holder's own numbering
+            now = self._own_version(doc, conn)
             if version != now:
                 raise RpcError(CONTENT_MODIFIED, f"version {version} is not the document's ({now})")
         return doc.text
 
     def change(self, uri: str, version: int, changes: list[tuple[int | None, int | None, str]],
-               conn: int | None = None) -> list[Edit]:
-        """Apply ``changes`` in order, all or nothing; returns the edits applied.
-
-        ``conn``: the connection sending them (its version is remembered if it holds the document)."""
+               conn: int) -> list[Edit]:
+        """Apply ``changes`` from ``conn``, a holder in sync, in order, all or nothing; returns
+        the edits applied."""
         doc = self.get(uri)
-        self._check_in_sync(doc, conn)
-        last = doc.holders.get(conn, doc.version)  # a holder's own numbering
+        last = self._own_version(doc, conn)
         if version <= last:
             raise RpcError(CONTENT_MODIFIED,
                            f"stale version {version} for {uri[:200]} (document is at {last})")
@@ -259,18 +259,24 @@ class DocumentStore:
         self.check_size(text)
         doc.text, doc.version = text, version
         doc.in_sync.clear()  # the other holders' texts have not had this change
-        if conn in doc.holders:
-            doc.holders[conn] = version
-            doc.in_sync.add(conn)
+        doc.holders[conn] = version
+        doc.in_sync.add(conn)
         if not edits[-1].full:
             edits[-1] = replace(edits[-1], result=text)
         return edits
 
     @staticmethod
-    def _check_in_sync(doc: Document, conn: int | None) -> None:
-        if conn in doc.holders and conn not in doc.in_sync:
+    def _own_version(doc: Document, conn: int) -> int:
+        """The last version ``conn`` sent of ``doc``, whose text must be its own: DOCUMENT_NOT_OPEN
+        for a connection that does not hold it (its edits and versions are of a text not here:
+        it opens it, as the LSP does on this error), CONTENT_MODIFIED for a holder out of sync."""
+        last = doc.holders.get(conn)
+        if last is None:
+            raise RpcError(INVALID_PARAMS, f"{DOCUMENT_NOT_OPEN}{doc.uri[:200]}")
+        if conn not in doc.in_sync:
             raise RpcError(CONTENT_MODIFIED, f"{doc.uri[:200]} holds another client's text since this one "
                                              f"last sent it: send the whole text again")
+        return last
 
     def close(self, conn: int, uri: str) -> bool:
         """Release ``conn``'s hold; True when the document is gone (no holder left)."""

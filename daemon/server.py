@@ -57,6 +57,9 @@ log = logging.getLogger("ngramd.server")
 READ_CHUNK = 64 * 1024
 # at shutdown, requests in flight get this long to send their "cancelled" answers
 SHUTDOWN_GRACE_S = 2.0
+# at shutdown, once every connection is closed, its reader gets this long to end (it notices
+# within HANGUP_POLL_S)
+READERS_GRACE_S = 1.0
 # requests of one connection being handled or waiting to send their answer; past this the
 # connection is not read until some finish (a client that never reads cannot pile up tasks)
 MAX_IN_FLIGHT = 64
@@ -70,9 +73,10 @@ _conn_ids = itertools.count(1)
 
 
 class Connection:
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, reader_task: asyncio.Task) -> None:
         self.id = next(_conn_ids)
         self.writer = writer
+        self.reader_task = reader_task  # the task that reads it (Server._handle)
         self.tasks: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
         self.closed = False
@@ -245,17 +249,30 @@ class Server:
         sends = [asyncio.ensure_future(conn.send(notice)) for conn in list(self.connections.values())]
         if sends:  # bounded: a client that reads nothing cannot hold the exit up
             await asyncio.wait(sends, timeout=SHUTDOWN_GRACE_S)
-        for conn in list(self.connections.values()):
-            conn.closed = True
-            conn.writer.close()
+        await self._close_connections()
         self._unlink_socket()
         # the worker and watcher threads stop in service.close(), off the loop
         await asyncio.get_running_loop().run_in_executor(None, self.service.close)
 
+    async def _close_connections(self) -> None:
+        """Close every connection and wait (bounded) for its reader to end: one left running
+        would be cancelled by the loop's shutdown, which asyncio logs with a traceback. A
+        connection whose answers still fill its socket is aborted: a client that read nothing
+        during the grace would hold it (and its reader) open for ever."""
+        conns = list(self.connections.values())
+        for conn in conns:
+            conn.closed = True
+            if conn.writer.transport.get_write_buffer_size():
+                conn.writer.transport.abort()
+            else:
+                conn.writer.close()
+        if conns:
+            await asyncio.wait([conn.reader_task for conn in conns], timeout=READERS_GRACE_S)
+
     # -- one connection -------------------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(writer)
+        conn = Connection(writer, asyncio.current_task())
         self.connections[conn.id] = conn
         self.service.client_connected(conn.id)
         frames = FrameReader(self.max_message_bytes)
@@ -307,8 +324,8 @@ class Server:
 
     async def _wait_for_room(self, conn: Connection) -> bool:
         """Back-pressure: hold off reading while ``max_in_flight`` requests are pending. False
-        when the client closed its socket meanwhile: nothing reads it now, so nothing else
-        would notice, and its requests would run on for nobody."""
+        when the client closed its socket meanwhile (nothing reads it now, so nothing else
+        would notice, and its requests would run on for nobody), or the daemon did (``close``)."""
         while len(conn.tasks) >= self.max_in_flight:
             await asyncio.wait(set(conn.tasks), timeout=HANGUP_POLL_S, return_when=asyncio.FIRST_COMPLETED)
             if _peer_hung_up(conn.writer):

@@ -169,10 +169,11 @@ class Service:
         text = _req(p, "text", str)
         version = _req_int(p, "version")
         language_id = _opt(p, "languageId", str, "")
+        path = _local_path(uri, "'uri'")  # before the open: a refused uri leaves no document behind
         was_open = uri in self.docs
         self.docs.open(conn, uri, text, version, language_id[:100])
         if not was_open:
-            self._track_open(uri)
+            self._track_open(uri, path)
         await self._index_call("open_buffer", uri, text)
         return None
 
@@ -476,10 +477,10 @@ class Service:
         if callable(drop):
             self._misc_exec.submit(drop, uri).add_done_callback(_log_failure)
 
-    def _track_open(self, uri: str) -> None:
-        """Count ``uri``'s file as open, by the path it resolves to now, remembered for the close
-        (a symlink on the way may be changed or removed while it is open)."""
-        path = uri_to_path(uri)
+    def _track_open(self, uri: str, path: Path | None) -> None:
+        """Count ``uri``'s file (``path``, None for no local file) as open, by the path it
+        resolves to now, remembered for the close (a symlink on the way may be changed or
+        removed while it is open)."""
         if path is None:
             return
         try:
@@ -577,7 +578,7 @@ def _check_request_id(request_id: Any) -> None:
 def _folder_path(value: Any, i: int, must_exist: bool = True) -> Path:
     if not isinstance(value, str) or not value:
         raise RpcError(INVALID_PARAMS, f"workspace folder {i} must be a path or file:// uri")
-    path = uri_to_path(value) if value.startswith("file:") else Path(value)
+    path = _local_path(value, "workspace folder") if value.startswith("file:") else Path(value)
     if path is None or not path.is_absolute():
         raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r} must be absolute")
     try:
@@ -588,8 +589,18 @@ def _folder_path(value: Any, i: int, must_exist: bool = True) -> Path:
         raise RpcError(INVALID_PARAMS, f"workspace folder {value[:200]!r}: {exc}") from exc
 
 
+def _local_path(uri: str, what: str) -> Path | None:
+    """``uri_to_path``, with INVALID_PARAMS for a ``file:`` uri that does not parse."""
+    try:
+        return uri_to_path(uri)
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"{what} {uri[:200]!r} is not a valid file uri ({exc})") from None
+
+
 def uri_to_path(uri: str) -> Path | None:
-    """The local path of a ``file://`` uri (None for other schemes)."""
+    """The local path of a ``file://`` uri (None for other schemes, and for another host);
+    ValueError for a ``file:`` uri that does not parse (a ``[`` or an NFKC-changed
+    character in its host)."""
     if not uri.startswith("file:"):
         return None
     parsed = urlparse(uri)

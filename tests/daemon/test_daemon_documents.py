@@ -41,13 +41,13 @@ def test_changes_apply_in_order_and_all_or_nothing():
     store = DocumentStore()
     store.open(1, "u", "abc", 1)
     edits = store.change("u", 2, parse_changes([{"text": "X", "start": 0, "end": 1},
-                                                {"text": "YZ", "start": 3, "end": 3}]))
+                                                {"text": "YZ", "start": 3, "end": 3}]), conn=1)
     assert store.get("u").text == "XbcYZ" and len(edits) == 2
     # the last edit carries the resulting text itself, for the index to share
     assert edits[0].result is None and edits[1].result is store.get("u").text
     with pytest.raises(RpcError):  # the second change is out of range: nothing applies
         store.change("u", 3, parse_changes([{"text": "Q", "start": 0, "end": 0},
-                                            {"text": "!", "start": 99, "end": 99}]))
+                                            {"text": "!", "start": 99, "end": 99}]), conn=1)
     assert store.get("u").text == "XbcYZ" and store.get("u").version == 2
 
 
@@ -116,7 +116,7 @@ def test_stale_version_is_content_modified():
     store.open(1, "u", "abc", 5)
     for version in (5, 4):
         with pytest.raises(RpcError) as err:
-            store.change("u", version, [(None, None, "zzz")])
+            store.change("u", version, [(None, None, "zzz")], conn=1)
         assert err.value.code == CONTENT_MODIFIED
     assert store.get("u").text == "abc"
 
@@ -137,7 +137,7 @@ def test_document_size_bound():
         store.open(1, "u", "x" * 11, 1)
     store.open(1, "u", "x" * 10, 1)
     with pytest.raises(RpcError):
-        store.change("u", 2, [(10, 10, "y")])
+        store.change("u", 2, [(10, 10, "y")], conn=1)
 
 
 def test_stale_reopen_by_the_same_holder_is_refused():
