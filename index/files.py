@@ -19,7 +19,7 @@ rebuilds the static segment from all live files, building outside the lock so
 lookups keep working; then the writer builds the dynamic set's ScanSet.
 
 Files evicted for lack of room are remembered (``_evicted_paths``, bounded) until they come
-back (``scans._restore_evicted``, once buffers shrink), are indexed or removed again, or
+back (``scans._restore_evicted``, once buffers shrink or indexed files are removed), are indexed or removed again, or
 their folder is forgotten or no longer lists them.
 
 Invariant (``NgramIndex._check_invariants`` asserts it): a cached dynamic ScanSet

@@ -4,7 +4,7 @@ Part of ``store.NgramIndex`` (a mixin: its state is declared in ``NgramIndex.__i
 "lock held" means the caller holds ``NgramIndex._lock``). The writers of workspace
 files: ``index_file``, ``remove_file``, ``remove_tree``, ``index_workspace`` (a whole
 folder, in batches), ``forget_root``, and ``_restore_evicted`` (files evicted for lack of
-room, read again once buffers shrink). They read and tokenize outside the lock,
+room, read again once buffers shrink or files are removed). They read and tokenize outside the lock,
 then install into or remove from the file table (``files.WorkspaceFiles``).
 
 Newest wins: since files are read and tokenized outside the lock, a reader (a scan
@@ -100,9 +100,11 @@ class WorkspaceScans:
     def remove_file(self, path: str | os.PathLike) -> None:
         key = os.path.abspath(os.fspath(path))
         with self._lock:
-            self._remove(key)
+            was_indexed = self._remove_all([key]) > 0
             self._record_change(key)
         self._after_write()
+        if was_indexed:  # its room goes to files evicted for lack of it
+            self._restore_evicted()
 
     def remove_tree(self, path: str | os.PathLike) -> int:
         """Drop the file ``path`` and every file under it (a folder deleted or moved away as a
@@ -117,6 +119,8 @@ class WorkspaceScans:
             if self._readers:
                 self._changed_under[prefix] = self._tick()
         self._after_write()
+        if n:
+            self._restore_evicted()
         return n
 
     def index_workspace(
@@ -252,6 +256,8 @@ class WorkspaceScans:
             n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
             self._remove_all(k for k in evicted_gone if k not in self._files)
         self._after_write()
+        if n:  # the folder's room goes to files evicted for lack of it (those another folder keeps)
+            self._restore_evicted()
         return n
 
     def _restore_evicted(self) -> int:

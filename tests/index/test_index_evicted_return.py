@@ -210,3 +210,30 @@ def test_edits_that_leave_too_little_room_for_any_do_not_walk_them_all(tmp_path)
     assert CountingDict.walks <= 1 and _counts(idx) == (0, 4, 90)
     idx.edit_buffer("u", 0, 10, "")
     assert idx.has_file(paths[-1]) and _counts(idx) == (1, 3, 100)
+
+
+@pytest.mark.parametrize("how", ["remove_file", "remove_tree", "forget_root"])
+def test_room_freed_by_a_removal_brings_evicted_files_back(tmp_path, how):
+    """A workspace over the bound evicts its least recently used files; one removed (deleted,
+    its folder deleted, a folder closed) gives its room to the most recently evicted."""
+    root, other = tmp_path / "ws", tmp_path / "other"
+    root.mkdir()
+    other.mkdir()
+    gone = root / "gone.txt"
+    gone.write_text("<gone>" + "y" * 54)  # 60 tokens
+    (waiting,) = _files(other, 1)
+    idx = _index()
+    idx.index_file(waiting)
+    idx.index_workspace(root)
+    idx.open_buffer("u", "b" * 30)  # 110 tokens: the least recently used file goes
+    assert not idx.has_file(waiting) and idx.has_file(gone)
+    assert _counts(idx) == (1, 1, 90)
+    if how == "remove_file":
+        idx.remove_file(gone)
+    elif how == "remove_tree":
+        idx.remove_tree(root)
+    else:
+        assert idx.forget_root(root) == 1
+    assert idx.has_file(waiting) and not idx.has_file(gone)
+    assert _counts(idx) == (1, 0, 50)
+    idx._check_invariants()
