@@ -261,13 +261,14 @@ def _below_any(path: Path, folders: frozenset[Path]) -> bool:
     return bool(folders) and any(p in folders for p in path.parents)
 
 
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
-    """What tells a rewritten file (git replaces its index file on each change); None when absent."""
+def _stat_key(path: Path) -> tuple[int, ...] | None:
+    """What tells a rewritten file (git replaces its index file on each change, and a replacement
+    may reuse a freed inode within one mtime tick at the same size: the ctime too); None when absent."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+    return _file_signature(st)
 
 
 def _file_signature(st: os.stat_result) -> tuple[int, ...]:

@@ -85,3 +85,27 @@ def test_a_gitignore_changed_just_now_is_read_again_though_its_stat_is_the_same(
     assert ignorer.ignored(tmp_path / "a.log")
     _rewrite_in_place(gitignore, NEW_RULES)
     assert ignorer.ignored(tmp_path / "a.tmp") and not ignorer.ignored(tmp_path / "a.log")
+
+
+def test_git_index_rewritten_at_its_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkeypatch):
+    """Git's index file, rewritten at the same size, inode and mtime (a replacement reusing the
+    freed inode within one tick), counts as changed: ls-files runs again."""
+    import subprocess
+
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
+    (tmp_path / ".gitignore").write_text(OLD_RULES)
+    (tmp_path / "a.py").write_text("a = 1\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.py"], check=True)
+    ignorer = Ignorer(tmp_path)
+    assert ignorer.ignored(tmp_path / "a.log")
+    ignorer.tracked_changes()
+    assert not ignorer.git_outdated()
+    index = tmp_path / ".git" / "index"
+    before = os.stat(index)
+    with open(index, "r+b") as f:
+        f.write(index.read_bytes())
+    _set_mtime_back(index, before)
+    assert os.stat(index).st_ino == before.st_ino and os.stat(index).st_size == before.st_size
+    assert ignorer.git_outdated()
