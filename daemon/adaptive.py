@@ -141,7 +141,8 @@ class CostModel:
 
         # v5: packed weights (daemon/fast_linear.py) made passes of 3+ tokens cheaper
         # v6: packed calls padded to fixed row counts (a pass of 5 costs what one of 6 does)
-        key = f"v6|{runtime.name}|{runtime.device}|{runtime.dtype}|threads={torch.get_num_threads()}"
+        key = (f"v6|{runtime.name}|{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
+               f"|threads={torch.get_num_threads()}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}
@@ -161,6 +162,25 @@ class CostModel:
         except OSError as exc:
             log.warning("could not save calibration to %s: %s", path, exc)
         return model
+
+
+def hardware_name(device: Any) -> str:
+    """The chip behind ``device`` (a torch.device): another GPU or CPU in the same slot (a home
+    folder shared between machines, a GPU swapped) has another cost curve."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 def _sync(runtime: Any) -> None:

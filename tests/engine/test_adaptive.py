@@ -109,3 +109,32 @@ def test_relaxing_moves_a_rate_toward_its_prior_from_either_side_and_leaves_unse
     assert high > prior
     tracker.relax(0, 14)
     assert tracker.rate(0, 14) == pytest.approx(high - 0.5 * (high - prior))
+
+
+def test_the_calibration_on_disk_is_per_chip(tmp_path, monkeypatch):
+    """Measured once per model, device and chip: the same slot (``cuda:0``, ``cpu``) with another
+    chip behind it (a home folder shared between machines) measures its own curve."""
+    import types
+
+    import torch
+
+    import daemon.adaptive as adaptive
+
+    measured = []
+    monkeypatch.setattr(adaptive.CostModel, "calibrate",
+                        classmethod(lambda cls, rt: measured.append(rt) or cls(sizes=[1, 2], ms=[1.0, 2.0])))
+    runtime = types.SimpleNamespace(name="m", device=torch.device("cpu"), dtype=torch.float32)
+    path = tmp_path / "calibration.json"
+    for chip in ("chip A", "chip A", "chip B", "chip A"):
+        monkeypatch.setattr(adaptive, "hardware_name", lambda device, chip=chip: chip)
+        adaptive.CostModel.cached(runtime, path=path)
+    assert len(measured) == 2  # chip A once, chip B once, chip A again from disk
+
+
+def test_the_cpu_is_named():
+    import torch
+
+    from daemon.adaptive import hardware_name
+
+    name = hardware_name(torch.device("cpu"))
+    assert isinstance(name, str) and name.strip()
