@@ -240,7 +240,8 @@ class DaemonLink:
             self.last_error = ""
             return conn
         except DaemonUnavailable as exc:
-            self.last_error = str(exc)
+            if spawn or not self.last_error:  # a connect-only attempt (a status poll) finding no
+                self.last_error = str(exc)  # daemon keeps the reason the last start failed
             log.warning("%s", exc)
             raise
 

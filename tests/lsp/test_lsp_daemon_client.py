@@ -642,3 +642,16 @@ async def test_a_session_abandoned_while_it_is_set_up_closes_its_connection(fake
     await until(lambda: sessions[0].closed, what="the abandoned connection to close")
     await until(lambda: not fake._writers, what="the daemon to see it closed")
     await link.close()
+
+
+async def test_a_status_poll_keeps_the_reason_the_daemon_could_not_start(tmp_path):
+    """An editor's status poll connects without starting a daemon; its "no daemon there" must
+    not replace why the last start failed, which the status tooltip shows."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    link = DaemonLink(str(blocker / "sub" / "d.sock"), spawn=True, start_timeout=10)
+    with pytest.raises(DaemonUnavailable, match="cannot start a daemon"):
+        await link.call("status", None, 10)
+    for _ in range(2):
+        assert not await link.probe(1.0)
+    assert "cannot start a daemon" in link.last_error
