@@ -18,6 +18,9 @@ class IndexConfig:
     # Buffers and scanned sets of at least this many tokens are looked up through a
     # sorted key index (keyed.KeyIndex) instead of a full scan; 10**9: always scan.
     keyed_min_tokens: int = 2048
+    # Files evicted for lack of room are read back on a thread of their own (index/background.py),
+    # not the caller's: the daemon sets it, so that its index thread never waits on the disk.
+    restore_in_background: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_n <= self.max_match:

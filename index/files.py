@@ -59,6 +59,8 @@ ARRAY_HEADER_BYTES = sys.getsizeof(np.zeros(0, np.int32)[:0])  # a view: the hea
 # Files evicted for lack of room that are remembered to come back once there is room again; past
 # this many, the longest evicted are forgotten (a rescan of their folder finds them again).
 MAX_EVICTED_REMEMBERED = 50_000
+# They come back only into room past a reserve of the bound's 1/this, kept for buffers to grow into.
+RESTORE_RESERVE_SHARE = 16
 
 
 class WorkspaceFiles:
@@ -184,9 +186,11 @@ class WorkspaceFiles:
             del self._evicted_paths[next(iter(self._evicted_paths))]  # the longest evicted
 
     def _evicted_that_fit(self, tried: set[str]) -> list[str]:
-        """Evicted files not yet ``tried`` whose tokens fit in the room left now, the most recently
-        evicted (the most recently used) first, one batch at most (lock held). Adds them to ``tried``."""
-        room = self.cfg.max_indexed_tokens - self._indexed_tokens()
+        """Evicted files not yet ``tried`` whose tokens fit in the room left now, less a reserve,
+        the most recently evicted (the most recently used) first, one batch at most (lock held).
+        Adds them to ``tried``. The reserve: a file brought back into room that one typed token
+        would take was evicted again by the next keystroke, and read back at the next backspace."""
+        room = self._restorable_room()
         if room <= 0 or room < self._evicted_min_tokens:  # no walk over them all at each keystroke in a big buffer
             return []
         batch: list[str] = []
@@ -205,6 +209,12 @@ class WorkspaceFiles:
             self._evicted_min_tokens = smallest
         tried.update(batch)
         return batch
+
+    def _restorable_room(self) -> int:
+        """Tokens evicted files may take now (lock held): the room left, less a reserve of
+        1/RESTORE_RESERVE_SHARE of the bound kept for buffers to grow into."""
+        reserve = self.cfg.max_indexed_tokens // RESTORE_RESERVE_SHARE
+        return self.cfg.max_indexed_tokens - self._indexed_tokens() - reserve
 
     def _evicted_under(self, prefix: str) -> list[str]:
         """The evicted files under the folder ``prefix`` (lock held); ``_remove_all`` forgets them."""

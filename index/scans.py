@@ -248,24 +248,41 @@ class WorkspaceScans:
         with self._lock:
             self._roots.discard(prefix)
             under = {k: f for k, f in self._files.items() if k.startswith(prefix)}
-            evicted = self._evicted_under(prefix)
+            # out of a restore's reach while ``keep`` decides (one meanwhile installed them for good)
+            evicted = {k: self._evicted_paths.pop(k) for k in self._evicted_under(prefix)}
         # ``keep`` may test ignore rules per file: outside the lock, so lookups go on meanwhile
         gone = [k for k in under if keep is None or not keep(k)]
-        evicted_gone = [k for k in evicted if keep is None or not keep(k)]  # the kept ones come back
+        evicted_kept = [k for k in evicted if keep is not None and keep(k)]  # they come back later
         with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
             n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
-            self._remove_all(k for k in evicted_gone if k not in self._files)
+            for k in evicted_kept:
+                if k not in self._files:  # (not indexed by a file event meanwhile)
+                    self._evicted_paths[k] = evicted[k]
         self._after_write()
         if n:  # the folder's room goes to files evicted for lack of it (those another folder keeps)
             self._restore_evicted()
         return n
 
-    def _restore_evicted(self) -> int:
-        """Index again the files evicted for lack of room that fit in the room there is now (called
-        when buffers shrink), most recently used first, each with its old place in the LRU order;
-        returns how many came back. A batch at a time, read outside the lock as a scan reads (newest
-        wins: a file event meanwhile decides); one no longer readable is forgotten and counted."""
+    def _restore_evicted(self) -> None:
+        """Room freed up (a buffer shrank or closed, files were removed): bring evicted files back,
+        now or, with ``cfg.restore_in_background``, on the restore thread."""
         if not self._evicted_paths:  # the common case, without the lock
+            return
+        if self._restorer is None:
+            self._restore_evicted_now()
+        else:
+            self._restorer.request()
+
+    def wait_restored(self, timeout: float | None = None) -> bool:
+        """Whether the restores asked for so far are done, waiting up to ``timeout`` seconds."""
+        return self._restorer is None or self._restorer.wait_idle(timeout)
+
+    def _restore_evicted_now(self) -> int:
+        """Index again the files evicted for lack of room that fit in the room there is now,
+        most recently used first, each with its old place in the LRU order; returns how many came
+        back. A batch at a time, read outside the lock as a scan reads (newest wins: a file event
+        meanwhile decides); one no longer readable is forgotten and counted."""
+        if not self._evicted_paths:
             return 0
         restored, tried = 0, set()
         while True:
@@ -299,13 +316,14 @@ class WorkspaceScans:
                 if e.path in self._evicted_paths and not self._changed_since(e.path, read_tick):
                     del self._evicted_paths[e.path]
                     self._skipped[e.reason] += 1
-            room = self.cfg.max_indexed_tokens - self._indexed_tokens()
+            room = self._restorable_room()
             for key, arr, real in zip(read, arrays, real_paths):
                 waiting = self._evicted_paths.get(key)
                 if waiting is None or self._changed_since(key, read_tick):
                     continue  # indexed, removed or its folder forgotten meanwhile: that decides
                 if len(arr) > room:  # it grew, or buffers did: it waits for more room
                     self._evicted_paths[key] = (len(arr), waiting[1])
+                    self._evicted_min_tokens = min(self._evicted_min_tokens, len(arr))  # (it may have shrunk)
                     continue
                 self._install(key, arr, read_tick)
                 self._files[key].used = waiting[1]

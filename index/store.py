@@ -56,6 +56,7 @@ from typing import Callable
 import numpy as np
 
 from . import ngram
+from .background import BackgroundJob
 from .config import IndexConfig
 from .document import Document, TokenizeBatch
 from .files import ARRAY_HEADER_BYTES, WorkspaceFiles, _File
@@ -144,6 +145,8 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         # clock) at eviction, in eviction order, at most files.MAX_EVICTED_REMEMBERED
         self._evicted_paths: dict[str, tuple[int, int]] = {}
         self._evicted_min_tokens = sys.maxsize  # at most the fewest tokens of any of them (none fits in less room)
+        self._restorer = BackgroundJob(self._restore_evicted_now, "ngramd-index-restore") \
+            if self.cfg.restore_in_background else None
         self._merges = 0
         # Workspace scans (scans.py).
         self._roots: set[str] = set()  # folders index_workspace has scanned, each ending in a separator
@@ -210,8 +213,8 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
             self._restore_evicted()
 
     def close_buffer(self, uri: str) -> None:
-        """Forget the buffer ``uri``; files evicted to make room for it come back (read on the
-        caller's thread, outside the lock: the daemon's index thread)."""
+        """Forget the buffer ``uri``; files evicted to make room for it come back (read outside
+        the lock, on the caller's thread or, with ``cfg.restore_in_background``, the restore thread)."""
         with self._lock:
             closed = self._buffers.pop(uri, None)
         if closed is not None:

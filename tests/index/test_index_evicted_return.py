@@ -2,7 +2,8 @@
 
 Open buffers are never evicted: one big buffer used to evict every workspace file for good
 (until a rescan of the folder). The index remembers what it evicted and reads it back from disk
-when a buffer shrinks or closes, the most recently used first, up to the bound.
+when a buffer shrinks or closes, or files are removed, the most recently used first, up to the
+bound less a reserve (1/16 of it, ``RESTORE_RESERVE_SHARE``) kept for buffers to grow into.
 """
 
 from __future__ import annotations
@@ -38,15 +39,15 @@ def _counts(idx: NgramIndex) -> tuple[int, int, int]:
 
 def test_files_evicted_by_a_big_buffer_come_back_when_it_closes(tmp_path):
     """The fuzzing review's case, scaled down: the buffer alone fills the bound."""
-    paths = _files(tmp_path, 5)
+    paths = _files(tmp_path, 4)
     idx = _index()
-    assert idx.index_workspace(tmp_path)["indexed"] == 5
+    assert idx.index_workspace(tmp_path)["indexed"] == 4
     idx.open_buffer("untitled:big", "x" * BOUND)
     assert not any(idx.has_file(p) for p in paths)
     waiting = idx.stats().get("evicted_waiting")
     idx.close_buffer("untitled:big")
     assert all(idx.has_file(p) for p in paths)
-    assert waiting == 5 and _counts(idx) == (5, 0, 100)
+    assert waiting == 4 and _counts(idx) == (4, 0, 80)
     assert idx.propose(ids("<3>"), k=2).branches[0].source == Source.WORKSPACE
     idx._check_invariants()
 
@@ -208,8 +209,8 @@ def test_edits_that_leave_too_little_room_for_any_do_not_walk_them_all(tmp_path)
     for i in range(10):  # 1 to 10 tokens of room, each file needs 20
         idx.edit_buffer("u", 0, 1, "")
     assert CountingDict.walks <= 1 and _counts(idx) == (0, 4, 90)
-    idx.edit_buffer("u", 0, 10, "")
-    assert idx.has_file(paths[-1]) and _counts(idx) == (1, 3, 100)
+    idx.edit_buffer("u", 0, 16, "")  # 26 tokens of room, less the reserve (6): one fits
+    assert idx.has_file(paths[-1]) and _counts(idx) == (1, 3, 94)
 
 
 @pytest.mark.parametrize("how", ["remove_file", "remove_tree", "forget_root"])
@@ -236,4 +237,70 @@ def test_room_freed_by_a_removal_brings_evicted_files_back(tmp_path, how):
         assert idx.forget_root(root) == 1
     assert idx.has_file(waiting) and not idx.has_file(gone)
     assert _counts(idx) == (1, 0, 50)
+    idx._check_invariants()
+
+
+def test_typing_at_the_bound_reads_no_file_back_at_each_backspace(tmp_path, monkeypatch):
+    """A keystroke that evicts a file and a backspace that frees a token: the file waits (the
+    reserve), where it was read back and evicted again at every pair of keys."""
+    (p,) = _files(tmp_path, 1)
+    idx = _index()
+    idx.index_file(p)
+    idx.open_buffer("u", "b" * 80)  # exactly the bound
+    reads = []
+    read_text = index.scans.read_text
+    monkeypatch.setattr(index.scans, "read_text", lambda path, n: reads.append(path) or read_text(path, n))
+    for _ in range(5):
+        idx.edit_buffer("u", 0, 0, "b")  # 101 tokens: the file goes
+        idx.edit_buffer("u", 0, 1, "")  # 20 tokens of room, less the reserve: it waits
+    assert reads == [] and _counts(idx) == (0, 1, 80)
+    idx.close_buffer("u")
+    assert idx.has_file(p)
+
+
+def test_a_folder_closed_while_a_restore_runs_stays_out(tmp_path):
+    """``forget_root`` asks ``keep`` outside the lock; a buffer closed meanwhile (its restore)
+    brought the folder's evicted files back for good."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    paths = _files(root, 3)
+    idx = _index()
+    idx.index_workspace(root)
+    idx.open_buffer("u", "b" * 100)
+    assert _counts(idx) == (0, 3, 100)
+
+    def keep(path):
+        idx.close_buffer("u")  # room for them all, while the folder is being closed
+        return False
+
+    idx.forget_root(root, keep)
+    assert not any(idx.has_file(p) for p in paths) and _counts(idx) == (0, 0, 0)
+    idx._check_invariants()
+
+
+def test_in_the_background_the_caller_does_not_wait_for_the_disk(tmp_path, monkeypatch):
+    """``restore_in_background`` (the daemon's setting): closing the buffer returns while the
+    files are still being read back on the restore thread."""
+    import threading
+
+    paths = _files(tmp_path, 2)
+    idx = _index(restore_in_background=True)
+    for p in paths:
+        idx.index_file(p)
+    idx.open_buffer("u", "b" * 100)
+    reading, release = threading.Event(), threading.Event()
+    read_text = index.scans.read_text
+
+    def slow_read(path, n):
+        reading.set()
+        assert release.wait(10)
+        return read_text(path, n)
+
+    monkeypatch.setattr(index.scans, "read_text", slow_read)
+    idx.close_buffer("u")  # returns with the read blocked
+    assert reading.wait(10) and not any(idx.has_file(p) for p in paths)
+    assert not idx.wait_restored(0.05)
+    release.set()
+    assert idx.wait_restored(10)
+    assert all(idx.has_file(p) for p in paths) and _counts(idx) == (2, 0, 40)
     idx._check_invariants()

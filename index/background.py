@@ -1,0 +1,54 @@
+"""A job run on a thread of its own whenever asked, requests coalesced.
+
+The index brings evicted files back from disk (``scans._restore_evicted``) when room frees up:
+on the daemon's single index thread, that read stalled every client's document sync behind it
+(2 s for 2M tokens). Asked here, the caller returns at once; asks that come while the job runs
+make it run once more afterwards, not once per ask.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+log = logging.getLogger("ngramd.index")
+
+
+class BackgroundJob:
+    def __init__(self, job: Callable[[], object], name: str) -> None:
+        self._job = job
+        self._name = name
+        self._cond = threading.Condition()
+        self._wanted = False
+        self._running = False
+        self._thread: threading.Thread | None = None
+
+    def request(self) -> None:
+        """Run the job soon (once more if it runs now)."""
+        with self._cond:
+            self._wanted = True
+            if self._thread is None:  # started at the first ask: an index that never evicts has none
+                # daemon: a read in flight never holds up the process's exit (it only reads files)
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Whether every request so far has been served, waiting up to ``timeout`` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._wanted and not self._running, timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._wanted)
+                self._wanted, self._running = False, True
+            try:
+                self._job()
+            except Exception:  # the index stays usable: the files wait for the next ask
+                log.exception("%s failed", self._name)
+            finally:
+                with self._cond:
+                    self._running = False
+                    self._cond.notify_all()
