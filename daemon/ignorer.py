@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pathspec
 
-from index.workspace import (git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored,
+from index.workspace import (git_exclude_rules, git_index, gitignored, ignore_spec, tracked_ignored,
                              nested_repositories)
 
 log = logging.getLogger("ngramd.watcher")
@@ -58,7 +58,8 @@ class _GitAnswer:
 
 class Ignorer:
     """``.gitignore`` matching for one folder (``workspace.gitignored``, as the scan's walk);
-    specs cached by the file's stat signature (``_file_signature``, once ``_settled``).
+    specs cached by the file's stat signature (``_file_signature``, once ``_settled``; until then
+    by its bytes, read at each look-up).
 
     Where the scan lists files with git (``git ls-files --exclude-standard``), the rules git adds
     apply too (``workspace.git_exclude_rules``: ``info/exclude``, the user's excludes file, the
@@ -76,8 +77,8 @@ class Ignorer:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        # directory -> its .gitignore's _file_signature (None: read again) and patterns
-        self._specs: dict[Path, tuple[tuple[int, ...] | None, pathspec.PathSpec | None]] = {}
+        # directory -> its .gitignore's _file_signature (None: read again), bytes and patterns
+        self._specs: dict[Path, tuple[tuple[int, ...] | None, bytes | None, pathspec.PathSpec | None]] = {}
         self._lock = threading.Lock()
         self._git_lock = threading.Lock()  # one git run at a time
         self._rules_wanted = 0  # bumped by forget_git_rules: an answer read before is out of date
@@ -246,14 +247,27 @@ class Ignorer:
         with self._lock:
             cached = self._specs.get(directory)
             if cached and cached[0] == signature:
-                return cached[1]
+                return cached[2]
             try:
-                spec = read_gitignore(directory)
+                data = _read_gitignore(gi)
             except OSError:
-                spec = None
+                data = None
+            # compiled again only when its bytes differ: a file changed recently (a checkout) is read
+            # for every path, and compiling it each time made 2000 lookups take 4 s, not 1
+            spec = cached[2] if cached and cached[1] == data else _gitignore_spec(data)
             # a file changed just now may change again with the same signature: read it again next time
-            self._specs[directory] = (signature if _settled(st) else None, spec)
+            self._specs[directory] = (signature if _settled(st) else None, data, spec)
             return spec
+
+
+def _read_gitignore(path: Path) -> bytes | None:
+    """The bytes of the ignore file ``path``; None when it is not a file. OSError when unreadable."""
+    return path.read_bytes() if path.is_file() else None
+
+
+def _gitignore_spec(data: bytes | None) -> pathspec.PathSpec | None:
+    """The patterns in an ignore file's bytes, read as ``workspace.read_gitignore`` reads them."""
+    return None if data is None else ignore_spec(data.decode("utf-8", "replace").splitlines())
 
 
 def _below_any(path: Path, folders: frozenset[Path]) -> bool:

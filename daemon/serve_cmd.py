@@ -75,18 +75,20 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path], lock: SocketLock) -> int:
-    from daemon.model import ModelLoadError
     from daemon.server import Server
     from daemon.service import Service
 
+    try:
+        from daemon.model import ModelLoadError  # imports torch: a broken install fails here
+    except Exception as exc:
+        return _load_failed(exc)
     try:
         completer, index, rt = _build_engine(args)
     except ModelLoadError as exc:  # the --model or --device given: bad input, its message says what to do
         print(f"ngramd: cannot load the model: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a load that failed unforeseen: say why, exit 1
-        print(f"ngramd: cannot load the model: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:
+        return _load_failed(exc)
     max_bytes = _max_message_bytes(args)
     service = Service(completer, index, model_name=str(rt.name), device=str(rt.device),
                       dtype=str(rt.dtype).replace("torch.", ""), socket_path=str(sock),
@@ -104,6 +106,12 @@ def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path], lock: S
     return 0
 
 
+def _load_failed(exc: Exception) -> int:
+    """A load that failed unforeseen (not the --model or --device given): say why, exit 1."""
+    print(f"ngramd: cannot load the model: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 1
+
+
 def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from daemon.completer import Completer
     from daemon.engine import EngineConfig
@@ -119,12 +127,13 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 def _index_config(args: argparse.Namespace) -> Any:
     from index.store import IndexConfig
 
+    # evicted files read back on a thread of their own: the index thread serves every client's sync
     limit = getattr(args, "max_indexed_tokens", None)
     if limit is None:
-        return IndexConfig()
+        return IndexConfig(restore_in_background=True)
     if limit < 1:
         raise ValueError(f"--max-indexed-tokens must be at least 1, got {limit}")
-    return IndexConfig(max_indexed_tokens=limit)
+    return IndexConfig(max_indexed_tokens=limit, restore_in_background=True)
 
 
 def _max_message_bytes(args: argparse.Namespace) -> int:

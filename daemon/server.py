@@ -57,6 +57,9 @@ log = logging.getLogger("ngramd.server")
 READ_CHUNK = 64 * 1024
 # at shutdown, requests in flight get this long to send their "cancelled" answers
 SHUTDOWN_GRACE_S = 2.0
+# at shutdown, a connection gets this long to send what it still holds (the ``exiting`` notice
+# last) before it is cut off
+CLOSE_GRACE_S = 0.5
 # at shutdown, once every connection is closed, its reader gets this long to end (it notices
 # within HANGUP_POLL_S)
 READERS_GRACE_S = 1.0
@@ -256,18 +259,23 @@ class Server:
 
     async def _close_connections(self) -> None:
         """Close every connection and wait (bounded) for its reader to end: one left running
-        would be cancelled by the loop's shutdown, which asyncio logs with a traceback. A
-        connection whose answers still fill its socket is aborted: a client that read nothing
-        during the grace would hold it (and its reader) open for ever."""
+        would be cancelled by the loop's shutdown, which asyncio logs with a traceback.
+
+        Each gets CLOSE_GRACE_S to send what it holds: ``drain`` returns below the high-water
+        mark, not once all is sent, and a client that reads would lose the ``exiting`` notice
+        (and take the exit for a crash). One still not sent by then is aborted: a client that
+        reads nothing would hold it (and its reader) open for ever."""
         conns = list(self.connections.values())
+        if not conns:
+            return
         for conn in conns:
             conn.closed = True
-            if conn.writer.transport.get_write_buffer_size():
-                conn.writer.transport.abort()
-            else:
-                conn.writer.close()
-        if conns:
-            await asyncio.wait([conn.reader_task for conn in conns], timeout=READERS_GRACE_S)
+            conn.writer.close()
+        closing = {asyncio.ensure_future(_closed(conn.writer)): conn for conn in conns}
+        _, unsent = await asyncio.wait(closing, timeout=CLOSE_GRACE_S)
+        for task in unsent:
+            closing[task].writer.transport.abort()
+        await asyncio.wait([conn.reader_task for conn in conns], timeout=READERS_GRACE_S)
 
     # -- one connection -------------------------------------------------------------------
 
@@ -292,6 +300,7 @@ class Server:
                 for obj in objs:
                     if not await self._wait_for_room(conn):
                         conn.closed = True  # it left while its requests filled its share: release them
+                    if conn.closed:  # or ``close`` closed it: the rest of the chunk would run for no one
                         break
                     await self._on_message(conn, obj)
         except (ConnectionError, OSError):
@@ -375,6 +384,14 @@ class Server:
 
     def _count_error(self, code: int) -> None:
         self.service.errors[code] += 1
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """``writer.wait_closed()``, without its error (the peer left before all was sent)."""
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass
 
 
 def _peer_hung_up(writer: asyncio.StreamWriter) -> bool:

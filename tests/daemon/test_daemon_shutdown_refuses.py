@@ -4,12 +4,17 @@ running ends as before (docs/rpc.md, `shutdown`)."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from daemon.requests import CompletionResult, GenerationStats
-from daemon.rpc import REQUEST_CANCELLED
+from daemon.rpc import REQUEST_CANCELLED, pack_notification, pack_request
+from daemon.server import Connection, Server
 from daemon_helpers import FakeCompleter
 
 HELD = "file:///held.py"
@@ -62,3 +67,54 @@ def test_work_sent_after_shutdown_is_refused_and_never_reaches_the_model(inproc,
         # the pass that was running ends as before: cancelled, "request shutdown"
         assert editor.wait_response(held, timeout=10).error == {
             "code": REQUEST_CANCELLED, "message": "request shutdown"}
+
+
+def test_a_connection_closed_at_shutdown_first_sends_what_it_holds_to_a_client_that_reads():
+    """``drain`` returns below the high-water mark, not once all is sent: aborted with bytes still
+    unsent, a connection lost the ``exiting`` notice it sent last, and its client took the
+    exit for a crash."""
+    held = bytes(range(256)) * 4096  # 1 MiB: more than the socket itself holds
+    ours, theirs = socket.socketpair(socket.AF_UNIX)
+    received = bytearray()
+
+    def read_soon() -> None:  # a client that reads, but not at once
+        time.sleep(0.1)
+        while chunk := theirs.recv(1 << 16):
+            received.extend(chunk)
+
+    async def close_with_bytes_unsent() -> None:
+        server = Server(service=None, socket_path=Path("unused"))
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        conn = Connection(writer, asyncio.create_task(reader.read()))  # its reader ends at the close
+        server.connections[conn.id] = conn
+        writer.write(held)
+        assert writer.transport.get_write_buffer_size() > 0
+        await server._close_connections()
+
+    client = threading.Thread(target=read_soon)
+    client.start()
+    try:
+        asyncio.run(close_with_bytes_unsent())
+    finally:
+        client.join(10)
+        theirs.close()
+    assert len(received) == len(held) and received == held
+
+
+def test_the_rest_of_a_pipelined_chunk_is_not_handled_once_shutdown_closed_the_connection(inproc, monkeypatch):
+    """Messages read in one chunk after a ``shutdown`` were still handled (and answered to no one)
+    after the shutdown closed their connection."""
+    closed_when_handled = []
+    handle = inproc.server._on_message
+
+    async def noting(conn, obj):
+        closed_when_handled.append(conn.closed)
+        await handle(conn, obj)
+
+    monkeypatch.setattr(inproc.server, "_on_message", noting)
+    no_op = pack_notification("cancel", {"requestId": 10**6})  # answers nothing
+    with inproc.client() as client:
+        client.send_raw(pack_request(1, "shutdown", {}) + no_op * 2000)  # 50 KB: one read
+        client.wait_notification("exiting", timeout=10)
+    inproc._thread.join(15)
+    assert closed_when_handled[0] is False and True not in closed_when_handled

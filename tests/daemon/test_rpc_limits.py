@@ -19,8 +19,10 @@ from daemon.rpc import (
 
 
 def many_nils_request() -> bytes:
-    """[0, 1, "status", [[nil] * 2^20] * 3]: 3 MB on the wire, over 3 million objects."""
-    return pack_request(1, "status", [[None] * (1 << 20)] * 3)
+    """[0, 1, "status", [[nil] * 2^20, [nil] * (2^20 - 2)]]: 2 MB on the wire, 2^21 + 8 objects
+    (each array counts itself), the limit passed at the last byte: a message refused before its
+    end fails its sender's next send, as the daemon closes the connection."""
+    return pack_request(1, "status", [[None] * (1 << 20), [None] * ((1 << 20) - 2)])
 
 
 def feed_in_reads(frames: FrameReader, data: bytes, read: int = 64 * 1024) -> list:
@@ -33,21 +35,47 @@ def feed_in_reads(frames: FrameReader, data: bytes, read: int = 64 * 1024) -> li
 def test_a_message_of_many_tiny_objects_under_the_byte_limit_is_too_large():
     """An empty map is one byte on the wire and ~70 in memory: 66 MB of them took 5 GB."""
     data = many_nils_request()
-    assert len(data) < rpc.DEFAULT_MAX_MESSAGE_BYTES and 3 << 20 > MAX_MESSAGE_OBJECTS
+    assert len(data) < rpc.DEFAULT_MAX_MESSAGE_BYTES and MAX_MESSAGE_OBJECTS == 1 << 21
     with pytest.raises(FrameTooLarge) as info:
         feed_in_reads(FrameReader(), data)
     assert info.value.code == INVALID_REQUEST and f"larger than {MAX_MESSAGE_OBJECTS} objects" in info.value.message
 
 
 def test_objects_are_counted_in_maps_across_reads_and_afresh_for_each_message(monkeypatch):
-    monkeypatch.setattr(rpc, "MAX_MESSAGE_OBJECTS", 100)
-    fits = pack_request(1, "status", {i: {} for i in range(48)})  # 4 + 96 objects
+    monkeypatch.setattr(rpc, "MAX_MESSAGE_OBJECTS", 150)
+    # 48 empty maps, the map of them (1 + 2 * 48) and the message (1 + 4): 150 objects
+    fits = pack_request(1, "status", {i: {} for i in range(48)})
     frames = FrameReader()
     assert len(frames.feed(fits * 3)) == 3
     assert len(feed_in_reads(frames, fits * 3, read=7)) == 3
-    over = pack_request(2, "status", {i: {} for i in range(49)})  # 4 + 98
+    over = pack_request(2, "status", {i: {} for i in range(49)})  # 49 + 99 + 5
     with pytest.raises(FrameTooLarge):
         feed_in_reads(FrameReader(), over, read=7)
+
+
+def open_arrays_of_empty_maps(depth: int, maps: int) -> bytes:
+    """``depth`` arrays, each of ``maps`` empty maps and then the next array, the last never closed."""
+    one = b"\xdd" + (maps + 1).to_bytes(4, "big") + b"\x80" * maps
+    return one * depth
+
+
+def test_empty_maps_in_arrays_not_yet_closed_are_counted(monkeypatch):
+    """An array is complete (and was counted) only once its last item is: 8 open arrays of
+    2^20 empty maps, 8 MB, counted 0 objects and took 600 MB (4.8 GB at 64 MB)."""
+    monkeypatch.setattr(rpc, "MAX_MESSAGE_OBJECTS", 1000)
+    data = open_arrays_of_empty_maps(depth=3, maps=999)
+    frames = FrameReader()
+    with pytest.raises(FrameTooLarge) as info:
+        feed_in_reads(frames, data)
+    assert "larger than 1000 objects" in info.value.message
+    assert frames._objects.count <= 1001  # refused at the first object past the limit
+
+
+def test_a_map_is_described_by_its_first_keys_unsorted():
+    """reprlib sorts every key of a map to show 4 of them: 2^20 keys held the daemon's loop 0.7 s."""
+    with pytest.raises(RpcError) as info:
+        decode([9, dict.fromkeys([5, 3, 9, 1, 7, 2])])
+    assert info.value.message == "not a msgpack-RPC message: [9, {5: None, 3: None, 9: None, 1: None, ...}]"
 
 
 def test_a_large_document_in_one_string_is_read():

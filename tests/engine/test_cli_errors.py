@@ -161,3 +161,15 @@ def test_serve_whose_model_load_fails_unforeseen_is_an_error(monkeypatch, tmp_pa
     assert cli.main(["serve", "--socket", str(tmp_path / "s.sock")]) == 1
     err = capsys.readouterr().err
     assert "cannot load the model: MemoryError: out of memory" in err and "Traceback" not in err
+
+
+def test_the_daemon_reads_evicted_files_back_off_its_index_thread():
+    """serve's index brings evicted files back on a thread of its own (index/background.py):
+    on the index thread, every client's document sync waited on the disk meanwhile."""
+    import argparse
+
+    from daemon.serve_cmd import _index_config
+
+    for limit in (None, 1000):
+        cfg = _index_config(argparse.Namespace(max_indexed_tokens=limit))
+        assert cfg.restore_in_background and cfg.max_indexed_tokens == (limit or 8_000_000)
