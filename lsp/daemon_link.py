@@ -349,7 +349,10 @@ class DaemonLink:
         self._no_spawn_until = time.monotonic() + SPAWN_BACKOFF_S
         self._no_spawn_reason = f"the last start failed: {reason}"
         if self._on_start_failed is not None:
-            self._on_start_failed(reason)
+            try:
+                self._on_start_failed(reason)
+            except Exception:  # (telling the editor at exit, say): the caller still needs the reason
+                log.exception("on_start_failed failed for: %s", reason)
         return DaemonUnavailable(reason)
 
     def _live_proc(self) -> subprocess.Popen | None:

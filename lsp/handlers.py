@@ -128,7 +128,8 @@ def register(server: NgramdServer) -> None:
         word = items.word_before(text[positions.line_start(text, proposal.offset):proposal.offset])
         word_start = ls.position_of(proposal.doc, proposal.offset - len(word))
         item = items.completion_item(proposal.text, word, types.Range(start=word_start, end=cursor),
-                                     markup=_takes_plain_text_markup(ls))
+                                     markup=_takes_plain_text_markup(ls), rest=proposal.rest,
+                                     fim=proposal.fim, encoding=ls.encoding())
         return types.CompletionList(is_incomplete=True, items=[item] if item else [])
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(

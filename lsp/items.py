@@ -167,13 +167,17 @@ def _replacing(start: types.Position, end: types.Position, replaced: str, encodi
         line=end.line, character=end.character + positions.units(replaced, encoding)))
 
 
-def completion_item(proposal: str, word: str, replace: types.Range,
-                    markup: bool = True) -> types.CompletionItem | None:
+def completion_item(proposal: str, word: str, replace: types.Range, markup: bool = True, *,
+                    rest: str = "", fim: bool = False,
+                    encoding: str = positions.UTF16) -> types.CompletionItem | None:
     """The completion-menu fallback: the proposal's first line, prefixed by the word
-    being typed (``replace`` spans that word) so that the menu's filter keeps it.
+    being typed (``replace`` spans that word, up to the cursor) so that the menu's filter
+    keeps it; its edit also replaces the characters of ``rest`` that ``replaced_rest`` says
+    (in ``encoding``'s code units), and there is no item where that refuses.
     ``markup``: the editor takes plain-text MarkupContent documentation (else a string)."""
     line = first_line(proposal)
-    if not line.strip():
+    replaced = replaced_rest(line, rest, fim=fim)
+    if not line.strip() or replaced is None:
         return None
     label = word + line
     return types.CompletionItem(
@@ -185,7 +189,8 @@ def completion_item(proposal: str, word: str, replace: types.Range,
         filter_text=label,
         sort_text="0",
         insert_text_format=types.InsertTextFormat.PlainText,
-        text_edit=types.TextEdit(range=replace, new_text=label),
+        text_edit=types.TextEdit(range=_replacing(replace.start, replace.end, rest[:replaced], encoding),
+                                 new_text=label),
     )
 
 

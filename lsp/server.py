@@ -367,6 +367,7 @@ class NgramdServer(LanguageServer):
             rest = positions.line_rest(text, e)
             del params["version"]
         params["multiline"] = multiline = multiline and not rest.strip()
+        self.cancel_inflight(uri)  # the user is here now, even where nothing is asked
         if self._model_sees_rest is False and not items.only_closers(rest):
             # a model blind to the rest of the line seldom writes a line that ends with it, and
             # nothing else is offered there (items.replaced_rest): not worth a pass per keystroke
@@ -377,7 +378,6 @@ class NgramdServer(LanguageServer):
         if selected is not None and not message_fits("complete", params, "text", self.limits.max_message_bytes):
             log.debug("completion of %s with the selection applied is longer than the daemon reads", uri)
             return None
-        self.cancel_inflight(uri)
         self._inflight[uri] = request_id
         started = time.monotonic()
         try:

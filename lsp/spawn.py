@@ -9,11 +9,16 @@ command line are the daemon's own (daemon/paths.py, daemon/client.py; both torch
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 from daemon.client import serve_command
 from daemon.paths import prepare_socket_dir
+
+# The daemon's log lines start with logging's ``%(asctime)s`` (daemon/serve_cmd.py): a
+# reason that quoted it would differ each start, and the user be told the same one again.
+_TIMESTAMP = re.compile(r"\A\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
 
 
 def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> subprocess.Popen:
@@ -51,15 +56,15 @@ def log_size(socket_path: str) -> int:
 
 def log_tail(socket_path: str, since: int, lines: int = 3, limit: int = 400) -> str:
     """The last ``lines`` non-blank lines written to the log from byte ``since`` on (a daemon's
-    last words: why it exited), joined into one line of at most ``limit`` characters (its end);
-    "" when there are none or the log cannot be read."""
+    last words: why it exited), without their timestamps, joined into one line of at most
+    ``limit`` characters (its end); "" when there are none or the log cannot be read."""
     try:
         with open(log_path(socket_path), "rb") as f:
             f.seek(max(since, f.seek(0, os.SEEK_END) - 4 * limit))  # only the end matters
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    said = " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+    said = " | ".join([_TIMESTAMP.sub("", line.strip()) for line in text.splitlines() if line.strip()][-lines:])
     return said if len(said) <= limit else "..." + said[-(limit - 3):]
 
 

@@ -170,6 +170,64 @@ async def test_a_failed_start_is_told_once_with_the_daemons_last_words(sock, mon
     assert len(told) == 2 and "earlier" not in told[1]
 
 
+async def test_failed_starts_whose_log_lines_carry_timestamps_are_shown_once(sock, monkeypatch):
+    """The daemon logs with timestamps (daemon/serve_cmd.py): each failed start's last words
+    differ by them alone, which must not make the same reason news again (before, the user
+    got the error once per back-off while typing); the reason keeps the words."""
+    import subprocess
+    import sys
+
+    import lsp.daemon_link as dl
+    from lsp.config import Settings
+    from lsp.server import NgramdServer
+
+    starts = iter(range(10))
+
+    def fake_spawn(path, model, device):
+        stamp = f"2026-12-05 12:51:{next(starts):02d},758"  # as logging's asctime, another each start
+        with open(path + ".log", "a") as log:
+            return subprocess.Popen([sys.executable, "-c", (
+                f"import sys; print('{stamp} ngramd.model INFO loading m'); "
+                f"print('{stamp} ngramd: cannot load the model: config.json is not valid JSON', file=sys.stderr); "
+                "raise SystemExit(1)")], stdout=log, stderr=log)
+
+    monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
+    server = NgramdServer(Settings(), sock, spawn=True)
+    shown: list[str] = []
+    monkeypatch.setattr(server, "window_show_message", lambda params: shown.append(params.message))
+    for _ in range(2):
+        server.link._no_spawn_until = 0.0  # the back-off is over: the user typed on
+        with pytest.raises(DaemonUnavailable, match="exited with code 1"):
+            await server.link.call("status", None, 10)
+    assert server.link.spawned == 2 and len(shown) == 1
+    assert ("(ngramd.model INFO loading m | ngramd: cannot load the model: config.json is not valid JSON)"
+            in shown[0])
+
+
+async def test_a_failing_on_start_failed_still_fails_the_call_as_unavailable(sock, monkeypatch, caplog):
+    """``on_start_failed`` raising (telling an editor whose transport closed, at exit): logged,
+    and the call still fails with the start's reason, backing off as usual."""
+    import subprocess
+    import sys
+
+    import lsp.daemon_link as dl
+
+    def fake_spawn(path, model, device):
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    def closed_transport(reason):
+        raise RuntimeError("transport closed")
+
+    monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
+    link = DaemonLink(sock, spawn=True, start_timeout=10, on_start_failed=closed_transport)
+    with caplog.at_level("ERROR", logger="lsp.daemon_link"):
+        with pytest.raises(DaemonUnavailable, match="exited with code 3"):
+            await link.call("status", None, 10)
+    assert "transport closed" in caplog.text
+    with pytest.raises(DaemonUnavailable, match="the last start failed: .*exited with code 3"):
+        await link.call("status", None, 10)
+
+
 async def test_link_spawn_oserror_is_unavailable_and_backs_off(tmp_path):
     """A socket whose folder cannot be created: DaemonUnavailable saying why (the LSP's
     requests answer empty and status reports it), then a back-off, not an OSError per call."""

@@ -8,11 +8,13 @@ cursor).
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from lsprotocol import types
 
 from lsp import items, positions
-from lsp_helpers import apply_lsp_edit, inline_params, open_doc, rng
+from lsp_helpers import apply_lsp_edit, client_capabilities, inline_params, open_doc, pos, rng, until
 
 URI = "file:///tmp/ngl-doc/s.py"
 FIM_PROMPT = "<fim_prefix>def f():\n    <fim_suffix>\n<fim_middle>"
@@ -137,6 +139,31 @@ def test_a_selection_extended_replaces_the_closers_after_it():
     assert items.selected_items(".sep", sel, invoked=False, multiline=True, rest=" + x") == []
 
 
+@pytest.mark.parametrize("line, proposal, after", [
+    ("fired.append(|)", "(a, 0))", "fired.append((a, 0))"),  # its ")" closes the cursor's call
+    ("print(le|)", "n(items))", "print(len(items))"),  # the typed word kept, the ")" replaced
+    ("print(|)", "len(items)", "print(len(items))"),  # its ")" is its own: nothing replaced
+    ('s = f("é😀", |"😀")', 'x", "😀")', 's = f("é😀", x", "😀")'),  # the whole rest, in UTF-16 units
+])
+def test_the_completion_menu_item_replaces_the_closers_it_writes_again(line, proposal, after):
+    """The completion-menu fallback replaces what ``replaced_rest`` says, as the inline items do:
+    before, its edit ended at the cursor and ``fired.append((a, 0)))`` was written."""
+    text, offset = line.replace("|", ""), line.index("|")
+    word = items.word_before(text[:offset])
+    word_range = types.Range(start=types.Position(*positions.position_at(text, offset - len(word))),
+                             end=types.Position(*positions.position_at(text, offset)))
+    item = items.completion_item(proposal, word, word_range, rest=positions.line_rest(text, offset))
+    assert item.label == word + proposal and item.text_edit.range.start == word_range.start
+    assert apply_lsp_edit(text, item.text_edit.range, item.text_edit.new_text) == after
+
+
+def test_no_completion_menu_item_mid_line_where_the_model_never_saw_the_rest():
+    r = rng(0, 12, 0, 12)
+    assert items.completion_item("self._fences[", "", r, rest="self.cfg.eos_ids:") is None
+    item = items.completion_item("self._fences[", "", r, rest="self.cfg.eos_ids:", fim=True)
+    assert item.text_edit.range == r  # with FIM: inserted before the rest
+
+
 def test_line_rest():
     assert positions.line_rest("abcd\nef", 2) == "cd"
     assert positions.line_rest("ab\r\ncd", 1) == "b"
@@ -197,3 +224,33 @@ async def test_mid_line_a_plain_prompt_offers_nothing_and_a_fim_prompt_inserts(f
     assert len(fake.methods("complete")) == 2
     result = await client.text_document_inline_completion_async(inline_params(URI, 0, 12))
     assert [(i.insert_text, i.range) for i in result.items] == [("self._fences[", rng(0, 12, 0, 12))]
+
+
+async def test_the_completion_menu_replaces_the_closers_after_the_cursor(fake, sock, lsp_client):
+    """An editor without inline completion (Helix): its menu item's edit covers the ")" that the
+    proposal writes again, counted in the negotiated encoding (UTF-8 here)."""
+    client = await lsp_client(sock, capabilities=client_capabilities(inline=False, encodings=["utf-8"]))
+    text = "é = fired.append()\n"
+    open_doc(client, URI, text)
+    fake.proposal = "(at, 0))"
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=pos(0, 18)))
+    (item,) = result.items
+    assert item.text_edit.new_text == "(at, 0))" and item.text_edit.range == rng(0, 18, 0, 19)
+
+
+async def test_a_request_mid_line_that_asks_nothing_still_cancels_the_one_in_flight(fake, sock, lsp_client):
+    """The cursor moved (no keystroke) from a slow request to a place mid-line that a plain model
+    is not asked about: the earlier request, now for nowhere, is cancelled in the daemon (not
+    only at its timeout)."""
+    client = await lsp_client(sock, options={"timeoutMs": 60000})
+    open_doc(client, URI, "if token in self.cfg.eos_ids:\n\n")
+    await client.text_document_inline_completion_async(inline_params(URI, 1, 0))  # its prompt: plain
+    fake.delay = 30
+    slow = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(URI, 1, 0)))
+    await until(lambda: len(fake.methods("complete")) == 2, what="the slow complete sent")
+    assert await client.text_document_inline_completion_async(inline_params(URI, 0, 12)) is None
+    rid = fake.methods("complete")[-1]["requestId"]
+    await until(lambda: rid in fake.cancelled, what="daemon-side cancel")
+    assert await asyncio.wait_for(slow, 10) is None
+    assert len(fake.methods("complete")) == 2
