@@ -9,6 +9,8 @@ textDocument/inlineCompletion, by what precedes the cursor on its line:
 - ends with ``#snippet``-> a snippet item "call(${1:x})"
 - ends with ``#crlf``   -> "first\\r\\nsecond" (a CRLF document's line break)
 - ends with ``#none``   -> null
+- ends with ``append(`` -> "(a, 0))" whose range replaces the character after the cursor (the
+  ``)`` of ``fired.append(|)``: the real server's replaced closers)
 - ends with a word that is a prefix of "return a + b" -> one item whose range starts at
   that word, insertText "return a + b\\n# done"
 - else nothing. Disabled (``enabled`` false) -> nothing.
@@ -99,6 +101,9 @@ def inline_completion(ls: LanguageServer, params: types.InlineCompletionParams) 
         return types.InlineCompletionList(items=[item(insert_text="first\r\nsecond")])
     if prefix.endswith("#none"):
         return None
+    if prefix.endswith("append("):
+        end = types.Position(line=pos.line, character=pos.character + 1)
+        return types.InlineCompletionList(items=[item(insert_text="(a, 0))", range=types.Range(start=pos, end=end))])
     word = re.search(r"[A-Za-z_]+$", prefix)
     if word and TARGET.startswith(word.group(0)):
         start = types.Position(line=pos.line, character=pos.character - len(word.group(0)))

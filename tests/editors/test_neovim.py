@@ -78,6 +78,7 @@ def test_plugin_against_fake_server(nvim: str, tmp_path: Path) -> None:
     passed = run_suite(nvim, tmp_path, "fake", [sys.executable, str(FAKE_SERVER)])
     # Every test in the fake suite, by name fragment, so that none silently drops out.
     for fragment in ("initializes", "initializationOptions", "accepted into the buffer", "negotiated encoding",
+                     "without the closer it replaces",
                      "cycle", "snippet", "changed meanwhile", "incremental sync", ":NgramdStatus",
                      ":NgramdToggle", "charwise selection", "typed from a charwise selection",
                      "<Cmd> mapping in Visual mode", "'selection' exclusive", "setup() again with enabled = false",
@@ -107,7 +108,8 @@ def test_plugin_native_inline_completion(fetched: str, tmp_path: Path) -> None:
     if not any(f"NVIM v0.{minor}." in version for minor in range(12, 30)):
         pytest.skip(f"Debian {fetched}'s Neovim is older than 0.12: {version.splitlines()[:1]}")
     passed = run_suite(str(wrapper), tmp_path, "native", [sys.executable, str(FAKE_SERVER)])
-    for fragment in ("suggest() asks again without accepting", "setup() again with enabled switches"):
+    for fragment in ("suggest() asks again without accepting", "setup() again with enabled switches",
+                     "leaves off a buffer's switch the user turned off"):
         assert any(fragment in p for p in passed), f"{fragment!r} not among passed tests: {passed}"
 
 

@@ -378,6 +378,10 @@ function settledWithin(p: Promise<void>, ms: number): Promise<void> {
  */
 async function endClient(c: LanguageClient, started: Promise<void>): Promise<void> {
   retired.add(c);
+  // Killed before it answered `initialize`, its failure is ours: without a handler the client
+  // pops the error's message up (start() then says it could not connect, whatever we do). The
+  // client reads the handler when initialize fails, so a client not retired keeps its default.
+  c.clientOptions.initializationFailedHandler = () => false;
   if (c.state === State.Starting) {
     await settledWithin(started, STOP_WAIT_MS);
   }

@@ -113,6 +113,15 @@ if suite == "unit" then
     eq(text.ghost_text("x", "abc", 3, 2), nil, "range starts after the cursor")
   end)
 
+  test("text.ghost_text leaves out the end that rewrites what the range replaces after the cursor", function()
+    -- fired.append(|): "(a, 0))" replaces the ")" after the cursor; drawn before it: "(a, 0)"
+    eq(text.ghost_text("(a, 0))", "fired.append()", 13, 13, 14), "(a, 0)", "replaced closer")
+    eq(text.ghost_text("(a, 0))", "fired.append()", 13, 13), "(a, 0))", "no range end past the cursor")
+    eq(text.ghost_text("return x)]", "  ret)]", 2, 5, 7), "urn x", "typed prefix and two closers")
+    eq(text.ghost_text("b + c", "a(x)", 2, 2, 3), "b + c", "an end other than the replaced text: drawn whole")
+    eq(text.ghost_text(")", "f()", 2, 2, 3), nil, "only what is there already: nothing to add")
+  end)
+
   test("text.snippet_to_text and item_text", function()
     eq(text.snippet_to_text("call(${1:x}, ${2:y})$0"), "call(x, y)")
     eq(text.snippet_to_text("f(${1:${2:inner}})"), "f(inner)")
@@ -330,6 +339,19 @@ if suite == "fake" then
     eq(lines(), { "def add(a, b):", "    return a + b", "# done" }, "buffer after accept")
     eq(vim.api.nvim_win_get_cursor(0), { 3, 6 }, "cursor after the insert")
     eq(#vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, {}), 0, "ghost cleared")
+  end)
+
+  test("fallback: a range past the cursor is drawn without the closer it replaces, which the accept replaces", function()
+    set_lines({ "fired.append()" }, 1, 13) -- fired.append(|)
+    suggest_and_wait()
+    eq(ghost.shown(buf), "(a, 0)", "ghost text")
+    local marks = vim.api.nvim_buf_get_extmarks(buf, ghost.namespace, 0, -1, { details = true })
+    eq(#marks, 1, "one extmark")
+    eq({ marks[1][2], marks[1][3] }, { 0, 13 }, "at the cursor")
+    eq(marks[1][4].virt_text[1][1], "(a, 0)", "drawn before the \")\" it replaces")
+    assert(ngramd.accept(), "accept returned false")
+    eq(lines(), { "fired.append((a, 0))" }, "buffer after accept")
+    eq(vim.api.nvim_win_get_cursor(0), { 1, 20 }, "cursor after the insert")
   end)
 
   test("positions are sent in the negotiated encoding's code units", function()
@@ -704,7 +726,7 @@ if suite == "fake" then
     vim.keymap.del("x", "<F5>", { buffer = buf })
   end)
 
-  test(":NgramdRewrite with 'selection' exclusive or old rewrites what Vim's operators would take", function()
+  test(":NgramdRewrite with 'selection' exclusive, old or inclusive rewrites what Vim's operators would take", function()
     vim.keymap.set("x", "<F5>", "<Cmd>NgramdRewrite return-only loud<CR>", { buffer = buf })
     local ok, err = pcall(function()
       for _, case in ipairs({
@@ -717,6 +739,12 @@ if suite == "fake" then
         { "exclusive", "Vj", { "[ALPHA BETA!", "GAMMA]" } }, -- linewise: whole lines
         { "old", "0wv$", { "alpha [BETA!]", "gamma" } }, -- '> on the last character
         { "inclusive", "0wvj0", { "alpha [BETA!", "G]amma" } },
+        -- '> past the line's last byte stands on the line break: selected too (`0wv$d` joins the
+        -- lines), except on the last line, which has none, and with 'selection' old (above)
+        { "inclusive", "0wv$", { "alpha [BETA!", "]gamma" } },
+        { "inclusive", "0wvj$", { "alpha [BETA!", "GAMMA]" } },
+        { "inclusive", "jv", { "alpha beta!", "[", "]gamma" }, { "alpha beta!", "", "gamma" } }, -- an empty line
+        { "exclusive", "jv", { "alpha beta!", "[", "]gamma" }, { "alpha beta!", "", "gamma" } },
       }) do
         local selection, keys, want, before = case[1], case[2], case[3], case[4] or { "alpha beta!", "gamma" }
         vim.o.selection = selection
@@ -1071,6 +1099,28 @@ if suite == "native" then
       ngramd.setup(setup_opts)
       eq(ngramd_on(), true, "ngramd's after :NgramdToggle off, then setup{enabled = true}")
     end)
+    ngramd.setup(setup_opts)
+    assert(ok, err)
+  end)
+
+  test("native: setup() again, or a toggle to on while on, leaves off a buffer's switch the user turned off", function()
+    local id = client().id
+    local function buffer_on()
+      return vim.lsp.inline_completion.is_enabled({ bufnr = buf })
+    end
+    local ok, err = pcall(function()
+      eq(buffer_on(), true, "the buffer's at the start")
+      vim.lsp.inline_completion.enable(false, { bufnr = buf }) -- the user's: every server's in this buffer
+      ngramd.setup(setup_opts)
+      eq(buffer_on(), false, "the buffer's after setup() again")
+      ngramd.toggle(true)
+      eq(buffer_on(), false, "the buffer's after a toggle to on while on")
+      -- a real switch from off to on: ngramd's client needs the buffer's switch, on again
+      ngramd.toggle(false)
+      ngramd.toggle(true)
+      eq(vim.lsp.inline_completion.is_enabled({ bufnr = buf, client_id = id }), true, "ngramd's after off, then on")
+    end)
+    vim.lsp.inline_completion.enable(true, { bufnr = buf })
     ngramd.setup(setup_opts)
     assert(ok, err)
   end)

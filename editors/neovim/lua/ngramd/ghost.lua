@@ -98,7 +98,7 @@ local function render(bufnr, s, index)
     return false
   end
   local row, col = cursor()
-  local srow, scol = item_range(bufnr, item, s.encoding, row, col)
+  local srow, scol, erow, ecol = item_range(bufnr, item, s.encoding, row, col)
   if srow ~= row then
     return false
   end
@@ -107,7 +107,9 @@ local function render(bufnr, s, index)
     return false
   end
   local line = line_at(bufnr, row)
-  local ghost = text.ghost_text(body, line, scol, col)
+  -- a range that ends past the cursor on its line replaces text drawn after the ghost text
+  local replaced_end = (erow == row and ecol > col) and ecol or nil
+  local ghost = text.ghost_text(body, line, scol, col, replaced_end)
   if not ghost then
     return false
   end

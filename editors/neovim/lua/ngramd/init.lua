@@ -217,9 +217,14 @@ local function push_config()
   end
 end
 
+-- The `enabled` apply_enabled last applied (nil before the first setup()).
+local applied_enabled = nil
+
 --- Turns suggestions on or off in the plugin and, on the native path, in the built-in
 --- module for ngramd's running clients (not the server: push_config tells it).
 local function apply_enabled(enabled)
+  local switched_on = enabled and applied_enabled == false
+  applied_enabled = enabled
   ghost.options.enabled = enabled
   prepare.options.enabled = enabled
   if not enabled then
@@ -229,7 +234,11 @@ local function apply_enabled(enabled)
   end
   if M.native then
     for _, c in ipairs(client_mod.all()) do -- ngramd's clients only: not another server's inline completion
-      if enabled then -- its buffers' switches on too (one attached while ngramd was off left them)
+      -- Its buffers' switches on too (one attached while ngramd was off left them), but only
+      -- when ngramd goes from off to on: a buffer's switch is every server's there (the
+      -- built-in has no switch per client and buffer), and setup() again, or a toggle to on
+      -- while on, must not turn back on a buffer the user turned off.
+      if switched_on then
         for b in pairs(c.attached_buffers or {}) do
           vim.lsp.inline_completion.enable(true, { bufnr = b })
         end
@@ -552,19 +561,28 @@ function M.statusline()
   return rate and string.format("ngramd %d%%", math.floor(rate * 100 + 0.5)) or "ngramd"
 end
 
---- The byte column where a characterwise selection from mark `s` to mark `e` ('< '>)
---- ends on its last line `last`, as Vim's operators take it: with 'selection' exclusive
---- '> is on the first character after the selection (unless '< is there too: one
---- character is selected), else on the last selected character, which ends after it.
-local function selection_end_byte(s, e, last)
+--- Where a characterwise selection from mark `s` to mark `e` ('< '>) ends, as Vim's
+--- operators take it: (0-based row, byte column). `last` is the text of its last line
+--- (row e[1]), `count` the buffer's line count. With 'selection' exclusive '> is on the
+--- first character after the selection (unless '< is there too: one character is
+--- selected), else on the last selected character, which ends after it. A '> past the
+--- line's last byte (`v$` with 'selection' inclusive, an empty line) stands on the line
+--- break, which is then selected too: the end is the start of the next line (`0wv$d`
+--- joins the lines), except on the buffer's last line, which has none, and with
+--- 'selection' old, whose operators never take it.
+local function selection_end(s, e, last, count)
+  local row = e[1] - 1
   if vim.o.selection == "exclusive" and (s[1] ~= e[1] or s[2] ~= e[2]) then
-    return math.min(#last, e[2])
+    return row, math.min(#last, e[2])
+  end
+  if e[2] >= #last and vim.o.selection ~= "old" and e[1] < count then
+    return row + 1, 0
   end
   local end_byte = math.min(#last, e[2] + 1)
   while end_byte < #last and bit.band(last:byte(end_byte + 1), 0xC0) == 0x80 do
     end_byte = end_byte + 1
   end
-  return end_byte
+  return row, end_byte
 end
 
 --- The LSP range of a rewrite: with `visual` (the command came from the selection just
@@ -580,10 +598,10 @@ local function rewrite_range(bufnr, line1, line2, encoding, visual)
   local last = vim.api.nvim_buf_get_lines(bufnr, line2 - 1, line2, false)[1] or ""
   if visual and vmode == "v" and s[1] == line1 and e[1] == line2 then
     local first = vim.api.nvim_buf_get_lines(bufnr, line1 - 1, line1, false)[1] or ""
-    local end_byte = selection_end_byte(s, e, last)
+    local end_row, end_byte = selection_end(s, e, last, count)
     return {
       start = { line = line1 - 1, character = text.lsp_col(first, s[2], encoding) },
-      ["end"] = { line = line2 - 1, character = text.lsp_col(last, end_byte, encoding) },
+      ["end"] = { line = end_row, character = end_row == line2 - 1 and text.lsp_col(last, end_byte, encoding) or 0 },
     }
   end
   return {

@@ -8,7 +8,8 @@
 --                 ("utf-16" by default, "utf-8" or "utf-32" if negotiated);
 --   typed prefix: the part of an inline completion's range that lies before the cursor:
 --                 text the user already typed, that the suggestion repeats;
---   ghost text:   what is drawn after the cursor: the suggestion minus the typed prefix.
+--   ghost text:   what is drawn after the cursor: the suggestion minus the typed prefix
+--                 (and minus an end that rewrites the text its range replaces after the cursor).
 local M = {}
 
 -- Length in bytes of the UTF-8 sequence that starts with byte `c`.
@@ -114,10 +115,17 @@ end
 
 --- Where a suggestion applies and what to draw.
 --- `line`: the cursor's line; `cursor`: byte column; `start_col`: byte column where the
---- item's range starts on the same line (the cursor when the item has no range).
+--- item's range starts on the same line (the cursor when the item has no range);
+--- `end_col`: byte column where the range ends when that is on the cursor's line past the
+--- cursor (nil otherwise): the text from the cursor to there is replaced by the accept.
 --- Returns the ghost text (what follows the typed prefix), or nil when the item does not
 --- fit what was typed (a stale suggestion) or adds nothing.
-function M.ghost_text(text, line, start_col, cursor)
+---
+--- The replaced text stays drawn after the cursor until the accept, so a suggestion that
+--- ends with it (a server replacing the closers it writes again: "(a, 0))" over the ")" of
+--- "fired.append(|)") is drawn without that end: "(a, 0)", which reads as the line will
+--- be. One that does not end with it is drawn whole, before it.
+function M.ghost_text(text, line, start_col, cursor, end_col)
   if start_col > cursor then
     return nil
   end
@@ -126,6 +134,12 @@ function M.ghost_text(text, line, start_col, cursor)
     return nil
   end
   local rest = text:sub(#typed + 1)
+  if end_col and end_col > cursor then
+    local replaced = line:sub(cursor + 1, end_col)
+    if #replaced <= #rest and rest:sub(#rest - #replaced + 1) == replaced then
+      rest = rest:sub(1, #rest - #replaced)
+    end
+  end
   if rest == "" then
     return nil
   end

@@ -338,6 +338,38 @@ test("a restart ends a server that never answers initialize, and starts a new on
   }
 });
 
+test("a restart that kills a server still starting pops up no message of its failed initialize", async () => {
+  let answerInitialize = () => {};
+  h.whileStarting = (c) => c === h.clients[0] ? new Promise((r) => (answerInitialize = r)) : Promise.resolve();
+  try {
+    void h.ext.activate(h.context);
+    await settle();
+    const restart = restartInBackground();
+    await settle();
+    mock.timers.tick(h.ext.STOP_WAIT_MS);
+    await settle();
+    assert.ok(restart.done());
+    assert.equal(h.clients[0].lastServer!.signalCode, "SIGKILL");
+    const errors = h.messages.filter((m) => m.kind === "error").map((m) => m.text);
+    // vscode-languageclient's own "couldn't create connection" (start() forces it) is left
+    assert.deepEqual(errors, ["ngramd client: couldn't create connection to server."], "error messages");
+  } finally {
+    answerInitialize();
+  }
+});
+
+test("a server whose initialize fails, not stopped by the extension, still says why", async () => {
+  h.whileStarting = async (c) => {
+    if (c === h.clients[0]) {
+      throw new Error("initialize refused: unknown option");
+    }
+  };
+  await activate();
+  const errors = h.messages.filter((m) => m.kind === "error").map((m) => m.text);
+  assert.ok(errors.includes("initialize refused: unknown option"), `the client's default message: ${errors}`);
+  assert.equal(h.clients[0].clientOptions.initializationFailedHandler, undefined, "no handler");
+});
+
 test("a restart ends a running server that never answers shutdown, and starts a new one", async () => {
   await activate();
   const hung = h.clients[0];

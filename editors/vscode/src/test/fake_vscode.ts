@@ -95,7 +95,12 @@ export class FakeClient {
     return { error: () => ({ action: 1 /* Continue */ }), closed: () => ({ action: CloseAction.Restart }) };
   }
 
-  /** A start that ends (rejects) when its server exits before it answered `initialize`. */
+  /**
+   * A start that ends (rejects) when its server exits before it answered `initialize`, or
+   * `initialize` fails (whileStarting rejects). As vscode-languageclient 11's doInitialize and
+   * start(): without an initializationFailedHandler (read when initialize fails) the error's
+   * message pops up; start() then says it could not connect, always (a "force" notification).
+   */
   async start(): Promise<void> {
     this.setState(State.Starting);
     const server = new FakeServerProcess();
@@ -105,7 +110,19 @@ export class FakeClient {
       void this.connectionClosed();
     }));
     await new Promise((r) => setImmediate(r));
-    await Promise.race([this.harness.whileStarting?.(this), closed]);
+    try {
+      await Promise.race([this.harness.whileStarting?.(this), closed]);
+    } catch (err) {
+      const window = this.harness.vscode.window as { showErrorMessage: (text: string) => Promise<unknown> };
+      const handler = this.clientOptions.initializationFailedHandler as ((e: unknown) => boolean) | undefined;
+      if (handler) {
+        handler(err); // true would initialize again: not modelled
+      } else {
+        void window.showErrorMessage((err as Error).message);
+      }
+      void window.showErrorMessage(`${this.name} client: couldn't create connection to server.`);
+      throw err;
+    }
     this.setState(State.Running);
   }
 
