@@ -10,8 +10,9 @@ Vocabulary:
 Ordering: every handler does its bookkeeping (documents, index submission,
 worker submission) *synchronously before its first await*, and the server starts
 handlers in arrival order, so pipelined ``open``/``change``/``complete`` on one
-connection see each other in order. The index is updated on its own single
-thread (``_index_exec``, FIFO) and the model on the worker's thread; the event
+connection see each other in order. The index is updated on threads of its own
+(``_index_exec``: each document's updates in order, one at a time, so that a big one
+being tokenized holds up no other's) and the model on the worker's thread; the event
 loop only validates, enqueues and awaits, so it always stays responsive.
 """
 
@@ -30,6 +31,7 @@ from urllib.parse import unquote, urlparse
 
 from daemon import package_version
 from daemon.documents import DocumentStore, parse_changes
+from daemon.keyed_executor import KeyedExecutor
 from daemon.requests import (
     CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
@@ -49,6 +51,9 @@ MAX_URI_CHARS = 4096
 # tokenizer on a 900K-character buffer gave 8 ms per edit and 3.1 s per open (the switch pays
 # from ~400 edits there, sooner on smaller buffers, where an open costs less).
 MAX_MIRRORED_EDITS = 256
+# threads that mirror documents into the index (one document's updates run one at a time):
+# this many big documents being tokenized at once hold up the others
+INDEX_THREADS = 3
 UNKNOWN_METHOD = "<unknown>"  # the key of requests.by_method that counts unknown methods
 COMMAND_LINE = -1  # the owner of `ngramd serve --workspace` folders (connections count from 1)
 # a folder whose editors all disconnected stays watched this long (an editor restart finds it
@@ -68,7 +73,7 @@ class Service:
                      "socket": socket_path, "max_message_bytes": max_message_bytes}
         self.docs = DocumentStore()
         self.worker = Worker()
-        self._index_exec = ThreadPoolExecutor(1, thread_name_prefix="ngramd-index")
+        self._index_exec = KeyedExecutor(INDEX_THREADS, thread_name_prefix="ngramd-index")
         self._misc_exec = ThreadPoolExecutor(1, thread_name_prefix="ngramd-misc")  # may wait on the engine
         self.watcher = WorkspaceWatcher(index, self._path_is_open) if index is not None else None
         self.started = time.time()
@@ -138,7 +143,7 @@ class Service:
         self.worker.stop()
         if self.watcher is not None:
             self.watcher.stop()
-        self._index_exec.shutdown(wait=False, cancel_futures=True)
+        self._index_exec.shutdown()
         self._misc_exec.shutdown(wait=False, cancel_futures=True)
 
     # -- methods ------------------------------------------------------------------------
@@ -439,10 +444,11 @@ class Service:
             self.totals.merge(stats)
         return result.to_dict() if hasattr(result, "to_dict") else result
 
-    def _index_submit(self, name: str, *args: Any) -> Any:
+    def _index_submit(self, name: str, uri: str, *args: Any) -> Any:
+        """``index.<name>(uri, *args)`` after the updates of ``uri`` submitted before; None without an index."""
         if self.index is None:
             return None
-        return self._index_exec.submit(getattr(self.index, name), *args)
+        return self._index_exec.submit(uri, getattr(self.index, name), uri, *args)
 
     async def _await_index(self, fut: Any) -> bool:
         """False (logged and counted) when the index update failed."""
@@ -454,8 +460,8 @@ class Service:
             log.exception("index update failed")
             return False
 
-    async def _index_call(self, name: str, *args: Any) -> None:
-        fut = self._index_submit(name, *args)
+    async def _index_call(self, name: str, uri: str, *args: Any) -> None:
+        fut = self._index_submit(name, uri, *args)
         if fut is not None:
             await self._await_index(fut)
 
