@@ -276,8 +276,9 @@ def _below_any(path: Path, folders: frozenset[Path]) -> bool:
 
 
 def _stat_key(path: Path) -> tuple[int, ...] | None:
-    """What tells a rewritten file (git replaces its index file on each change, and a replacement
-    may reuse a freed inode within one mtime tick at the same size: the ctime too); None when absent."""
+    """What tells a rewritten file (git replaces its index file on each change: a new inode, so
+    a replacement within one timestamp tick at the same size is told too); None when absent.
+    The ctime as for ``.gitignore``: an index file restored with its old mtime (``cp -p``, a backup)."""
     try:
         st = path.stat()
     except OSError:

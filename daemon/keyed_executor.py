@@ -35,9 +35,11 @@ class KeyedExecutor:
             self._queues[key] = deque([(fn, args, fut)])
         try:
             self._pool.submit(self._drain, key)
-        except RuntimeError:
+        except RuntimeError:  # the pool is shut (interpreter exit): this key's jobs never run
             with self._lock:
-                del self._queues[key]
+                queue = self._queues.pop(key)
+            for _, _, queued in queue:
+                queued.cancel()
             raise
         return fut
 
@@ -45,10 +47,11 @@ class KeyedExecutor:
         """Cancel the jobs not started; those running finish on their own (not waited for)."""
         with self._lock:
             self._shut = True
+            dropped = [fut for queue in self._queues.values() for _, _, fut in queue]
             for queue in self._queues.values():
-                for _, _, fut in queue:
-                    fut.cancel()
                 queue.clear()
+        for fut in dropped:  # outside the lock: a cancelled future runs its callbacks now
+            fut.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _drain(self, key: Hashable) -> None:

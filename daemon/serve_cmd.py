@@ -127,7 +127,7 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 def _index_config(args: argparse.Namespace) -> Any:
     from index.store import IndexConfig
 
-    # evicted files read back on a thread of their own: the index thread serves every client's sync
+    # evicted files read back on a thread of their own, not on those that mirror documents (clients wait on those)
     limit = getattr(args, "max_indexed_tokens", None)
     if limit is None:
         return IndexConfig(restore_in_background=True)

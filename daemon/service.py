@@ -46,8 +46,8 @@ SERVER_NAME = "ngramd"
 MAX_TOKENS_LIMIT = 4096
 MAX_URI_CHARS = 4096
 # A change with more range edits than this reaches the index as one open_buffer of the final
-# text, so the index thread (which every client's open/change waits on) does one update, not
-# hundreds ("Replace All"). A judgement, not a measured optimum: one run with the tiny model's
+# text, so the document's index updates (which its clients' next open/change waits on) are one,
+# not hundreds ("Replace All"). A judgement, not a measured optimum: one run with the tiny model's
 # tokenizer on a 900K-character buffer gave 8 ms per edit and 3.1 s per open (the switch pays
 # from ~400 edits there, sooner on smaller buffers, where an open costs less).
 MAX_MIRRORED_EDITS = 256

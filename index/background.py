@@ -25,14 +25,29 @@ class BackgroundJob:
         self._thread: threading.Thread | None = None
 
     def request(self) -> None:
-        """Run the job soon (once more if it runs now)."""
+        """Run the job soon (once more if it runs now). Where no thread can be started (the
+        process is out of them), it runs now, on the caller's thread; the next ask tries again."""
         with self._cond:
             self._wanted = True
-            if self._thread is None:  # started at the first ask: an index that never evicts has none
-                # daemon: a read in flight never holds up the process's exit (it only reads files)
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
-                self._thread.start()
-            self._cond.notify()
+            if self._thread is not None:
+                self._cond.notify()
+                return
+            # started at the first ask: an index that never evicts has none; daemon: a read in
+            # flight never holds up the process's exit (it only reads files)
+            thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            try:
+                thread.start()
+                self._thread = thread
+                return
+            except RuntimeError as exc:
+                log.warning("%s: no thread (%s); running it on the caller's", self._name, exc)
+                self._wanted, self._running = False, True
+        try:
+            self._job()
+        finally:
+            with self._cond:
+                self._running = False
+                self._cond.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Whether every request so far has been served, waiting up to ``timeout`` seconds."""

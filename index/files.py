@@ -59,7 +59,8 @@ ARRAY_HEADER_BYTES = sys.getsizeof(np.zeros(0, np.int32)[:0])  # a view: the hea
 # Files evicted for lack of room that are remembered to come back once there is room again; past
 # this many, the longest evicted are forgotten (a rescan of their folder finds them again).
 MAX_EVICTED_REMEMBERED = 50_000
-# They come back only into room past a reserve of the bound's 1/this, kept for buffers to grow into.
+# After a buffer shrank, they come back only into room past a reserve of the bound's 1/this, kept
+# for buffers to grow into (a close or a removal gives them the whole room).
 RESTORE_RESERVE_SHARE = 16
 
 
@@ -185,12 +186,11 @@ class WorkspaceFiles:
         if len(self._evicted_paths) > MAX_EVICTED_REMEMBERED:
             del self._evicted_paths[next(iter(self._evicted_paths))]  # the longest evicted
 
-    def _evicted_that_fit(self, tried: set[str]) -> list[str]:
-        """Evicted files not yet ``tried`` whose tokens fit in the room left now, less a reserve,
-        the most recently evicted (the most recently used) first, one batch at most (lock held).
-        Adds them to ``tried``. The reserve: a file brought back into room that one typed token
-        would take was evicted again by the next keystroke, and read back at the next backspace."""
-        room = self._restorable_room()
+    def _evicted_that_fit(self, tried: set[str], reserve: bool = False) -> list[str]:
+        """Evicted files not yet ``tried`` whose tokens fit in the room left now (less the reserve,
+        with ``reserve``), the most recently evicted (the most recently used) first, one batch at
+        most (lock held). Adds them to ``tried``."""
+        room = self._restorable_room(reserve)
         if room <= 0 or room < self._evicted_min_tokens:  # no walk over them all at each keystroke in a big buffer
             return []
         batch: list[str] = []
@@ -210,11 +210,13 @@ class WorkspaceFiles:
         tried.update(batch)
         return batch
 
-    def _restorable_room(self) -> int:
-        """Tokens evicted files may take now (lock held): the room left, less a reserve of
-        1/RESTORE_RESERVE_SHARE of the bound kept for buffers to grow into."""
-        reserve = self.cfg.max_indexed_tokens // RESTORE_RESERVE_SHARE
-        return self.cfg.max_indexed_tokens - self._indexed_tokens() - reserve
+    def _restorable_room(self, reserve: bool) -> int:
+        """Tokens evicted files may take now (lock held): the room left, less, with ``reserve``,
+        1/RESTORE_RESERVE_SHARE of the bound kept for buffers to grow into: after a buffer shrank,
+        a file brought back into room that one typed token would take was evicted again by the
+        next keystroke, and read back at the next backspace."""
+        kept = self.cfg.max_indexed_tokens // RESTORE_RESERVE_SHARE if reserve else 0
+        return self.cfg.max_indexed_tokens - self._indexed_tokens() - kept
 
     def _evicted_under(self, prefix: str) -> list[str]:
         """The evicted files under the folder ``prefix`` (lock held); ``_remove_all`` forgets them."""

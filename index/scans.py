@@ -78,23 +78,30 @@ class WorkspaceScans:
                 with self._lock:
                     self._skipped[e.reason] += 1
                     self.last_skip = str(e)
+                    freed = False
                     if not self._changed_since(key, read_tick):  # else a newer change decides
-                        self._remove(key)
+                        freed = self._remove_all([key]) > 0
                         self._record_change(key, read_tick)
                 self._after_write()
+                if freed:
+                    self._restore_evicted()
                 return False
             (tokens,) = self._tokenize_files([text])
             real = os.path.realpath(key)
             with self._lock:
+                before = self._files[key].n_tokens if key in self._files else None
                 if not self._changed_since(key, read_tick):
                     self._install(key, tokens, read_tick)
                     self._note_link(key, real)
                     self._enforce_bound()
                 kept = key in self._files
+                shrank = before is not None and (not kept or self._files[key].n_tokens < before)
         finally:
             with self._lock:
                 self._end_read()
         self._after_write()
+        if shrank:
+            self._restore_evicted()
         return kept
 
     def remove_file(self, path: str | os.PathLike) -> None:
@@ -191,6 +198,8 @@ class WorkspaceScans:
                 self._remove_all([k for k in self._evicted_under(prefix)
                                   if k not in found and not k.startswith(nested)])
         self._after_write()
+        if counts["removed"]:  # files it no longer finds, or now skips: their room
+            self._restore_evicted()
         with self._lock:
             for reason, n in counts.items():
                 if reason not in ("indexed", "tokens", "removed"):
@@ -255,50 +264,61 @@ class WorkspaceScans:
         evicted_kept = [k for k in evicted if keep is not None and keep(k)]  # they come back later
         with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
             n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
-            for k in evicted_kept:
-                if k not in self._files:  # (not indexed by a file event meanwhile)
-                    self._evicted_paths[k] = evicted[k]
+            back = {k: evicted[k] for k in evicted_kept if k not in self._files}  # (not indexed meanwhile)
+            if back:  # in their eviction order, before those evicted since
+                self._evicted_paths = {**back, **self._evicted_paths}
         self._after_write()
-        if n:  # the folder's room goes to files evicted for lack of it (those another folder keeps)
+        if n or back:  # the folder's room, and a restore asked meanwhile that did not see them
             self._restore_evicted()
         return n
 
-    def _restore_evicted(self) -> None:
-        """Room freed up (a buffer shrank or closed, files were removed): bring evicted files back,
-        now or, with ``cfg.restore_in_background``, on the restore thread."""
+    def _restore_evicted(self, reserve: bool = False) -> None:
+        """Room freed up (a buffer shrank or closed, files were removed or shrank): bring evicted
+        files back, now or, with ``cfg.restore_in_background``, on the restore thread.
+        ``reserve``: a buffer shrank, which the next keystroke may undo: keep a reserve of room
+        free (``files._restorable_room``), or a file read back would be evicted again at once."""
         if not self._evicted_paths:  # the common case, without the lock
             return
         if self._restorer is None:
-            self._restore_evicted_now()
-        else:
-            self._restorer.request()
+            self._restore_evicted_now(reserve)
+            return
+        if not reserve:
+            with self._lock:
+                self._restore_whole_room = True
+        self._restorer.request()
+
+    def _restore_job(self) -> None:
+        """The restore thread's job: into the whole room if any ask since the last run wanted it."""
+        with self._lock:
+            whole, self._restore_whole_room = self._restore_whole_room, False
+        self._restore_evicted_now(reserve=not whole)
 
     def wait_restored(self, timeout: float | None = None) -> bool:
         """Whether the restores asked for so far are done, waiting up to ``timeout`` seconds."""
         return self._restorer is None or self._restorer.wait_idle(timeout)
 
-    def _restore_evicted_now(self) -> int:
-        """Index again the files evicted for lack of room that fit in the room there is now,
-        most recently used first, each with its old place in the LRU order; returns how many came
-        back. A batch at a time, read outside the lock as a scan reads (newest wins: a file event
-        meanwhile decides); one no longer readable is forgotten and counted."""
+    def _restore_evicted_now(self, reserve: bool = False) -> int:
+        """Index again the files evicted for lack of room that fit in the room there is now (less
+        the reserve, with ``reserve``), most recently used first, each with its old place in the LRU
+        order; returns how many came back. A batch at a time, read outside the lock as a scan reads
+        (newest wins: a file event meanwhile decides); one no longer readable is forgotten and counted."""
         if not self._evicted_paths:
             return 0
         restored, tried = 0, set()
         while True:
             with self._lock:
-                keys = self._evicted_that_fit(tried)
+                keys = self._evicted_that_fit(tried, reserve)
                 if not keys:
                     return restored
                 read_tick = self._begin_read()
             try:
-                restored += self._restore_batch(keys, read_tick)
+                restored += self._restore_batch(keys, read_tick, reserve)
             finally:
                 with self._lock:
                     self._end_read()
             self._after_write()
 
-    def _restore_batch(self, keys: list[str], read_tick: int) -> int:
+    def _restore_batch(self, keys: list[str], read_tick: int, reserve: bool) -> int:
         """Read, tokenize and install the evicted files ``keys`` whose reads began at ``read_tick``."""
         read, texts, skipped = [], [], []
         for key in keys:
@@ -316,7 +336,7 @@ class WorkspaceScans:
                 if e.path in self._evicted_paths and not self._changed_since(e.path, read_tick):
                     del self._evicted_paths[e.path]
                     self._skipped[e.reason] += 1
-            room = self._restorable_room()
+            room = self._restorable_room(reserve)
             for key, arr, real in zip(read, arrays, real_paths):
                 waiting = self._evicted_paths.get(key)
                 if waiting is None or self._changed_since(key, read_tick):

@@ -145,8 +145,9 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         # clock) at eviction, in eviction order, at most files.MAX_EVICTED_REMEMBERED
         self._evicted_paths: dict[str, tuple[int, int]] = {}
         self._evicted_min_tokens = sys.maxsize  # at most the fewest tokens of any of them (none fits in less room)
-        self._restorer = BackgroundJob(self._restore_evicted_now, "ngramd-index-restore") \
+        self._restorer = BackgroundJob(self._restore_job, "ngramd-index-restore") \
             if self.cfg.restore_in_background else None
+        self._restore_whole_room = False  # an ask since the restore thread's last run wanted no reserve
         self._merges = 0
         # Workspace scans (scans.py).
         self._roots: set[str] = set()  # folders index_workspace has scanned, each ending in a separator
@@ -178,7 +179,7 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         if evicted:
             self._after_write()
         if shrank:
-            self._restore_evicted()
+            self._restore_evicted(reserve=True)
 
     def edit_buffer(self, uri: str, start: int, end: int, new_text: str, result: str | None = None) -> None:
         """Replace characters ``[start, end)`` of buffer ``uri`` (str indices) by ``new_text``.
@@ -210,7 +211,7 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         if evicted:
             self._after_write()
         if n_new < hi - lo:  # it shrank
-            self._restore_evicted()
+            self._restore_evicted(reserve=True)
 
     def close_buffer(self, uri: str) -> None:
         """Forget the buffer ``uri``; files evicted to make room for it come back (read outside

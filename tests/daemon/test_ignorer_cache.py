@@ -98,8 +98,8 @@ def test_a_gitignore_changed_just_now_is_read_again_though_its_stat_is_the_same(
 
 
 def test_git_index_rewritten_at_its_size_and_mtime_is_seen_by_its_ctime(tmp_path, monkeypatch):
-    """Git's index file, rewritten at the same size, inode and mtime (a replacement reusing the
-    freed inode within one tick), counts as changed: ls-files runs again."""
+    """Git's index file rewritten in place at the same size and given its old mtime back (restored
+    with ``cp -p``, say) counts as changed: ls-files runs again."""
     import subprocess
 
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

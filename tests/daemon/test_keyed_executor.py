@@ -111,3 +111,26 @@ def test_the_daemon_syncs_a_document_while_another_big_one_is_being_indexed():
     big_calls = [c for c in index.calls if c[1] == "file:///big.py"]
     assert big_calls == [("open", "file:///big.py", "BIG"), ("open", "file:///big.py", "BIG!")]  # in order
     assert index.calls.index(("open", "file:///small.py", "s")) < index.calls.index(big_calls[0])
+
+
+def test_a_cancelled_jobs_callback_may_call_the_executor_at_shutdown():
+    """Cancelling runs the future's callbacks at once: under the executor's lock, one that
+    submitted (asyncio's future chaining, a logger) waited on that lock for ever."""
+    ex = KeyedExecutor(1, "t")
+    release = threading.Event()
+    ex.submit("k", release.wait, 10)
+    queued = ex.submit("k", lambda: None)
+    refused = []
+
+    def submit_again(fut):
+        try:
+            ex.submit("k", lambda: None)
+        except RuntimeError as exc:
+            refused.append(exc)
+
+    queued.add_done_callback(submit_again)
+    done = threading.Thread(target=ex.shutdown, daemon=True)  # (a deadlock must not hold up the exit)
+    done.start()
+    done.join(10)
+    release.set()
+    assert not done.is_alive() and queued.cancelled() and len(refused) == 1

@@ -2,8 +2,9 @@
 
 Open buffers are never evicted: one big buffer used to evict every workspace file for good
 (until a rescan of the folder). The index remembers what it evicted and reads it back from disk
-when a buffer shrinks or closes, or files are removed, the most recently used first, up to the
-bound less a reserve (1/16 of it, ``RESTORE_RESERVE_SHARE``) kept for buffers to grow into.
+when a buffer shrinks or closes, or files are removed or shrink, the most recently used first, up
+to the bound (after a buffer shrank, less a reserve of 1/16 of it, ``RESTORE_RESERVE_SHARE``, kept
+for it to grow into again).
 """
 
 from __future__ import annotations
@@ -38,16 +39,17 @@ def _counts(idx: NgramIndex) -> tuple[int, int, int]:
 
 
 def test_files_evicted_by_a_big_buffer_come_back_when_it_closes(tmp_path):
-    """The fuzzing review's case, scaled down: the buffer alone fills the bound."""
-    paths = _files(tmp_path, 4)
+    """The fuzzing review's case, scaled down: the buffer alone fills the bound. Closed, it gives
+    them the whole room (the reserve is for a buffer that shrank, and may grow again)."""
+    paths = _files(tmp_path, 5)
     idx = _index()
-    assert idx.index_workspace(tmp_path)["indexed"] == 4
+    assert idx.index_workspace(tmp_path)["indexed"] == 5
     idx.open_buffer("untitled:big", "x" * BOUND)
     assert not any(idx.has_file(p) for p in paths)
     waiting = idx.stats().get("evicted_waiting")
     idx.close_buffer("untitled:big")
     assert all(idx.has_file(p) for p in paths)
-    assert waiting == 4 and _counts(idx) == (4, 0, 80)
+    assert waiting == 5 and _counts(idx) == (5, 0, 100)
     assert idx.propose(ids("<3>"), k=2).branches[0].source == Source.WORKSPACE
     idx._check_invariants()
 
@@ -283,7 +285,7 @@ def test_in_the_background_the_caller_does_not_wait_for_the_disk(tmp_path, monke
     files are still being read back on the restore thread."""
     import threading
 
-    paths = _files(tmp_path, 2)
+    paths = _files(tmp_path, 5)  # the whole bound: a close gives them all the room, no reserve
     idx = _index(restore_in_background=True)
     for p in paths:
         idx.index_file(p)
@@ -302,5 +304,70 @@ def test_in_the_background_the_caller_does_not_wait_for_the_disk(tmp_path, monke
     assert not idx.wait_restored(0.05)
     release.set()
     assert idx.wait_restored(10)
-    assert all(idx.has_file(p) for p in paths) and _counts(idx) == (2, 0, 40)
+    assert all(idx.has_file(p) for p in paths) and _counts(idx) == (5, 0, 100)
+    idx._check_invariants()
+
+
+@pytest.mark.parametrize("how", ["rescan_ignores_it", "rewritten_smaller", "now_skipped"])
+def test_room_freed_by_a_rescan_or_a_file_that_shrank_brings_evicted_files_back(tmp_path, how):
+    root = tmp_path / "ws"
+    root.mkdir()
+    big = root / "big.txt"
+    big.write_text("<big>" + "y" * 55)  # 60 tokens
+    (waiting,) = _files(tmp_path, 1)
+    idx = _index()
+    idx.index_file(waiting)
+    idx.index_workspace(root)
+    idx.open_buffer("u", "b" * 30)  # the least recently used, waiting, goes
+    assert _counts(idx) == (1, 1, 90)
+    if how == "rescan_ignores_it":
+        (root / ".gitignore").write_text("big.txt\n")
+        assert idx.index_workspace(root)["removed"] == 1
+    elif how == "rewritten_smaller":
+        big.write_text("<big>")
+        assert idx.index_file(big)
+    else:
+        big.write_bytes(b"\0binary")
+        assert not idx.index_file(big)
+    assert idx.has_file(waiting) and idx.stats()["evicted_waiting"] == 0
+    idx._check_invariants()
+
+
+def test_a_restore_asked_while_forget_root_decides_is_not_lost(tmp_path):
+    """The folder's evicted files are out of a restore's reach while ``keep`` runs: a buffer
+    closed meanwhile found nothing to bring back; the ones kept come back once it is done, in
+    their eviction order."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    paths = _files(root, 3)
+    idx = _index()
+    idx.index_workspace(root)
+    idx.open_buffer("u", "b" * 100)
+
+    def keep(path):
+        idx.close_buffer("u")
+        return True  # another folder covers them
+
+    assert idx.forget_root(root, keep) == 0
+    assert all(idx.has_file(p) for p in paths) and _counts(idx) == (3, 0, 60)
+    idx._check_invariants()
+
+
+def test_evicted_files_a_closed_folder_keeps_wait_in_their_eviction_order(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    _files(root, 2)
+    later = tmp_path / "later.txt"
+    later.write_text("<later>" + "y" * 13)
+    idx = _index()
+    idx.index_workspace(root)
+    idx.open_buffer("u", "b" * 100)
+    order = list(idx._evicted_paths)
+
+    def keep(path):
+        idx.index_file(later)  # no room: evicted at once, after them
+        return True
+
+    idx.forget_root(root, keep)
+    assert list(idx._evicted_paths) == order + [str(later)]
     idx._check_invariants()
