@@ -116,10 +116,12 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from daemon.completer import Completer
     from daemon.engine import EngineConfig
     from daemon.model import load_runtime
+    from daemon.priority import lower_this_thread
     from index.store import NgramIndex
 
     rt = load_runtime(args.model, args.device)
-    index = NgramIndex(rt.tokenize_batch, _index_config(args))
+    # its restore thread is background work, as the scans are: the model's cores first
+    index = NgramIndex(rt.tokenize_batch, _index_config(args), background_setup=lower_this_thread)
     # the service mirrors every open/change into the index itself (incrementally)
     return Completer(rt, index, EngineConfig(sync_buffers=False)), index, rt
 

@@ -16,9 +16,11 @@ log = logging.getLogger("ngramd.index")
 
 
 class BackgroundJob:
-    def __init__(self, job: Callable[[], object], name: str) -> None:
+    def __init__(self, job: Callable[[], object], name: str, setup: Callable[[], object] | None = None) -> None:
+        """``setup``: called first on the job's thread (to lower its priority, say)."""
         self._job = job
         self._name = name
+        self._setup = setup
         self._cond = threading.Condition()
         self._wanted = False
         self._running = False
@@ -55,6 +57,11 @@ class BackgroundJob:
             return self._cond.wait_for(lambda: not self._wanted and not self._running, timeout)
 
     def _loop(self) -> None:
+        if self._setup is not None:
+            try:
+                self._setup()
+            except Exception:  # the job runs anyway
+                log.exception("%s: its setup failed", self._name)
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._wanted)

@@ -102,7 +102,10 @@ def _assert_same_scan_set(got: ScanSet, want: ScanSet) -> None:
 class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
     """See the module docstring. All public methods are thread-safe."""
 
-    def __init__(self, tokenize_batch: TokenizeBatch, config: IndexConfig | None = None):
+    def __init__(self, tokenize_batch: TokenizeBatch, config: IndexConfig | None = None,
+                 background_setup: Callable[[], object] | None = None):
+        """``background_setup``: called first on a thread the index starts for itself (the
+        restore thread: the daemon lowers its priority, as it does its scans')."""
         self.cfg = config or IndexConfig()
         self._tok = tokenize_batch
         self._lock = threading.RLock()
@@ -145,7 +148,7 @@ class NgramIndex(WorkspaceScans, WorkspaceFiles, Lookup):
         # clock) at eviction, in eviction order, at most files.MAX_EVICTED_REMEMBERED
         self._evicted_paths: dict[str, tuple[int, int]] = {}
         self._evicted_min_tokens = sys.maxsize  # at most the fewest tokens of any of them (none fits in less room)
-        self._restorer = BackgroundJob(self._restore_job, "ngramd-index-restore") \
+        self._restorer = BackgroundJob(self._restore_job, "ngramd-index-restore", background_setup) \
             if self.cfg.restore_in_background else None
         self._restore_whole_room = False  # an ask since the restore thread's last run wanted no reserve
         self._merges = 0
