@@ -204,7 +204,8 @@ def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     starting = holder is not None and not is_socket(sock)  # the socket appears once the model is loaded
     if starting:
         who = f" (pid {holder})" if holder else ""
-        message = f"the daemon{who} on {sock} is starting (loading its model); try again in a moment"
+        message = (f"the daemon{who} on {sock} is starting (loading its model; the first start on a"
+                   " machine also times its passes, ~30 s on 2 cores); try again in a moment")
     elif isinstance(exc, TimeoutError):
         message = f"the daemon on {sock} did not answer within 10 s"
     elif holder is not None:
