@@ -215,33 +215,6 @@ def test_edits_that_leave_too_little_room_for_any_do_not_walk_them_all(tmp_path)
     assert idx.has_file(paths[-1]) and _counts(idx) == (1, 3, 94)
 
 
-@pytest.mark.parametrize("how", ["remove_file", "remove_tree", "forget_root"])
-def test_room_freed_by_a_removal_brings_evicted_files_back(tmp_path, how):
-    """A workspace over the bound evicts its least recently used files; one removed (deleted,
-    its folder deleted, a folder closed) gives its room to the most recently evicted."""
-    root, other = tmp_path / "ws", tmp_path / "other"
-    root.mkdir()
-    other.mkdir()
-    gone = root / "gone.txt"
-    gone.write_text("<gone>" + "y" * 54)  # 60 tokens
-    (waiting,) = _files(other, 1)
-    idx = _index()
-    idx.index_file(waiting)
-    idx.index_workspace(root)
-    idx.open_buffer("u", "b" * 30)  # 110 tokens: the least recently used file goes
-    assert not idx.has_file(waiting) and idx.has_file(gone)
-    assert _counts(idx) == (1, 1, 90)
-    if how == "remove_file":
-        idx.remove_file(gone)
-    elif how == "remove_tree":
-        idx.remove_tree(root)
-    else:
-        assert idx.forget_root(root) == 1
-    assert idx.has_file(waiting) and not idx.has_file(gone)
-    assert _counts(idx) == (1, 0, 50)
-    idx._check_invariants()
-
-
 def test_typing_at_the_bound_reads_no_file_back_at_each_backspace(tmp_path, monkeypatch):
     """A keystroke that evicts a file and a backspace that frees a token: the file waits (the
     reserve), where it was read back and evicted again at every pair of keys."""
@@ -308,8 +281,12 @@ def test_in_the_background_the_caller_does_not_wait_for_the_disk(tmp_path, monke
     idx._check_invariants()
 
 
-@pytest.mark.parametrize("how", ["rescan_ignores_it", "rewritten_smaller", "now_skipped"])
-def test_room_freed_by_a_rescan_or_a_file_that_shrank_brings_evicted_files_back(tmp_path, how):
+@pytest.mark.parametrize("how", ["remove_file", "remove_tree", "forget_root", "rescan_ignores_it",
+                                 "rewritten_smaller", "now_skipped"])
+def test_room_freed_by_a_removal_or_a_file_that_shrank_brings_evicted_files_back(tmp_path, how):
+    """A workspace over the bound evicts its least recently used files; one removed (deleted, its
+    folder deleted, a folder closed, a rescan that no longer finds it or a file now skipped) or
+    rewritten smaller gives its room to the most recently evicted."""
     root = tmp_path / "ws"
     root.mkdir()
     big = root / "big.txt"
@@ -318,9 +295,15 @@ def test_room_freed_by_a_rescan_or_a_file_that_shrank_brings_evicted_files_back(
     idx = _index()
     idx.index_file(waiting)
     idx.index_workspace(root)
-    idx.open_buffer("u", "b" * 30)  # the least recently used, waiting, goes
+    idx.open_buffer("u", "b" * 30)  # 110 tokens: the least recently used file, waiting, goes
     assert _counts(idx) == (1, 1, 90)
-    if how == "rescan_ignores_it":
+    if how == "remove_file":
+        idx.remove_file(big)
+    elif how == "remove_tree":
+        idx.remove_tree(root)
+    elif how == "forget_root":
+        assert idx.forget_root(root) == 1
+    elif how == "rescan_ignores_it":
         (root / ".gitignore").write_text("big.txt\n")
         assert idx.index_workspace(root)["removed"] == 1
     elif how == "rewritten_smaller":
