@@ -95,31 +95,38 @@ def prefill(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], stats: Generat
 def _prefill_piece(runtime: Any, kv: KVCache, piece: list[int]) -> None:
     try:
         runtime.forward(torch.tensor([piece], device=runtime.device), kv.cache, keep_last=1)
+        if runtime.device.type == "cuda":
+            # wait for the GPU: else every piece is queued at once, a cancel between pieces
+            # cancels nothing, and a prepare's time shows up in the request that follows it
+            torch.cuda.synchronize(runtime.device)
     except BaseException:
         kv.reset()  # a half-written cache is never reused
         raise
     kv.extended(piece)
 
 
-def _walk_tree(runtime: Any, logits: torch.Tensor, tree: DraftTree, forced: ForcedPrefix | None, emitted: bytearray,
-               greedy: bool, sampling: SamplingParams, seed: int, position: int) -> tuple[list[int], list[int]]:
+def _walk_tree(runtime: Any, logits: torch.Tensor, tops: list[int] | None, tree: DraftTree,
+               forced: ForcedPrefix | None, emitted: bytearray, greedy: bool, sampling: SamplingParams,
+               seed: int, position: int) -> tuple[list[int], list[int]]:
     """Walk down the draft tree from the pending token, accepting children while the acceptance
-    rule allows. ``logits``: [1+n, vocab], row i+1 after tree node i; ``position``: the request's
-    index of the first token this walk emits (sampling's noise is keyed by it). Returns (path of
-    accepted nodes, emitted tokens: the accepted ones and the correction or bonus); extends
-    ``emitted``. The token of each row is the one plain decoding would emit there (argmax, or
-    the seeded Gumbel-max draw): a child is accepted when it is that token."""
+    rule allows. ``logits``: [1+n, vocab], row i+1 after tree node i; ``tops``: greedy, each row's
+    argmax, read once per pass (one wait for the GPU, not one per token); ``position``: the
+    request's index of the first token this walk emits (sampling's noise is keyed by it). Returns
+    (path of accepted nodes, emitted tokens: the accepted ones and the correction or bonus);
+    extends ``emitted``. The token of each row is the one plain decoding would emit there
+    (argmax, or the seeded Gumbel-max draw): a child is accepted when it is that token."""
     node = -1
     path: list[int] = []
     new_tokens: list[int] = []
     while True:
         row = logits[node + 1]  # [vocab]
+        masked = False
         if forced is not None:
             rem = forced.remaining(bytes(emitted))
             if rem:
-                row = forced.mask_logits(row, rem)
+                row, masked = forced.mask_logits(row, rem), True
         if greedy:
-            token = int(torch.argmax(row))
+            token = int(torch.argmax(row)) if masked or tops is None else tops[node + 1]
         else:
             p = target_probs(row, sampling.temperature, sampling.top_p)  # [vocab]
             token = sample_token(p, position_noise(seed, position + len(new_tokens), p.shape[-1]))
@@ -181,10 +188,13 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
             else:
                 mask, pos = tree_inputs(tree, past, runtime.dtype, runtime.device)
                 logits = runtime.forward(ids, kv.cache, position_ids=pos, attention_mask=mask)
+            # greedy: every row's token in one read (on cuda, the wait for the pass: its time is then known)
+            tops = logits.argmax(-1).tolist() if greedy else None
             pass_ms = (time.perf_counter() - t_pass) * 1000
             kv.extended(inputs)
             position = len(context) - len(prompt_ids)  # tokens generated so far
-            path, new_tokens = _walk_tree(runtime, logits, tree, forced, emitted, greedy, sampling, seed, position)
+            path, new_tokens = _walk_tree(runtime, logits, tops, tree, forced, emitted, greedy, sampling, seed,
+                                          position)
             kv.select(past + head + 1, [past + head + 1 + i for i in path])
         except BaseException:
             # until select the cache holds every draft row (a tree's siblings at shifted
@@ -192,9 +202,10 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
             kv.reset()
             raise
         stats.prefill_tokens += head
-        if policy is not None and runtime.device.type == "cpu" and head == 0:
-            # online calibration of the verify cost (on cuda the pass is asynchronous here);
-            # a pass with prompt rows computes fewer logits than a verify pass of its size
+        if policy is not None and (runtime.device.type == "cpu" or tops is not None) and head == 0:
+            # online calibration of the verify cost (on cuda only where ``tops`` waited for the
+            # pass: else it is still running); a pass with prompt rows computes fewer logits
+            # than a verify pass of its size
             policy.cost.observe(len(inputs), pass_ms)
         stats.forward_passes += 1
         stats.drafted += tree.size

@@ -65,6 +65,8 @@ class ModelRuntime:
     _fast_installed: bool = False
 
     def __post_init__(self) -> None:
+        if self.device.type != "cpu":  # both are CPU kernels: elsewhere only wrappers that step aside
+            self.fast_paths = False
         params = inspect.signature(self.model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._special_ids = frozenset(int(i) for i in self.tokenizer.all_special_ids)
@@ -249,7 +251,21 @@ def resolve_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("--device cuda was asked for but torch sees no CUDA device")
     dev = torch.device(device)
+    exact_float32()
     return dev, torch.float32
+
+
+def exact_float32() -> None:
+    """fp32 matrix products in full fp32: TF32 (``set_float32_matmul_precision("high")``, or
+    ``allow_tf32`` set by a script or an image) rounds as bf16 does, and breaks identical output
+    the same way. ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (set in NVIDIA's images) wins over
+    these switches: warned about."""
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+        log.warning("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 turns TF32 on for CUDA matrix products: "
+                    "speculative output may then differ from plain decoding; unset it")
 
 
 def embedded_gguf_path() -> Path:
