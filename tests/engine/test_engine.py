@@ -68,8 +68,11 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("rows_at_once", [False, True], ids=["rows_as_walked", "rows_at_once"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_speculative_greedy_equals_plain(tiny, reference, scripted, case):
+def test_speculative_greedy_equals_plain(tiny, reference, scripted, case, rows_at_once, monkeypatch):
+    """``rows_at_once``: the tokens of a pass read before the walk, as on a GPU (here on the CPU)."""
+    monkeypatch.setattr(engine, "_reads_all_rows", lambda device: rows_at_once)
     prompt, ref = reference
     rng = np.random.default_rng(0)
     proposer = scripted(lambda ctx: CASES[case](_truth(prompt, ref, ctx), rng))
