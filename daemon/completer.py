@@ -213,6 +213,15 @@ class Completer:
             self.pool.drop(uri)
             self.pool.drop(edit_cache_key(uri))
 
+    def release_memory(self) -> None:
+        """Memory ran out: forget every KV cache, and hand the GPU's cached blocks back."""
+        with self._lock:
+            self.pool.clear()
+        if self.runtime.device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
     def stats(self) -> dict[str, Any]:
         """Totals over all requests, the cost model and the learnt acceptance rates."""
         return {"requests": self.requests, "totals": self.totals.to_dict(), "prepared": dict(self.prepared),

@@ -225,6 +225,9 @@ class KVPool:
     def drop(self, key: Hashable) -> None:
         self._caches.pop(key, None)
 
+    def clear(self) -> None:
+        self._caches.clear()
+
     def __len__(self) -> int:
         return len(self._caches)
 

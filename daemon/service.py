@@ -72,7 +72,7 @@ class Service:
         self.info = {"model": model_name, "device": device, "dtype": dtype,
                      "socket": socket_path, "max_message_bytes": max_message_bytes}
         self.docs = DocumentStore()
-        self.worker = Worker()
+        self.worker = Worker(on_out_of_memory=getattr(completer, "release_memory", None))
         self._index_exec = KeyedExecutor(INDEX_THREADS, thread_name_prefix="ngramd-index")
         self._misc_exec = ThreadPoolExecutor(1, thread_name_prefix="ngramd-misc")  # may wait on the engine
         self.watcher = WorkspaceWatcher(index, self._path_is_open) if index is not None else None

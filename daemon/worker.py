@@ -86,11 +86,22 @@ class Job:
                 "waited_s": round(time.monotonic() - self.enqueued, 3)}
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says memory ran out: MemoryError, torch's OutOfMemoryError (CUDA), or the
+    RuntimeError its CPU allocator raises (torch not imported here: the names and message tell)."""
+    if isinstance(exc, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(exc).__mro__):
+        return True
+    return isinstance(exc, RuntimeError) and ("out of memory" in str(exc) or "can't allocate memory" in str(exc))
+
+
 class Worker:
     """Run jobs one at a time on a dedicated thread."""
 
-    def __init__(self, max_queued: int = 256) -> None:
+    def __init__(self, max_queued: int = 256, on_out_of_memory: Callable[[], object] | None = None) -> None:
+        """``on_out_of_memory``: called after a job ran out of memory (the engine's KV caches
+        dropped: else every later request, holding them, ran out too)."""
         self.max_queued = max_queued
+        self.on_out_of_memory = on_out_of_memory
         self._queue: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._running: Job | None = None
@@ -172,6 +183,20 @@ class Worker:
                 self._running = None
             job.resolve(result, error)
 
+    def _out_of_memory(self, job: Job, exc: BaseException) -> RpcError:
+        """The error for a job that ran out of memory, once memory is given back."""
+        self.counts["out_of_memory"] += 1
+        log.error("job %s (%s) ran out of memory: %s", job.job_id, job.kind, str(exc).splitlines()[0][:300])
+        freed = ""
+        if self.on_out_of_memory is not None:
+            try:
+                self.on_out_of_memory()
+                freed = "; the daemon dropped its KV caches"
+            except Exception:
+                log.exception("giving memory back failed")
+        return RpcError(INTERNAL_ERROR, f"out of memory{freed} (a shorter text or maxTokens, or a smaller "
+                                        "model, may fit)")
+
     def _run(self, job: Job) -> tuple[Any, RpcError | None]:
         """Run one job; the outcome as (result, error), counted."""
         try:
@@ -186,8 +211,10 @@ class Worker:
             self.counts["failed"] += 1
             return None, RpcError(INVALID_PARAMS, str(exc))
         except Exception as exc:  # the engine failed; report it, keep serving
-            log.exception("job %s failed", job.job_id)
             self.counts["failed"] += 1
+            if is_out_of_memory(exc):
+                return None, self._out_of_memory(job, exc)
+            log.exception("job %s failed", job.job_id)
             return None, RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         if job.cancel.is_set() or getattr(result, "cancelled", False):
             reason = job.cancel_reason or "cancelled"
