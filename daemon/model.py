@@ -251,19 +251,21 @@ def resolve_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("--device cuda was asked for but torch sees no CUDA device")
     dev = torch.device(device)
-    exact_float32()
+    exact_float32(dev)
     return dev, torch.float32
 
 
-def exact_float32() -> None:
-    """fp32 matrix products in full fp32: TF32 (``set_float32_matmul_precision("high")``, or
-    ``allow_tf32`` set by a script or an image) rounds as bf16 does, and breaks identical output
-    the same way. ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (set in NVIDIA's images) wins over
-    these switches: warned about."""
+def exact_float32(device: torch.device | None = None) -> None:
+    """fp32 matrix products in full fp32, for the whole process: TF32
+    (``set_float32_matmul_precision("high")``, or ``allow_tf32`` set by a script or an image)
+    rounds as bf16 does, and breaks identical output the same way. ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``
+    (set in NVIDIA's images) wins over these switches: warned about where ``device`` is CUDA (or
+    not given)."""
     torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    if os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+    on_cuda = device is None or device.type == "cuda"
+    if on_cuda and os.environ.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
         log.warning("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 turns TF32 on for CUDA matrix products: "
                     "speculative output may then differ from plain decoding; unset it")
 

@@ -91,7 +91,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
     RuntimeError its CPU allocator raises (torch not imported here: the names and message tell)."""
     if isinstance(exc, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(exc).__mro__):
         return True
-    return isinstance(exc, RuntimeError) and ("out of memory" in str(exc) or "can't allocate memory" in str(exc))
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(m in text for m in _OUT_OF_MEMORY_MESSAGES)
+
+
+# What torch's RuntimeErrors say when an allocation failed: the CPU allocator, and cuBLAS or
+# cuDNN handles (made with cudaMalloc directly, not torch's allocator)
+_OUT_OF_MEMORY_MESSAGES = ("out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
+                           "CUDNN_STATUS_ALLOC_FAILED")
 
 
 class Worker:
@@ -178,15 +185,20 @@ class Worker:
                 if self._stopped:
                     return
                 job = self._running = self._queue.popleft()
-            result, error = self._run(job)
+            try:
+                result, error = self._run(job)
+            except BaseException as exc:  # a bug in the handling itself: this job fails, the worker goes on
+                log.exception("job %s: its outcome could not be told", job.job_id)
+                result, error = None, RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             with self._cond:  # not running any more before anyone hears the outcome
                 self._running = None
             job.resolve(result, error)
 
-    def _out_of_memory(self, job: Job, exc: BaseException) -> RpcError:
-        """The error for a job that ran out of memory, once memory is given back."""
+    def _out_of_memory(self, job: Job, what: str) -> RpcError:
+        """The error for a job that ran out of memory (``what``: its exception, in a line), once
+        memory is given back; called after the except block, whose traceback held the pass's tensors."""
         self.counts["out_of_memory"] += 1
-        log.error("job %s (%s) ran out of memory: %s", job.job_id, job.kind, str(exc).splitlines()[0][:300])
+        log.error("job %s (%s) ran out of memory: %s", job.job_id, job.kind, what)
         freed = ""
         if self.on_out_of_memory is not None:
             try:
@@ -199,6 +211,7 @@ class Worker:
 
     def _run(self, job: Job) -> tuple[Any, RpcError | None]:
         """Run one job; the outcome as (result, error), counted."""
+        out_of_memory = None
         try:
             result = job.fn(job.cancel)
         except RpcError as exc:
@@ -212,10 +225,12 @@ class Worker:
             return None, RpcError(INVALID_PARAMS, str(exc))
         except Exception as exc:  # the engine failed; report it, keep serving
             self.counts["failed"] += 1
-            if is_out_of_memory(exc):
-                return None, self._out_of_memory(job, exc)
-            log.exception("job %s failed", job.job_id)
-            return None, RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            if not is_out_of_memory(exc):
+                log.exception("job %s failed", job.job_id)
+                return None, RpcError(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            out_of_memory = (str(exc).splitlines() or [type(exc).__name__])[0][:300]  # MemoryError() says nothing
+        if out_of_memory is not None:
+            return None, self._out_of_memory(job, out_of_memory)
         if job.cancel.is_set() or getattr(result, "cancelled", False):
             reason = job.cancel_reason or "cancelled"
             self.counts[reason] += 1

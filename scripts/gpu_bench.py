@@ -9,7 +9,7 @@ What it measures (run by scripts/gpu_bench.sh on a GPU machine):
    does not depend on the weights' values; they are random normal, never zeros.
 2. *Exactness* of the same models: the logits of one k-token pass against k one-token
    passes over the same tokens, through the daemon's own forward (``ModelRuntime.forward``,
-   its fast paths and in-place KV cache, scripts/measure_pass_drift.py's ``drift_at``): the
+   its in-place KV cache (the fast paths are CPU-only), scripts/measure_pass_drift.py's ``drift_at``): the
    largest absolute difference, the smallest top-2 gap, and whether the argmax agrees at
    every position. Random weights give far flatter logits than a trained model (tiny top-2
    gaps), so the difference is the figure to read; a disagreement here is no verdict.
@@ -175,8 +175,9 @@ class _NoTokenizer:
 
 
 def runtime_for(model: Any, device: str, name: str) -> Any:
-    """The daemon's ``ModelRuntime`` around a built model (its first forward installs the fast
-    paths, changing the model's linears and attention in place: use it after the cost curve)."""
+    """The daemon's ``ModelRuntime`` around a built model (on the CPU, a --dry-run, its first
+    forward installs the fast paths, changing the model's linears and attention in place: use it
+    after the cost curve)."""
     import torch
 
     from daemon.model import ModelRuntime
@@ -318,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         models = {k: v for k, v in models.items() if k in args.models.split(",")}
     ctxs, sizes = (DRY_CTX, DRY_SIZES) if args.dry_run else (CTX, SIZES)
     dtype = torch.float32  # as the daemon runs every model (daemon/model.py resolve_device: bf16 is not exact)
+    from daemon.model import exact_float32
+
+    exact_float32()  # as the daemon sets it at load: no TF32
     repeats = 1 if args.dry_run else args.repeats
     try:
         traces = json.loads(Path(args.traces).read_text())

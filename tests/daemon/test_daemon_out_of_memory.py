@@ -21,6 +21,7 @@ class OutOfMemoryError(RuntimeError):
     (OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
     (RuntimeError("[enforce fail at alloc_cpu.cpp:117] . DefaultCPUAllocator: can't allocate memory"), True),
     (MemoryError(), True),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), True),
     (RuntimeError("shape mismatch"), False),
     (ValueError("out of memory"), False),
 ])
@@ -71,3 +72,31 @@ def test_the_completer_gives_its_caches_back():
     assert isinstance(completer.pool.get("file:///b.py"), KVCache) and len(completer.pool) == 2
     completer.release_memory()
     assert len(completer.pool) == 0
+
+
+def test_a_memory_error_without_a_message_is_answered_and_the_worker_goes_on():
+    """Python's own allocation failures say nothing (``MemoryError()``): reading its first line
+    raised in the handler, the model thread died, and no request was answered again."""
+    worker = Worker()
+    try:
+        def exhausted(cancel):
+            raise MemoryError()
+
+        err = _outcome(worker, exhausted)
+        assert isinstance(err, RpcError) and err.message.startswith("out of memory")
+        assert _outcome(worker, lambda cancel: "ok") == "ok"
+    finally:
+        worker.stop()
+
+
+def test_a_failure_in_telling_a_jobs_outcome_fails_that_job_alone(monkeypatch):
+    worker = Worker()
+    try:
+        run = worker._run
+        monkeypatch.setattr(worker, "_run", lambda job: 1 / 0)
+        err = _outcome(worker, lambda cancel: "ok")
+        assert isinstance(err, RpcError) and err.code == INTERNAL_ERROR and "ZeroDivisionError" in err.message
+        monkeypatch.setattr(worker, "_run", run)
+        assert _outcome(worker, lambda cancel: "ok") == "ok"
+    finally:
+        worker.stop()

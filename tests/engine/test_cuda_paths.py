@@ -17,19 +17,25 @@ from daemon.model import load_runtime, resolve_device
 def test_fp32_products_are_set_to_full_precision_at_load(monkeypatch, caplog):
     """TF32 rounds as bf16 does (which broke identical output): whatever a script or an image
     set, loading sets full fp32 back, and warns about the override it cannot switch off."""
-    before = torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32
+    from daemon.model import exact_float32
+
+    before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32)
     try:
         torch.set_float32_matmul_precision("high")
         torch.backends.cuda.matmul.allow_tf32 = True
         monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
         with caplog.at_level(logging.WARNING, logger="ngramd.model"):
             resolve_device("cpu")
-        assert torch.get_float32_matmul_precision() == "highest"
-        assert not torch.backends.cuda.matmul.allow_tf32
-        assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" in caplog.text
+            assert torch.get_float32_matmul_precision() == "highest"
+            assert not torch.backends.cuda.matmul.allow_tf32
+            assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in caplog.text  # it acts on CUDA alone
+            exact_float32(torch.device("cuda"))
+            assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" in caplog.text
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cuda.matmul.allow_tf32 = before[1]
+        torch.backends.cudnn.allow_tf32 = before[2]
 
 
 def test_the_cpu_fast_paths_are_cpu_only():

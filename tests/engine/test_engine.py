@@ -26,14 +26,14 @@ def _prompt(tiny, n=300):
 
 
 def _run(tiny, prompt, proposer, max_tokens=MAX, width=3, sampling=SamplingParams(), cancel=None, kv=None,
-         stats=None):
+         stats=None, forced=None):
     kv = kv if kv is not None else KVCache()
     stats = stats if stats is not None else GenerationStats()
     prefill(tiny, kv, prompt, stats, None, 128)
     policy = None if isinstance(proposer, NullProposer) else DraftPolicy(
         CostModel(), AdaptiveConfig(fixed_k=64, max_width=width))
     stopper = StopChecker(StopConfig(max_tokens=max_tokens), tiny.token_bytes)
-    out = generate(tiny, kv, prompt, proposer, policy, stopper, sampling, None, stats, cancel)
+    out = generate(tiny, kv, prompt, proposer, policy, stopper, sampling, forced, stats, cancel)
     return out, stats, kv
 
 
@@ -85,6 +85,26 @@ def test_speculative_greedy_equals_plain(tiny, reference, scripted, case, rows_a
         assert stats.forward_passes < MAX // 2 and stats.accepted > 0
     if case == "all_wrong":
         assert stats.accepted == 0 and stats.forward_passes == MAX
+
+
+@pytest.mark.parametrize("rows_at_once", [False, True], ids=["rows_as_walked", "rows_at_once"])
+@pytest.mark.parametrize("case", ["all_right", "partly_right", "tree_mixed"])
+def test_speculative_greedy_equals_plain_under_a_forced_prefix(tiny, scripted, case, rows_at_once, monkeypatch):
+    """The characters before the cursor the prompt backed off (a forced prefix) mask the rows
+    that write them: their token is the masked row's, never the row's own argmax read at once."""
+    from daemon.prompt import ForcedPrefix
+
+    prompt = _prompt(tiny)
+    forced = ForcedPrefix(tiny, " self.tokens.ext")
+    plain, _, _ = _run(tiny, prompt, NullProposer(), forced=forced)
+    monkeypatch.setattr(engine, "_reads_all_rows", lambda device: rows_at_once)
+    rng = np.random.default_rng(0)
+    proposer = scripted(lambda ctx: CASES[case](_truth(prompt, plain.tokens, ctx), rng))
+    out, stats, _ = _run(tiny, prompt, proposer, forced=ForcedPrefix(tiny, " self.tokens.ext"))
+    assert out.tokens == plain.tokens
+    assert tiny.decode(plain.tokens).startswith(" self.tokens.ext")
+    if case == "all_right":
+        assert stats.accepted > 0
 
 
 def test_cache_matches_cold_prefill_after_tree_passes(tiny, reference, scripted):
