@@ -1,9 +1,10 @@
 """A job run on a thread of its own whenever asked, requests coalesced.
 
 The index brings evicted files back from disk (``scans._restore_evicted``) when room frees up:
-on the daemon's single index thread, that read stalled every client's document sync behind it
-(2 s for 2M tokens). Asked here, the caller returns at once; asks that come while the job runs
-make it run once more afterwards, not once per ask.
+on the thread that closed a document (the daemon's thread mirroring documents into the index),
+that read stalled the document syncs queued behind it (2 s for 2M tokens). Asked here, the caller
+returns at once; asks that come while the job runs make it run once more afterwards, not once per
+ask.
 """
 
 from __future__ import annotations

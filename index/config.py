@@ -19,7 +19,7 @@ class IndexConfig:
     # sorted key index (keyed.KeyIndex) instead of a full scan; 10**9: always scan.
     keyed_min_tokens: int = 2048
     # Files evicted for lack of room are read back on a thread of their own (index/background.py),
-    # not the caller's: the daemon sets it, so that its index thread never waits on the disk.
+    # not the caller's: the daemon sets it, so that its threads mirroring documents never wait on the disk.
     restore_in_background: bool = False
 
     def __post_init__(self) -> None:
