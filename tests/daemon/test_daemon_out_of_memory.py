@@ -100,3 +100,19 @@ def test_a_failure_in_telling_a_jobs_outcome_fails_that_job_alone(monkeypatch):
         assert _outcome(worker, lambda cancel: "ok") == "ok"
     finally:
         worker.stop()
+
+
+def test_the_daemon_gives_its_completers_memory_back():
+    """The service hands the worker its completer's ``release_memory``."""
+    from daemon.service import Service
+
+    class Completer:
+        def release_memory(self):
+            pass
+
+    completer = Completer()
+    service = Service(completer, None)
+    try:
+        assert service.worker.on_out_of_memory == completer.release_memory
+    finally:
+        service.close()

@@ -11,19 +11,21 @@ from daemon.keyed_executor import KeyedExecutor
 
 def test_one_keys_jobs_run_in_order_one_at_a_time():
     ex = KeyedExecutor(4, "t")
-    ran, running, overlap = [], [0], []
-
-    def job(i):
-        running[0] += 1
-        overlap.append(running[0])
-        ran.append(i)
-        running[0] -= 1
-        return i * 2
-
-    futures = [ex.submit("doc", job, i) for i in range(200)]
-    assert [f.result(10) for f in futures] == [i * 2 for i in range(200)]
-    assert ran == list(range(200)) and max(overlap) == 1
-    ex.shutdown()
+    try:
+        release, second_started = threading.Event(), threading.Event()
+        first = ex.submit("doc", release.wait, 10)
+        second = ex.submit("doc", second_started.set)
+        # with threads free, a job of the same key must still wait for the one before it
+        assert not second_started.wait(0.3) and not first.done()
+        release.set()
+        assert first.result(10) is True and second.result(10) is None and second_started.is_set()
+        ran = []
+        futures = [ex.submit("doc", ran.append, i) for i in range(200)]
+        for f in futures:
+            f.result(10)
+        assert ran == list(range(200))
+    finally:
+        ex.shutdown()
 
 
 def test_a_key_held_up_does_not_hold_up_another():
@@ -115,22 +117,31 @@ def test_the_daemon_syncs_a_document_while_another_big_one_is_being_indexed():
 
 def test_a_cancelled_jobs_callback_may_call_the_executor_at_shutdown():
     """Cancelling runs the future's callbacks at once: under the executor's lock, one that
-    submitted (asyncio's future chaining, a logger) waited on that lock for ever."""
-    ex = KeyedExecutor(1, "t")
-    release = threading.Event()
-    ex.submit("k", release.wait, 10)
-    queued = ex.submit("k", lambda: None)
-    refused = []
+    submitted (asyncio's future chaining, a logger) waited on that lock for ever. Run in a
+    process of its own: a deadlock there must fail this test, not hang the test run at exit."""
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    def submit_again(fut):
-        try:
-            ex.submit("k", lambda: None)
-        except RuntimeError as exc:
-            refused.append(exc)
-
-    queued.add_done_callback(submit_again)
-    done = threading.Thread(target=ex.shutdown, daemon=True)  # (a deadlock must not hold up the exit)
-    done.start()
-    done.join(10)
-    release.set()
-    assert not done.is_alive() and queued.cancelled() and len(refused) == 1
+    script = """
+import threading
+from daemon.keyed_executor import KeyedExecutor
+ex = KeyedExecutor(1, "t")
+release = threading.Event()
+ex.submit("k", release.wait, 10)
+queued = ex.submit("k", lambda: None)
+refused = []
+def submit_again(fut):
+    try:
+        ex.submit("k", lambda: None)
+    except RuntimeError as exc:
+        refused.append(exc)
+queued.add_done_callback(submit_again)
+ex.shutdown()
+release.set()
+assert queued.cancelled() and len(refused) == 1
+print("ok")
+"""
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -173,3 +173,18 @@ def test_the_daemon_reads_evicted_files_back_off_its_index_thread():
     for limit in (None, 1000):
         cfg = _index_config(argparse.Namespace(max_indexed_tokens=limit))
         assert cfg.restore_in_background and cfg.max_indexed_tokens == (limit or 8_000_000)
+
+
+def test_serve_lowers_the_priority_of_its_index_restore_thread(monkeypatch):
+    """As the scans do: the restore thread reads and tokenizes at the lowest priority."""
+    import argparse
+    import types
+
+    import daemon.completer
+    from daemon import serve_cmd
+    from daemon.priority import lower_this_thread
+
+    monkeypatch.setattr(model, "load_runtime", lambda spec, device: types.SimpleNamespace(tokenize_batch=None))
+    monkeypatch.setattr(daemon.completer, "Completer", lambda rt, index, cfg: None)
+    _, index, _ = serve_cmd._build_engine(argparse.Namespace(model=None, device="cpu", max_indexed_tokens=None))
+    assert index._restorer is not None and index._restorer._setup is lower_this_thread

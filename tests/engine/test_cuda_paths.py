@@ -24,11 +24,12 @@ def test_fp32_products_are_set_to_full_precision_at_load(monkeypatch, caplog):
     try:
         torch.set_float32_matmul_precision("high")
         torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
         monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
         with caplog.at_level(logging.WARNING, logger="ngramd.model"):
             resolve_device("cpu")
             assert torch.get_float32_matmul_precision() == "highest"
-            assert not torch.backends.cuda.matmul.allow_tf32
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
             assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in caplog.text  # it acts on CUDA alone
             exact_float32(torch.device("cuda"))
             assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" in caplog.text

@@ -356,3 +356,24 @@ def test_evicted_files_a_closed_folder_keeps_wait_in_their_eviction_order(tmp_pa
     idx.forget_root(root, keep)
     assert list(idx._evicted_paths) == order + [str(later)]
     idx._check_invariants()
+
+
+def test_a_file_that_shrank_on_disk_but_still_waits_keeps_the_smallest_size_known(tmp_path):
+    """Two evicted files read back in one batch: the first grew and takes room the second, which
+    shrank, then lacks: it waits with its new, smaller size, which the walk's early exit (no room
+    for the smallest) must know."""
+    f0, f1 = tmp_path / "f0.txt", tmp_path / "f1.txt"
+    f0.write_text("0" * 30)
+    f1.write_text("1" * 30)
+    idx = _index()
+    idx.index_file(f0)
+    idx.index_file(f1)  # f1 is the more recently used: read back first
+    idx.open_buffer("u", "b" * 60)
+    idx.open_buffer("v", "c" * 40)
+    assert _counts(idx) == (0, 2, 100)
+    f1.write_text("1" * 35)  # fits the 60 of room, leaving 25
+    f0.write_text("0" * 26)  # then too big for the 25 left
+    idx.close_buffer("u")
+    assert idx.has_file(f1) and not idx.has_file(f0)
+    assert idx._evicted_paths[str(f0)][0] == 26
+    idx._check_invariants()

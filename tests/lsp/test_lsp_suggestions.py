@@ -239,6 +239,34 @@ async def test_the_completion_menu_replaces_the_closers_after_the_cursor(fake, s
     assert item.text_edit.new_text == "(at, 0))" and item.text_edit.range == rng(0, 18, 0, 19)
 
 
+@pytest.mark.parametrize("encoding,start,end", [("utf-8", 18, 25), ("utf-16", 17, 23)])
+async def test_the_completion_menu_counts_what_it_replaces_in_the_negotiated_encoding(
+        fake, sock, lsp_client, encoding, start, end):
+    """A FIM model's line that ends with the rest of the line replaces it, non-ASCII included:
+    "naïve)" is 7 UTF-8 bytes, 6 UTF-16 units."""
+    client = await lsp_client(sock, capabilities=client_capabilities(inline=False, encodings=[encoding]))
+    open_doc(client, URI, "é = fired.append(naïve)\n")
+    fake.complete_prompt = FIM_PROMPT
+    fake.proposal = "naïve)"
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=pos(0, start)))
+    (item,) = result.items
+    assert item.text_edit.new_text == "naïve)" and item.text_edit.range == rng(0, start, 0, end)
+
+
+async def test_the_completion_menu_offers_a_fim_models_line_before_the_rest(fake, sock, lsp_client):
+    """A FIM model wrote what goes before the rest of the line: offered, replacing nothing after
+    the cursor (a plain model's line that does not end with the rest is not offered)."""
+    client = await lsp_client(sock, capabilities=client_capabilities(inline=False, encodings=["utf-8"]))
+    open_doc(client, URI, "x = f(y)\n")
+    fake.complete_prompt = FIM_PROMPT
+    fake.proposal = "a, "
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=pos(0, 6)))
+    (item,) = result.items
+    assert item.text_edit.new_text == "a, " and item.text_edit.range == rng(0, 6, 0, 6)
+
+
 async def test_a_request_mid_line_that_asks_nothing_still_cancels_the_one_in_flight(fake, sock, lsp_client):
     """The cursor moved (no keystroke) from a slow request to a place mid-line that a plain model
     is not asked about: the earlier request, now for nowhere, is cancelled in the daemon (not
