@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pathspec
 
-from index.workspace import (git_exclude_rules, git_index, gitignored, ignore_spec, tracked_ignored,
-                             nested_repositories)
+from index.workspace import (git_exclude_rules, git_index, gitignored, ignore_file_bytes, ignore_spec_of,
+                             tracked_ignored, nested_repositories)
 
 log = logging.getLogger("ngramd.watcher")
 # A file changed this recently (its ctime) may change again within the filesystem's timestamp
@@ -249,25 +249,15 @@ class Ignorer:
             if cached and cached[0] == signature:
                 return cached[2]
             try:
-                data = _read_gitignore(gi)
+                data = ignore_file_bytes(gi)
             except OSError:
                 data = None
             # compiled again only when its bytes differ: a file changed recently (a checkout) is read
             # for every path, and compiling it each time made 2000 lookups take 4 s, not 1
-            spec = cached[2] if cached and cached[1] == data else _gitignore_spec(data)
+            spec = cached[2] if cached and cached[1] == data else ignore_spec_of(data)
             # a file changed just now may change again with the same signature: read it again next time
             self._specs[directory] = (signature if _settled(st) else None, data, spec)
             return spec
-
-
-def _read_gitignore(path: Path) -> bytes | None:
-    """The bytes of the ignore file ``path``; None when it is not a file. OSError when unreadable."""
-    return path.read_bytes() if path.is_file() else None
-
-
-def _gitignore_spec(data: bytes | None) -> pathspec.PathSpec | None:
-    """The patterns in an ignore file's bytes, read as ``workspace.read_gitignore`` reads them."""
-    return None if data is None else ignore_spec(data.decode("utf-8", "replace").splitlines())
 
 
 def _below_any(path: Path, folders: frozenset[Path]) -> bool:

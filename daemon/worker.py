@@ -86,6 +86,12 @@ class Job:
                 "waited_s": round(time.monotonic() - self.enqueued, 3)}
 
 
+# What torch's RuntimeErrors say when an allocation failed: the CPU allocator, and cuBLAS or
+# cuDNN handles (made with cudaMalloc directly, not torch's allocator)
+_OUT_OF_MEMORY_MESSAGES = ("out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
+                           "CUDNN_STATUS_ALLOC_FAILED")
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` says memory ran out: MemoryError, torch's OutOfMemoryError (CUDA), or the
     RuntimeError its CPU allocator raises (torch not imported here: the names and message tell)."""
@@ -94,11 +100,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, RuntimeError) and any(m in text for m in _OUT_OF_MEMORY_MESSAGES)
 
-
-# What torch's RuntimeErrors say when an allocation failed: the CPU allocator, and cuBLAS or
-# cuDNN handles (made with cudaMalloc directly, not torch's allocator)
-_OUT_OF_MEMORY_MESSAGES = ("out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
-                           "CUDNN_STATUS_ALLOC_FAILED")
 
 
 class Worker:

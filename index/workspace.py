@@ -97,9 +97,17 @@ def read_gitignore(directory: Path) -> pathspec.PathSpec | None:
 
 def _read_ignore_file(path: Path) -> pathspec.PathSpec | None:
     """The patterns of the ignore file ``path``; None when there is none. OSError when unreadable."""
-    if not path.is_file():
-        return None
-    return ignore_spec(path.read_text("utf-8", "replace").splitlines())
+    return ignore_spec_of(ignore_file_bytes(path))
+
+
+def ignore_file_bytes(path: Path) -> bytes | None:
+    """The bytes of the ignore file ``path``; None when there is none. OSError when unreadable."""
+    return path.read_bytes() if path.is_file() else None
+
+
+def ignore_spec_of(data: bytes | None) -> pathspec.PathSpec | None:
+    """The patterns in an ignore file's bytes (``ignore_file_bytes``); None for None."""
+    return None if data is None else ignore_spec(data.decode("utf-8", "replace").splitlines())
 
 
 def ignore_spec(lines: list[str]) -> pathspec.PathSpec:

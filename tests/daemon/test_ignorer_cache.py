@@ -42,8 +42,8 @@ def _set_mtime_back(path, before):
 
 def _reads_counted(monkeypatch):
     reads = []
-    read = daemon.ignorer._read_gitignore
-    monkeypatch.setattr(daemon.ignorer, "_read_gitignore", lambda path: reads.append(path) or read(path))
+    read = daemon.ignorer.ignore_file_bytes
+    monkeypatch.setattr(daemon.ignorer, "ignore_file_bytes", lambda path: reads.append(path) or read(path))
     return reads
 
 
