@@ -195,7 +195,7 @@ def generate(runtime: Any, kv: KVCache, prompt_ids: Sequence[int], proposer: Pro
                 logits = runtime.forward(ids, kv.cache, position_ids=pos, attention_mask=mask)
             # greedy on a GPU: every row's token in one read, not one wait per token (it is also the
             # wait for the pass: its time is then known); on the CPU the rows walked are read as
-            # walked (all 65 rows of a long draft cost 2.2 ms, the 3 walked 0.2 ms)
+            # walked (all 65 rows of a long draft cost 2.1 ms, the 3 walked 0.2 ms: docs/benchmarks.md)
             tops = logits.argmax(-1).tolist() if greedy and _reads_all_rows(runtime.device) else None
             pass_ms = (time.perf_counter() - t_pass) * 1000
             kv.extended(inputs)

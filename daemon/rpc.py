@@ -28,7 +28,7 @@ MAX_CONTAINER_ITEMS = 1 << 20
 # Objects in one message: each array and map, and its items (a map entry is two). An empty
 # map is one byte on the wire and ~70 as a Python object: 66 MB of them took the daemon 5 GB.
 # Counted as each container completes (msgpack's hooks), so the scalars of arrays still open
-# are not: short strings in nested open arrays can take ~20x their bytes (docs/rpc.md).
+# are not: short strings in nested open arrays took 23x their bytes (docs/rpc.md).
 MAX_MESSAGE_OBJECTS = 1 << 21
 
 # Error codes (JSON-RPC's numbers, so that the LSP can pass them through).

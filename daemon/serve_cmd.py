@@ -205,7 +205,7 @@ def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     if starting:
         who = f" (pid {holder})" if holder else ""
         message = (f"the daemon{who} on {sock} is starting (loading its model; the first start on a"
-                   " machine also times its passes, ~30 s on 2 cores); try again in a moment")
+                   " machine also times its passes); try again in a moment")
     elif isinstance(exc, TimeoutError):
         message = f"the daemon on {sock} did not answer within 10 s"
     elif holder is not None:

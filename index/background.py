@@ -2,7 +2,7 @@
 
 The index brings evicted files back from disk (``scans._restore_evicted``) when room frees up:
 on the thread that closed a document (the daemon's thread mirroring documents into the index),
-that read stalled the document syncs queued behind it (2 s for 2M tokens). Asked here, the caller
+that read stalled the document syncs queued behind it. Asked here, the caller
 returns at once; asks that come while the job runs make it run once more afterwards, not once per
 ask.
 """
