@@ -69,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("lsp", help="Language Server over stdio; starts a daemon if none answers")
-    p.add_argument("--socket", type=_socket_path, default=None, help=SOCKET_HELP)
+    p.add_argument("--socket", type=_lsp_socket_path, default=None, help=SOCKET_HELP)
     _add_model_args(p)
+    _add_lsp_client_args(p)
 
     p = sub.add_parser("complete", help="complete FILE at a position (in-process)")
     p.add_argument("file")
@@ -141,6 +142,37 @@ def _socket_path(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("must be a path, not empty (leave --socket out for the default)")
     return value
+
+
+STDIO_ONLY = "ngramd lsp speaks LSP over stdio only"
+
+
+def _lsp_socket_path(value: str) -> str:
+    """``ngramd lsp --socket``: the daemon's unix socket. vscode-languageclient's socket transport
+    appends ``--socket=PORT``; a bare port number gets told so rather than taken for a file name."""
+    if value.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} looks like a TCP port (an LSP client's socket transport); {STDIO_ONLY}, "
+            "and --socket names the daemon's unix socket path")
+    return _socket_path(value)
+
+
+class _RefusedTransport(argparse.Action):
+    """An LSP client's transport flag other than stdio: a clear usage error, naming the fix."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string}: {STDIO_ONLY}; configure the client for stdio "
+                     "(VS Code: leave the server's `transport` out, or TransportKind.stdio)")
+
+
+def _add_lsp_client_args(p: argparse.ArgumentParser) -> None:
+    """The flags LSP clients append on their own (vscode-languageclient, many others)."""
+    p.add_argument("--stdio", action="store_true",
+                   help="accepted for the LSP clients that pass it: stdio is the transport")
+    p.add_argument("--clientProcessId", type=int, default=None, metavar="PID",
+                   help="accepted for the LSP clients that pass it (the process id in `initialize` is what counts)")
+    for flag in ("--pipe", "--node-ipc", "--port"):
+        p.add_argument(flag, nargs="?", action=_RefusedTransport, help=argparse.SUPPRESS)
 
 
 _POSITION_OPTIONS = ("--start", "--end")

@@ -48,7 +48,7 @@ async def lsp_client():
 
     async def start(socket_path: str, *, options: dict | None = None, spawn: bool = False,
                     model: str | None = None, capabilities: types.ClientCapabilities | None = None,
-                    root: str | None = None):
+                    root: str | None = None, extra_args: tuple[str, ...] = ()):
         client = make_test_lsp_client()
         env = dict(os.environ, NGRAMD_LSP_LOG=os.environ.get("NGRAMD_LSP_LOG", "warning"))
         if not spawn:
@@ -56,6 +56,7 @@ async def lsp_client():
         cmd = [sys.executable, "-m", "daemon.cli", "lsp", "--socket", socket_path]
         if model:
             cmd += ["--model", model, "--device", "cpu"]
+        cmd += list(extra_args)
         await client.start_io(*cmd, env=env, cwd=str(REPO))
         started.append(client)
         folders = [types.WorkspaceFolder(uri=Path(root).as_uri(), name="ws")] if root else None

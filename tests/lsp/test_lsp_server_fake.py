@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,6 +105,28 @@ async def test_inline_completion_automatic_and_invoked(fake, sock, lsp_client):
     invoked = await client.text_document_inline_completion_async(
         inline_params(URI, 0, cursor_units, invoked=True))
     assert [i.insert_text for i in invoked.items] == [fake.proposal, fake.proposal.split("\n")[0]]
+
+
+@pytest.mark.parametrize("client_args", [("--stdio",), ("--stdio", "--clientProcessId=4242")])
+async def test_the_flags_lsp_clients_append_are_accepted(fake, sock, lsp_client, client_args):
+    """vscode-languageclient appends `--stdio` (and some clients `--clientProcessId=N`) to the
+    server's arguments: the server starts and answers as without them."""
+    client = await lsp_client(sock, extra_args=client_args)
+    open_doc(client, URI, "y = \n")
+    answer = await client.text_document_inline_completion_async(inline_params(URI, 0, 4))
+    assert [item.insert_text for item in answer.items] == [fake.proposal]
+
+
+@pytest.mark.parametrize("flag, says", [
+    ("--pipe=/tmp/lsp-pipe", "--pipe: ngramd lsp speaks LSP over stdio only"),
+    ("--node-ipc", "--node-ipc: ngramd lsp speaks LSP over stdio only"),
+    ("--socket=6009", "'6009' looks like a TCP port"),
+])
+def test_other_lsp_transports_are_a_clear_usage_error(flag, says, sock):
+    done = subprocess.run([sys.executable, "-m", "daemon.cli", "lsp", flag], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, NGRAMD_LSP_NO_SPAWN="1"))
+    assert done.returncode == 2
+    assert says in done.stderr
 
 
 async def test_inline_completion_single_line_setting(fake, sock, lsp_client):

@@ -23,7 +23,6 @@ import {
   RevealOutputChannelOn,
   ServerOptions,
   State,
-  TransportKind,
 } from "vscode-languageclient/node";
 
 import {
@@ -217,10 +216,11 @@ async function startClient(): Promise<void> {
   }
   const args = serverArgs(plan.settings);
   output.appendLine(`starting ${plan.command} ${args.join(" ")} (found via ${plan.source})`);
+  // No `transport`: an Executable without one speaks stdio already. Naming it makes
+  // vscode-languageclient append `--stdio` to the arguments (which `ngramd lsp` accepts too).
   const serverOptions: ServerOptions = {
     command: plan.command,
     args,
-    transport: TransportKind.stdio,
   };
   const startOptions = serverInitializationOptions();
   const clientOptions: LanguageClientOptions = {

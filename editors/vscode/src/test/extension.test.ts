@@ -247,6 +247,15 @@ test("a model path with ${workspaceFolder} reaches the server expanded, in its a
   assert.equal((client.clientOptions.initializationOptions as { model: string }).model, "/ws/api/models/coder.gguf");
 });
 
+test("the server is started without a transport, so the client appends no --stdio of its own", async () => {
+  // vscode-languageclient appends `--stdio` (or `--pipe=`, `--socket=`) to an Executable's args when
+  // `transport` is named; the server speaks stdio either way, and older servers refused the flag.
+  await activate();
+  const options = h.clients[0].serverOptions as { transport?: unknown; args: string[] };
+  assert.equal(options.transport, undefined);
+  assert.deepEqual(options.args, ["lsp"]);
+});
+
 test("a status poll that fails stays shown when the active editor changes", async () => {
   h.answer = async () => ({ connected: true, enabled: true, daemon: { state: "running" } });
   await activate();
