@@ -1,6 +1,6 @@
 """A job run on a thread of its own whenever asked, requests coalesced.
 
-The index brings evicted files back from disk (``scans._restore_evicted``) when room frees up:
+The index brings evicted files back from disk (``scans.WorkspaceScans.restore_evicted``) when room frees up:
 on the thread that closed a document (the daemon's thread mirroring documents into the index),
 that read stalled the document syncs queued behind it. Asked here, the caller
 returns at once; asks that come while the job runs make it run once more afterwards, not once per

@@ -21,7 +21,7 @@ starts [1, 4]; a match at position 4 lies in document 1, at offset 0.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -116,3 +116,42 @@ class ScanSet:
             if not len(p):
                 return 0, p, d
         return m, p, d
+
+
+class SetCache:
+    """One cached ``ScanSet`` with the key it was built for (its sources' state); each source of
+    the index owns one, so a lookup rebuilds only a set whose sources changed."""
+
+    __slots__ = ("key", "set")
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.set: ScanSet | None = None
+
+    def current(self, key: Any) -> bool:
+        return self.set is not None and self.key == key
+
+    def put(self, key: Any, built: ScanSet) -> None:
+        self.key, self.set = key, built
+
+    def clear(self) -> None:
+        self.key, self.set = None, None
+
+    def get_or_build(self, key: Any, make: Callable[[], ScanSet]) -> ScanSet:
+        if not self.current(key):
+            self.put(key, make())
+        return self.set
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.set is None else self.set.nbytes
+
+
+def assert_same_scan_set(got: ScanSet, want: ScanSet) -> None:
+    """``got`` holds what ``want``, built from scratch, holds (for the index's invariant checks)."""
+    assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
+    assert np.array_equal(got.stamps, want.stamps) and got.keys == want.keys
+    assert (got.index is None) == (want.index is None)
+    if got.index is not None:
+        assert np.array_equal(got.index.keys, want.index.keys)
+        assert np.array_equal(got.index.pos, want.index.pos)

@@ -1,20 +1,13 @@
 """Workspace scans: reading files from disk into the index, newest wins.
 
-Part of ``store.NgramIndex`` (a mixin: its state is declared in ``NgramIndex.__init__``;
-"lock held" means the caller holds ``NgramIndex._lock``). The writers of workspace
-files: ``index_file``, ``remove_file``, ``remove_tree``, ``index_workspace`` (a whole
-folder, in batches), ``forget_root``, and ``_restore_evicted`` (files evicted for lack of
-room, read again once buffers shrink or files are removed). They read and tokenize outside the lock,
-then install into or remove from the file table (``files.WorkspaceFiles``).
+A part of ``store.NgramIndex``; "lock held" means the caller holds the index's lock. The
+writers of workspace files: ``index_file``, ``remove_file``, ``remove_tree``,
+``index_workspace`` (a whole folder, in batches), ``forget_root``, and the restore of files
+evicted for lack of room (``restore_evicted``). They read and tokenize outside the lock, then
+install into or remove from ``files.WorkspaceFiles``.
 
-Newest wins: since files are read and tokenized outside the lock, a reader (a scan
-batch, ``index_file``) may finish after a later change of the same file (a file
-event handled meanwhile). Each reader takes the clock before it reads; every
-change records, per key (and per removed folder), how new the state it leaves
-is: the tick its data was read at for an install, the tick of the change for a
-removal. A reader installs or removes nothing whose recorded state is newer than
-its read, whichever of the two finishes first. The records are kept only while a
-reader is in flight.
+Newest wins: of a file's read and a later change of it, the newer state wins, whichever
+finishes first (``NewestWins``; docs/design/index.md, "Newest wins").
 """
 
 from __future__ import annotations
@@ -26,6 +19,13 @@ from typing import Callable
 
 import numpy as np
 
+from .background import BackgroundJob
+from .bound import TokenBound
+from .clock import Clock
+from .config import IndexConfig
+from .document import TokenizeBatch
+from .evicted import EvictedFiles
+from .files import WorkspaceFiles
 from .ngram import as_tokens
 from .workspace import SkipFile, discover, read_text
 
@@ -35,83 +35,117 @@ def _folder_prefix(root: str | os.PathLike) -> str:
     return os.path.join(os.path.abspath(root), "")
 
 
-class WorkspaceScans:
-    """The workspace scans' part of ``NgramIndex`` (see module docstring)."""
+class NewestWins:
+    """Which of a read and a change of the same file is newer (lock held throughout). Each reader
+    takes the clock before it reads; each change records, per key (and per removed folder), the
+    tick of the state it leaves. Kept only while a reader is in flight."""
 
-    # ---- newest wins ------------------------------------------------------
-    def _begin_read(self) -> int:
-        """A reader of files starts (lock held): returns the tick its reads come after (its own:
-        of two readers, the one that started later has the higher tick)."""
-        self._readers += 1
-        return self._tick()
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.changed: dict[str, int] = {}
+        self.changed_under: dict[str, int] = {}  # removed folder prefix -> tick
+        self.readers = 0
 
-    def _end_read(self) -> None:
-        """A reader is done (lock held). With none left, no change can be newer than a read."""
-        self._readers -= 1
-        if not self._readers:
-            self._changed.clear()
-            self._changed_under.clear()
+    def begin_read(self) -> int:
+        """A reader of files starts: returns the tick its reads come after (its own: of two
+        readers, the one that started later has the higher tick)."""
+        self.readers += 1
+        return self._clock.tick()
 
-    def _changed_since(self, key: str, read_tick: int) -> bool:
-        """Whether ``key`` holds a state newer than a read that began at ``read_tick`` (lock held)."""
-        if self._changed.get(key, 0) > read_tick:
+    def end_read(self) -> None:
+        """A reader is done. With none left, no change can be newer than a read."""
+        self.readers -= 1
+        if not self.readers:
+            self.changed.clear()
+            self.changed_under.clear()
+
+    def changed_since(self, key: str, read_tick: int) -> bool:
+        """Whether ``key`` holds a state newer than a read that began at ``read_tick``."""
+        if self.changed.get(key, 0) > read_tick:
             return True
-        return any(t > read_tick and key.startswith(p) for p, t in self._changed_under.items())
+        return any(t > read_tick and key.startswith(p) for p, t in self.changed_under.items())
 
-    def _record_change(self, key: str, as_of: int | None = None) -> None:
-        """``key`` now holds data read at tick ``as_of`` (None: a change known now, a removal) (lock held)."""
-        if self._readers:
-            t = self._tick() if as_of is None else as_of
-            self._changed[key] = max(self._changed.get(key, 0), t)
+    def record(self, key: str, as_of: int | None = None) -> None:
+        """``key`` now holds data read at tick ``as_of`` (None: a change known now, a removal)."""
+        if self.readers:
+            t = self._clock.tick() if as_of is None else as_of
+            self.changed[key] = max(self.changed.get(key, 0), t)
 
-    # ---- writers ----------------------------------------------------------
+    def record_folder(self, prefix: str) -> None:
+        """Every file under ``prefix`` was dropped now."""
+        if self.readers:
+            self.changed_under[prefix] = self._clock.tick()
+
+
+class WorkspaceScans:
+    """The writers of workspace files (see module docstring)."""
+
+    def __init__(self, cfg: IndexConfig, lock: threading.RLock, clock: Clock, tokenize_batch: TokenizeBatch,
+                 files: WorkspaceFiles, evicted: EvictedFiles, bound: TokenBound,
+                 background_setup: Callable[[], object] | None = None) -> None:
+        """``background_setup``: called first on the restore thread (with ``cfg.restore_in_background``)."""
+        self._cfg, self._lock, self._tok = cfg, lock, tokenize_batch
+        self._ws, self._evicted, self._bound = files, evicted, bound
+        self._newest = NewestWins(clock)
+        self._roots: set[str] = set()  # folders index_workspace has scanned, each ending in a separator
+        self.skipped: Counter = Counter()
+        self.last_skip: str | None = None  # the message of the last file not indexed
+        self.restorer = BackgroundJob(self._restore_job, "ngramd-index-restore", background_setup) \
+            if cfg.restore_in_background else None
+        self._restore_whole_room = False  # an ask since the restore thread's last run wanted no reserve
+
+    def _install(self, key: str, tokens: np.ndarray, read_tick: int) -> None:
+        """Install a file read at ``read_tick`` (lock held)."""
+        self._ws.install(key, tokens)
+        self._newest.record(key, read_tick)
+
     def index_file(self, path: str | os.PathLike) -> bool:
         """(Re)index one file. False when it is skipped (the reason is counted in
         stats()["skipped"] and kept in ``last_skip``); a skipped file leaves the index."""
         key = os.path.abspath(os.fspath(path))
         with self._lock:
-            read_tick = self._begin_read()
+            read_tick = self._newest.begin_read()
         try:
             try:
-                text = read_text(key, self.cfg.max_file_bytes)
+                text = read_text(key, self._cfg.max_file_bytes)
             except SkipFile as e:
                 with self._lock:
-                    self._skipped[e.reason] += 1
+                    self.skipped[e.reason] += 1
                     self.last_skip = str(e)
                     freed = False
-                    if not self._changed_since(key, read_tick):  # else a newer change decides
-                        freed = self._remove_all([key]) > 0
-                        self._record_change(key, read_tick)
-                self._after_write()
+                    if not self._newest.changed_since(key, read_tick):  # else a newer change decides
+                        freed = self._ws.remove_all([key]) > 0
+                        self._newest.record(key, read_tick)
+                self._ws.after_write()
                 if freed:
-                    self._restore_evicted()
+                    self.restore_evicted()
                 return False
             (tokens,) = self._tokenize_files([text])
             real = os.path.realpath(key)
             with self._lock:
-                before = self._files[key].n_tokens if key in self._files else None
-                if not self._changed_since(key, read_tick):
+                before = self._ws.files[key].n_tokens if key in self._ws.files else None
+                if not self._newest.changed_since(key, read_tick):
                     self._install(key, tokens, read_tick)
-                    self._note_link(key, real)
-                    self._enforce_bound()
-                kept = key in self._files
-                shrank = before is not None and (not kept or self._files[key].n_tokens < before)
+                    self._ws.note_link(key, real)
+                    self._bound.enforce()
+                kept = key in self._ws.files
+                shrank = before is not None and (not kept or self._ws.files[key].n_tokens < before)
         finally:
             with self._lock:
-                self._end_read()
-        self._after_write()
+                self._newest.end_read()
+        self._ws.after_write()
         if shrank:
-            self._restore_evicted()
+            self.restore_evicted()
         return kept
 
     def remove_file(self, path: str | os.PathLike) -> None:
         key = os.path.abspath(os.fspath(path))
         with self._lock:
-            was_indexed = self._remove_all([key]) > 0
-            self._record_change(key)
-        self._after_write()
+            was_indexed = self._ws.remove_all([key]) > 0
+            self._newest.record(key)
+        self._ws.after_write()
         if was_indexed:  # its room goes to files evicted for lack of it
-            self._restore_evicted()
+            self.restore_evicted()
 
     def remove_tree(self, path: str | os.PathLike) -> int:
         """Drop the file ``path`` and every file under it (a folder deleted or moved away as a
@@ -120,14 +154,13 @@ class WorkspaceScans:
         key = os.path.abspath(os.fspath(path))
         prefix = _folder_prefix(key)
         with self._lock:
-            n = self._remove_all([k for keys in (self._files, self._evicted_paths) for k in keys
+            n = self._ws.remove_all([k for keys in (self._ws.files, self._evicted.paths) for k in keys
                                   if k == key or k.startswith(prefix)])  # the evicted ones are not counted
-            self._record_change(key)
-            if self._readers:
-                self._changed_under[prefix] = self._tick()
-        self._after_write()
+            self._newest.record(key)
+            self._newest.record_folder(prefix)
+        self._ws.after_write()
         if n:
-            self._restore_evicted()
+            self.restore_evicted()
         return n
 
     def index_workspace(
@@ -157,7 +190,7 @@ class WorkspaceScans:
         with self._lock:
             if stop_event is not None and stop_event.is_set():  # forgotten before the scan began
                 return {"files": 0, "indexed": 0, "tokens": 0, "removed": 0, "stopped": True}
-            before = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+            before = {k: f for k, f in self._ws.files.items() if k.startswith(prefix)}
             self._roots.add(prefix)
         counts: Counter = Counter()
         files = discover(root, counts)
@@ -168,42 +201,42 @@ class WorkspaceScans:
         total, done = len(files), 0
         stopped = False
         reals = RealPaths()
-        for i in range(0, total, self.cfg.batch_files):
+        for i in range(0, total, self._cfg.batch_files):
             if stop_event is not None and stop_event.is_set():
                 stopped = True
                 break
             with self._lock:
-                read_tick = self._begin_read()
+                read_tick = self._newest.begin_read()
             try:
-                threshold = self._scan_batch(files[i : i + self.cfg.batch_files], prefix, read_tick, counts, reals)
+                threshold = self._scan_batch(files[i : i + self._cfg.batch_files], prefix, read_tick, counts, reals)
             finally:
                 with self._lock:
-                    self._end_read()
+                    self._newest.end_read()
             if threshold is None:  # forget_root ran meanwhile: install nothing more
                 stopped = True
                 break
-            self._after_write(threshold)
-            done = min(i + self.cfg.batch_files, total)
+            self._ws.after_write(threshold)
+            done = min(i + self._cfg.batch_files, total)
             if progress is not None:
                 progress(done, total)
         if not stopped:
             found = {os.path.abspath(f) for f in files}
             with self._lock:
                 nested = self._roots_inside(prefix)
-                counts["removed"] += self._remove_all(
+                counts["removed"] += self._ws.remove_all(
                     k for k, f in before.items()
-                    if k not in found and self._files.get(k) is f  # not re-indexed during the scan
+                    if k not in found and self._ws.files.get(k) is f  # not re-indexed during the scan
                     and not k.startswith(nested))
                 # nor do the evicted ones it no longer finds come back
-                self._remove_all([k for k in self._evicted_under(prefix)
+                self._ws.remove_all([k for k in self._evicted.under(prefix)
                                   if k not in found and not k.startswith(nested)])
-        self._after_write()
+        self._ws.after_write()
         if counts["removed"]:  # files it no longer finds, or now skips: their room
-            self._restore_evicted()
+            self.restore_evicted()
         with self._lock:
             for reason, n in counts.items():
                 if reason not in ("indexed", "tokens", "removed"):
-                    self._skipped[reason] += n
+                    self.skipped[reason] += n
         out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
 
@@ -218,17 +251,17 @@ class WorkspaceScans:
         keys, texts, skipped = [], [], []
         for f in files:
             try:
-                texts.append(read_text(f, self.cfg.max_file_bytes))
+                texts.append(read_text(f, self._cfg.max_file_bytes))
                 keys.append(os.path.abspath(f))
             except SkipFile as e:
                 counts[e.reason] += 1
                 skipped.append(os.path.abspath(f))
         if skipped:
             with self._lock:  # a file event after the read decides instead
-                gone = [k for k in skipped if not self._changed_since(k, read_tick)]
-                counts["removed"] += self._remove_all(gone)
+                gone = [k for k in skipped if not self._newest.changed_since(k, read_tick)]
+                counts["removed"] += self._ws.remove_all(gone)
                 for k in gone:
-                    self._record_change(k, read_tick)
+                    self._newest.record(k, read_tick)
         arrays = self._tokenize_files(texts) if texts else []
         real_paths = [reals.of(k) for k in keys]  # a link's target: its events reach the link (links_to)
         with self._lock:
@@ -236,15 +269,15 @@ class WorkspaceScans:
                 return None
             inner = self._roots_inside(prefix)  # one added since the listing too: its files are its scan's
             for key, arr, real in zip(keys, arrays, real_paths):
-                if self._changed_since(key, read_tick) or (inner and key.startswith(inner)):
+                if self._newest.changed_since(key, read_tick) or (inner and key.startswith(inner)):
                     continue  # a file event after the read is newer; a nested root decides
                 self._install(key, arr, read_tick)
-                self._note_link(key, real)
+                self._ws.note_link(key, real)
                 counts["indexed"] += 1
                 counts["tokens"] += len(arr)
-            self._enforce_bound()
+            self._bound.enforce()
             # Geometric: merge when the dynamic set outgrows the static segment.
-            return max(self.cfg.merge_tokens, self._static_tokens())
+            return max(self._cfg.merge_tokens, self._ws.static_tokens())
 
     def forget_root(self, root: str | os.PathLike, keep: Callable[[str], bool] | None = None) -> int:
         """A workspace folder was closed: drop its files, but those ``keep(path)`` accepts; returns how many.
@@ -256,36 +289,36 @@ class WorkspaceScans:
         prefix = _folder_prefix(root)
         with self._lock:
             self._roots.discard(prefix)
-            under = {k: f for k, f in self._files.items() if k.startswith(prefix)}
+            under = {k: f for k, f in self._ws.files.items() if k.startswith(prefix)}
             # out of a restore's reach while ``keep`` decides (one meanwhile installed them for good)
-            evicted = {k: self._evicted_paths.pop(k) for k in self._evicted_under(prefix)}
+            evicted = self._evicted.take_under(prefix)
         # ``keep`` may test ignore rules per file: outside the lock, so lookups go on meanwhile
         gone = [k for k in under if keep is None or not keep(k)]
         evicted_kept = [k for k in evicted if keep is not None and keep(k)]  # they come back later
         with self._lock:  # a file re-indexed meanwhile (a file event) is not this call's to drop
-            n = self._remove_all(k for k in gone if self._files.get(k) is under[k])
-            back = {k: evicted[k] for k in evicted_kept if k not in self._files}  # (not indexed meanwhile)
+            n = self._ws.remove_all(k for k in gone if self._ws.files.get(k) is under[k])
+            back = {k: evicted[k] for k in evicted_kept if k not in self._ws.files}  # (not indexed meanwhile)
             if back:  # in their eviction order, before those evicted since
-                self._evicted_paths = {**back, **self._evicted_paths}
-        self._after_write()
+                self._evicted.put_back(back)
+        self._ws.after_write()
         if n or back:  # the folder's room, and a restore asked meanwhile that did not see them
-            self._restore_evicted()
+            self.restore_evicted()
         return n
 
-    def _restore_evicted(self, reserve: bool = False) -> None:
+    def restore_evicted(self, reserve: bool = False) -> None:
         """Room freed up (a buffer shrank or closed, files were removed or shrank): bring evicted
         files back, now or, with ``cfg.restore_in_background``, on the restore thread.
         ``reserve``: a buffer shrank, which the next keystroke may undo: keep a reserve of room
-        free (``files._restorable_room``), or a file read back would be evicted again at once."""
-        if not self._evicted_paths:  # the common case, without the lock
+        free (``bound.TokenBound.restorable_room``), or a file read back would be evicted again at once."""
+        if not self._evicted.paths:  # the common case, without the lock
             return
-        if self._restorer is None:
+        if self.restorer is None:
             self._restore_evicted_now(reserve)
             return
         if not reserve:
             with self._lock:
                 self._restore_whole_room = True
-        self._restorer.request()
+        self.restorer.request()
 
     def _restore_job(self) -> None:
         """The restore thread's job: into the whole room if any ask since the last run wanted it."""
@@ -295,35 +328,35 @@ class WorkspaceScans:
 
     def wait_restored(self, timeout: float | None = None) -> bool:
         """Whether the restores asked for so far are done, waiting up to ``timeout`` seconds."""
-        return self._restorer is None or self._restorer.wait_idle(timeout)
+        return self.restorer is None or self.restorer.wait_idle(timeout)
 
     def _restore_evicted_now(self, reserve: bool = False) -> int:
         """Index again the files evicted for lack of room that fit in the room there is now (less
         the reserve, with ``reserve``), most recently used first, each with its old place in the LRU
         order; returns how many came back. A batch at a time, read outside the lock as a scan reads
         (newest wins: a file event meanwhile decides); one no longer readable is forgotten and counted."""
-        if not self._evicted_paths:
+        if not self._evicted.paths:
             return 0
         restored, tried = 0, set()
         while True:
             with self._lock:
-                keys = self._evicted_that_fit(tried, reserve)
+                keys = self._evicted.that_fit(tried, self._bound.restorable_room(reserve))
                 if not keys:
                     return restored
-                read_tick = self._begin_read()
+                read_tick = self._newest.begin_read()
             try:
                 restored += self._restore_batch(keys, read_tick, reserve)
             finally:
                 with self._lock:
-                    self._end_read()
-            self._after_write()
+                    self._newest.end_read()
+            self._ws.after_write()
 
     def _restore_batch(self, keys: list[str], read_tick: int, reserve: bool) -> int:
         """Read, tokenize and install the evicted files ``keys`` whose reads began at ``read_tick``."""
         read, texts, skipped = [], [], []
         for key in keys:
             try:
-                texts.append(read_text(key, self.cfg.max_file_bytes))
+                texts.append(read_text(key, self._cfg.max_file_bytes))
                 read.append(key)
             except SkipFile as e:
                 skipped.append(e)
@@ -333,21 +366,20 @@ class WorkspaceScans:
         n = 0
         with self._lock:
             for e in skipped:
-                if e.path in self._evicted_paths and not self._changed_since(e.path, read_tick):
-                    del self._evicted_paths[e.path]
-                    self._skipped[e.reason] += 1
-            room = self._restorable_room(reserve)
+                if e.path in self._evicted.paths and not self._newest.changed_since(e.path, read_tick):
+                    self._evicted.forget(e.path)
+                    self.skipped[e.reason] += 1
+            room = self._bound.restorable_room(reserve)
             for key, arr, real in zip(read, arrays, real_paths):
-                waiting = self._evicted_paths.get(key)
-                if waiting is None or self._changed_since(key, read_tick):
+                waiting = self._evicted.paths.get(key)
+                if waiting is None or self._newest.changed_since(key, read_tick):
                     continue  # indexed, removed or its folder forgotten meanwhile: that decides
                 if len(arr) > room:  # it grew, or buffers did: it waits for more room
-                    self._evicted_paths[key] = (len(arr), waiting[1])
-                    self._evicted_min_tokens = min(self._evicted_min_tokens, len(arr))  # (it may have shrunk)
+                    self._evicted.regrew(key, len(arr))
                     continue
                 self._install(key, arr, read_tick)
-                self._files[key].used = waiting[1]
-                self._note_link(key, real)
+                self._ws.files[key].used = waiting[1]  # its old place in the LRU order
+                self._ws.note_link(key, real)
                 room -= len(arr)
                 n += 1
         return n

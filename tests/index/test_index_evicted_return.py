@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-import index.files
+import index.evicted
 import index.scans
 from index import IndexConfig, NgramIndex, Source
 from index_helpers import char_tokenize, ids
@@ -163,7 +163,7 @@ def test_a_file_indexed_again_while_evicted_is_not_read_twice(tmp_path):
 
 
 def test_how_many_evicted_files_are_remembered_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(index.files, "MAX_EVICTED_REMEMBERED", 2)
+    monkeypatch.setattr(index.evicted, "MAX_EVICTED_REMEMBERED", 2)
     paths = _files(tmp_path, 4)
     idx = _index()
     for p in paths:
@@ -206,7 +206,7 @@ def test_edits_that_leave_too_little_room_for_any_do_not_walk_them_all(tmp_path)
     idx = _index()
     for p in paths:
         idx.index_file(p)
-    idx._evicted_paths = CountingDict()
+    idx._evicted.paths = CountingDict()
     idx.open_buffer("u", "b" * 100)
     for i in range(10):  # 1 to 10 tokens of room, each file needs 20
         idx.edit_buffer("u", 0, 1, "")
@@ -331,14 +331,14 @@ def test_evicted_files_a_closed_folder_keeps_wait_in_their_eviction_order(tmp_pa
     idx = _index()
     idx.index_workspace(root)
     idx.open_buffer("u", "b" * 100)
-    order = list(idx._evicted_paths)
+    order = list(idx._evicted.paths)
 
     def keep(path):
         idx.index_file(later)  # no room: evicted at once, after them
         return True
 
     idx.forget_root(root, keep)
-    assert list(idx._evicted_paths) == order + [str(later)]
+    assert list(idx._evicted.paths) == order + [str(later)]
     idx._check_invariants()
 
 
@@ -359,5 +359,5 @@ def test_a_file_that_shrank_on_disk_but_still_waits_keeps_the_smallest_size_know
     f0.write_text("0" * 26)  # then too big for the 25 left
     idx.close_buffer("u")
     assert idx.has_file(f1) and not idx.has_file(f0)
-    assert idx._evicted_paths[str(f0)][0] == 26
+    assert idx._evicted.paths[str(f0)][0] == 26
     idx._check_invariants()

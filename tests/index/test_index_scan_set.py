@@ -74,7 +74,7 @@ def test_lookups_after_writes_do_not_build_the_dynamic_set(tmp_path):
     """Writers build the dynamic set outside the lock; a lookup only uses it."""
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, merge_tokens=10**6, keyed_min_tokens=0))
     built_by_lookup = []
-    make, propose = idx._make_dynamic, idx.propose
+    make, propose = idx._workspace.make_dynamic, idx.propose
     looking_up = threading.local()
 
     def spy_make(*args):
@@ -89,7 +89,7 @@ def test_lookups_after_writes_do_not_build_the_dynamic_set(tmp_path):
         finally:
             looking_up.on = False
 
-    idx._make_dynamic, idx.propose = spy_make, spy_propose
+    idx._workspace.make_dynamic, idx.propose = spy_make, spy_propose
     for i in range(3):
         f = tmp_path / f"f{i}.py"
         f.write_text(f"def f{i}(): return {i}\n")
@@ -119,8 +119,8 @@ def _index_with(*files: tuple[str, str]) -> NgramIndex:
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, merge_tokens=10**6))
     with idx._lock:
         for key, body in files:
-            idx._install(key, np.array(ids(body), np.int32))
-    idx._warm_dynamic()
+            idx._workspace.install(key, np.array(ids(body), np.int32))
+    idx._workspace.warm_dynamic()
     return idx
 
 
@@ -132,10 +132,10 @@ def drafted(idx: NgramIndex, context: str) -> str:
 def test_until_the_writer_builds_lookups_use_the_last_set_with_removals_tombstoned():
     idx = _index_with(("/w/a.py", "alpha()"))
     with idx._lock:  # what a writer does before it builds the new set outside the lock
-        idx._install("/w/b.py", np.array(ids("beta()"), np.int32))
-        idx._remove("/w/a.py")
+        idx._workspace.install("/w/b.py", np.array(ids("beta()"), np.int32))
+        idx._workspace.remove("/w/a.py")
     assert drafted(idx, "al") == "" and drafted(idx, "be") == ""  # a.py is dead; b.py not in yet
-    idx._warm_dynamic()
+    idx._workspace.warm_dynamic()
     assert drafted(idx, "al") == "" and drafted(idx, "be") == "ta("
     idx._check_invariants()
 
@@ -143,39 +143,39 @@ def test_until_the_writer_builds_lookups_use_the_last_set_with_removals_tombston
 def test_a_set_built_while_a_file_was_removed_is_thrown_away():
     idx = _index_with(("/w/a.py", "alpha()"))
     with idx._lock:
-        idx._install("/w/b.py", np.array(ids("beta()"), np.int32))
-    make = idx._make_dynamic
+        idx._workspace.install("/w/b.py", np.array(ids("beta()"), np.int32))
+    make = idx._workspace.make_dynamic
 
     def remove_meanwhile(base, snap):  # the watcher removes a.py while the writer builds
         built = make(base, snap)
         with idx._lock:
-            idx._remove("/w/a.py")
+            idx._workspace.remove("/w/a.py")
         return built
 
-    idx._make_dynamic = remove_meanwhile
-    idx._warm_dynamic()  # its set holds a.py alive: not installed
-    idx._make_dynamic = make
+    idx._workspace.make_dynamic = remove_meanwhile
+    idx._workspace.warm_dynamic()  # its set holds a.py alive: not installed
+    idx._workspace.make_dynamic = make
     assert drafted(idx, "al") == ""
-    idx._warm_dynamic()
+    idx._workspace.warm_dynamic()
     assert drafted(idx, "al") == "" and drafted(idx, "be") == "ta("
     idx._check_invariants()
 
 
 def test_a_file_installed_during_a_merge_is_counted_once(monkeypatch):
-    import index.store as store
+    import index.files as files
 
     idx = _index_with(("/w/a.py", "x = f(1)"))
-    real = store.StaticSegment
+    real = files.StaticSegment
 
     def install_meanwhile(docs, depth):  # a file event while the merge sorts, outside the lock
         with idx._lock:
-            idx._install("/w/b.py", np.array(ids("y = f(2)"), np.int32))
+            idx._workspace.install("/w/b.py", np.array(ids("y = f(2)"), np.int32))
         return real(docs, depth)
 
-    monkeypatch.setattr(store, "StaticSegment", install_meanwhile)
+    monkeypatch.setattr(files, "StaticSegment", install_meanwhile)
     idx.merge()
-    monkeypatch.setattr(store, "StaticSegment", real)
-    idx._warm_dynamic()
+    monkeypatch.setattr(files, "StaticSegment", real)
+    idx._workspace.warm_dynamic()
     d = idx.propose(ids(" f("), k=2, w=2)
     assert sorted(("".join(map(chr, b.tokens)), b.count) for b in d.branches) == [("1)", 1), ("2)", 1)]
     idx._check_invariants()

@@ -418,7 +418,7 @@ def test_an_edit_tokenizes_outside_the_lock_and_a_concurrent_edit_is_not_lost():
     seen = []
 
     def tokenize(texts):
-        if idx._buffers:  # the edits, not the open
+        if idx._buffers.by_uri:  # the edits, not the open
             seen.append(idx._lock._is_owned())
             if len(seen) == 1:
                 idx.edit_buffer("u", 19, 19, ";")  # lands between the plan and its splice
@@ -437,7 +437,7 @@ def test_lookup_sets_are_built_outside_the_lock_and_equal_a_fresh_build(monkeypa
     """The other buffers' and the history's scan sets, stale after a buffer switch or a new
     accepted completion, are built before the lookup takes the lock: other index calls do not
     wait for the build. A writer changing a set meanwhile makes the lookup build it again."""
-    import index.store as store
+    import index.buffers as store
 
     builds = []  # (documents built, lock held by the builder's thread)
 
@@ -464,9 +464,9 @@ def test_lookup_sets_are_built_outside_the_lock_and_equal_a_fresh_build(monkeypa
     assert branches(idx.propose(ids("Qc"), k=1, current_uri="a")) == [("d", 1, Source.OPEN_BUFFER, 2)]
     assert builds[3:] == [(["cd2 xy3"], False), (["Qcd2 xy3"], False)]
     monkeypatch.undo()
-    for name in ("others", "history"):  # what the lookups left equals a set built from scratch
-        key, got = idx._cache[name]
-        want_key, make = idx._lookup_sets("a")[name]
+    for part in (idx._buffers, idx._history):  # what the lookups left equals a set built from scratch
+        key, got = part.cache.key, part.cache.set
+        want_key, make = part.lookup_set("a")
         want = make()
         assert key == want_key
         assert np.array_equal(got.cat, want.cat) and np.array_equal(got.starts, want.starts)
@@ -483,12 +483,12 @@ def test_a_lookup_building_while_rebuild_runs_does_not_bring_back_the_old_tokens
     """rebuild() repairs a buffer's tokens without changing its stamp. A lookup that snapshotted
     the other buffers before it, and builds their scan set while it runs, must not install that
     set: its key would still match, and the pre-rebuild tokens would be served until the next edit."""
-    import index.store as store
+    import index.buffers as store
 
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
     idx.open_buffer("a", "xy1 ab")
     idx.open_buffer("b", "cd2 xy3")
-    idx._buffers["b"].doc.tokens = np.array(ids("cd9 xy3"), np.int32)  # diverged: what rebuild() repairs
+    idx._buffers.by_uri["b"].doc.tokens = np.array(ids("cd9 xy3"), np.int32)  # diverged: what rebuild() repairs
     builds = []
 
     class RebuildMidBuild(store.ScanSet):
@@ -509,7 +509,7 @@ def test_a_lookup_building_while_rebuild_runs_does_not_bring_back_the_old_tokens
 def test_an_older_lookup_build_does_not_replace_a_newer_one(monkeypatch):
     """Two lookups build "others": the first snapshotted before an edit of "b", the second after
     it and installed first. The first one's build is stale and must not replace the current set."""
-    import index.store as store
+    import index.buffers as store
 
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
     idx.open_buffer("a", "xy1 ab")
@@ -528,7 +528,7 @@ def test_an_older_lookup_build_does_not_replace_a_newer_one(monkeypatch):
     assert branches(idx.propose(ids("Qc"), k=1, current_uri="a")) == [("d", 1, Source.OPEN_BUFFER, 2)]
     assert builds == [["cd2 xy3"], ["Qcd2 xy3"]]  # not a third build: the newer set stayed installed
     monkeypatch.undo()
-    assert idx._cache["others"][0] == idx._lookup_sets("a")["others"][0]
+    assert idx._buffers.cache.key == idx._buffers.lookup_set("a")[0]
     idx._check_invariants()
 
 
@@ -539,13 +539,13 @@ def test_check_invariants_compares_the_cached_lookup_sets_with_fresh_builds():
     idx.add_history(ids("hi!"))
     idx.propose(ids("cd"), k=1, current_uri="a")
     idx._check_invariants()
-    for name in ("others", "history"):
-        key, good = idx._cache[name]
-        bad = idx._lookup_sets("b")["others"][1]()  # a set with other contents under the current key
-        idx._cache[name] = (key, bad)
+    for part in (idx._buffers, idx._history):
+        key, good = part.cache.key, part.cache.set
+        bad = idx._buffers.lookup_set("b")[1]()  # a set with other contents under the current key
+        part.cache.put(key, bad)
         with pytest.raises(AssertionError):
             idx._check_invariants()
-        idx._cache[name] = (key, good)
+        part.cache.put(key, good)
     idx._check_invariants()
 
 
@@ -558,7 +558,7 @@ def test_file_bytes_running_total_equals_a_walk(tmp_path):
         p.write_text("ab\n")
 
     def check():
-        assert (idx._file_bytes(), idx._dyn_bytes) == idx._walk_file_bytes()
+        assert (idx._workspace.file_bytes(), idx._workspace.dyn_bytes) == idx._workspace.walk_file_bytes()
         idx._check_invariants()
 
     check()
@@ -614,10 +614,10 @@ def test_stats_does_not_walk_the_files(tmp_path, monkeypatch):
         idx.merge()
         idx.remove_file(root / "f0.py")  # a tombstone in the static segment
         idx.index_file(root / "f1.py")  # a file in the dynamic set
-        idx._files = WatchedFiles(idx._files)
+        idx._workspace.files = WatchedFiles(idx._workspace.files)
         calls = []
         real = sys.getsizeof
-        monkeypatch.setattr(store.sys, "getsizeof", lambda *a: calls.append(1) or real(*a))
+        monkeypatch.setattr(sys, "getsizeof", lambda *a: calls.append(1) or real(*a))
         assert idx.stats()["workspace_files"] == n - 1
         monkeypatch.undo()
         assert WatchedFiles.walks == 0

@@ -372,7 +372,7 @@ def test_a_scan_during_index_file_wins_over_the_text_index_file_read(tmp_path):
     idx = NgramIndex(tokenize, IndexConfig(min_n=2))
     idx.index_file(tmp_path / "b.py")
     assert drafts(idx, "value = ") == ["NEW_VALUE"]
-    assert not idx._changed and not idx._readers  # nothing kept once no reader is in flight
+    assert not idx._scans._newest.changed and not idx._scans._newest.readers  # nothing kept once no reader is in flight
 
 
 def test_a_later_read_wins_even_when_it_installs_last(tmp_path):
@@ -402,7 +402,7 @@ def test_a_later_read_wins_even_when_it_installs_last(tmp_path):
     threads[0].join()
     idx._check_invariants()
     assert drafts(idx, "value = ") == ["NEW_VALUE"]
-    assert not idx._changed and not idx._readers
+    assert not idx._scans._newest.changed and not idx._scans._newest.readers
 
 
 def test_a_nested_gitignore_negation_re_includes_a_file(tmp_path):
