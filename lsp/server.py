@@ -46,6 +46,7 @@ from lsp import items, positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.daemon_limits import DaemonLimits, message_fits
+from lsp.deadline import CompletionDeadline
 from lsp.daemon_link import SPAWN_BACKOFF_S, DaemonLink
 from lsp.protocol import NgramdProtocol, is_parse_error
 
@@ -123,6 +124,8 @@ class NgramdServer(LanguageServer):
         # Whether the daemon's model sees the text after the cursor (a fill-in-the-middle prompt),
         # learnt from its last completion; None until one came from the daemon connected now.
         self._model_sees_rest: bool | None = None
+        # how long a completion waits for its answer: timeoutMs stretched to the daemon's figures
+        self.deadline = CompletionDeadline()
         self.counters = {"completions": 0, "empty": 0, "stale": 0, "cancelled": 0,
                          "failed": 0, "resyncs": 0, "mid_line": 0}
 
@@ -293,6 +296,7 @@ class NgramdServer(LanguageServer):
         self._start_failure_shown = None  # a daemon answered: a later failed start is news
         self.daemon_info = info if isinstance(info, dict) else {}
         self._model_sees_rest = None  # this daemon may run another model
+        self.deadline.forget()  # and run on another machine's time
         self.limits.update(self.daemon_info)
         conn.max_message_bytes = self.limits.max_message_bytes
         pid = self.daemon_info.get("pid")
@@ -334,7 +338,9 @@ class NgramdServer(LanguageServer):
         """Debounce, then ask the daemon to complete at ``pos``.
 
         None when disabled, stale (a keystroke came meanwhile), cancelled by the daemon,
-        or when the daemon fails or does not answer within ``timeoutMs``.
+        or when the daemon fails or does not answer within its deadline: ``timeoutMs``
+        stretched to what the daemon's answers cost (lsp/deadline.py), a daemon still
+        starting waited for apart.
         ``selected``: complete the text as it would be with the menu's selection applied
         (sent as the daemon's stateless ``text``), the proposal continuing after it.
         ``multiline`` is asked for only where the rest of the line is blank: lines written
@@ -379,16 +385,22 @@ class NgramdServer(LanguageServer):
             log.debug("completion of %s with the selection applied is longer than the daemon reads", uri)
             return None
         self._inflight[uri] = request_id
+        timeout = self.deadline.seconds(self.settings.timeout_ms, self.settings.max_tokens)
         started = time.monotonic()
         try:
-            result = await self._call_in_sync("complete", params, self.settings.timeout_ms / 1000)
+            if not self.link.ready:  # a daemon starting (loading, timing its passes) is no slow answer
+                await self.link.connection(self.link.start_timeout)
+                started = time.monotonic()
+            result = await self._call_in_sync("complete", params, timeout)
         except asyncio.CancelledError:
             self.counters["cancelled"] += 1
             if self._inflight.get(uri) == request_id:
                 self.cancel_inflight(uri)
             raise
-        except DaemonUnavailable as exc:  # includes no answer within timeoutMs: stop the daemon's work
+        except DaemonUnavailable as exc:  # includes no answer within the deadline: stop the daemon's work
             self.counters["failed"] += 1
+            if self.link.ready and time.monotonic() - started >= timeout:
+                self.deadline.timed_out()  # the next completion waits longer
             log.warning("completion failed: %s", exc)
             if self._inflight.get(uri) == request_id:
                 self.cancel_inflight(uri)
@@ -413,6 +425,7 @@ class NgramdServer(LanguageServer):
             self.counters["empty"] += 1
             return None
         self.counters["completions"] += 1
+        self.deadline.answered(time.monotonic() - started, result.get("stats"))
         self._refusals_shown.clear()  # a refusal after this one is news again
         log.debug("completion in %.0f ms: %r", (time.monotonic() - started) * 1000, result["text"][:80])
         proposal = Proposal(doc, offset, result["text"], result, rest, multiline)
@@ -617,6 +630,8 @@ class NgramdServer(LanguageServer):
             "daemonsStarted": self.link.spawned,
             "lastError": self.link.last_error,
             "counters": dict(self.counters),
+            "completionTimeoutMs": round(1000 * self.deadline.seconds(self.settings.timeout_ms,
+                                                                      self.settings.max_tokens)),
             "torchLoaded": "torch" in sys.modules,  # must stay False: the LSP is thin
             "daemon": daemon,
         }
