@@ -1,0 +1,402 @@
+"""The llama.cpp runtime: a GGUF model evaluated by llama.cpp (the ``llama-cpp-python``
+binding's low-level API) at its own quantization, memory-mapped, with no de-quantized copy.
+
+One llama.cpp context serves every document: each ``LlamaCppCache`` is one of its
+sequences (``n_seq_max`` of them, each with its own KV stream of ``n_ctx_seq`` cells:
+``kv_unified`` off, so a pass attends to its own document's cells only). Rolling back
+a rejected draft or keeping a common prefix is ``llama_memory_seq_rm`` from a
+position on; ``release_cache`` empties the sequence and hands its id back.
+
+A pass asks llama.cpp for the logits of the rows the caller keeps only (the batch's
+``logits`` flags): llama.cpp then runs the output projection on those rows alone.
+
+Exactness: speculation is token-identical to plain decoding only if a pass over k
+tokens gives each row bitwise the logits of one-token passes. llama.cpp's default
+CPU build does not (its llamafile GEMM accumulates a multi-row product in another
+order than the one-row path); ``-DGGML_LLAMAFILE=OFF`` does, on this machine's CPU
+(daemon/runtime/exactness.py checks it at load: a build or another CPU's kernels
+may still differ).
+
+The tokenizer is the transformers tokenizer read from the same GGUF, splitting text as
+llama.cpp does (daemon/runtime/gguf_tokenizer.py): prompts, chat templates and the index
+use its ids, and llama.cpp evaluates exactly those ids (tests/runtime compares the two
+tokenizers on real code).
+
+Entry point: ``load_llamacpp(path)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from daemon.runtime.base import NOT_CHECKED, Exactness
+from daemon.runtime.model import ModelLoadError, _build_byte_table, encode_plain
+
+log = logging.getLogger("ngramd.llamacpp")
+
+# llama-cpp-python's version this runtime is built and tested against (pyproject's extra pins it)
+PINNED_VERSION = "0.3.36"
+BUILD_HINT = ('CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-binary llama-cpp-python '
+              f'--no-cache-dir llama-cpp-python=={PINNED_VERSION}')
+
+DEFAULT_SEQUENCES = 5  # the engine's KVPool keeps 4 documents; one more for the calibration and checks
+DEFAULT_CTX_PER_SEQUENCE = 4096  # cells per document, capped by the model's training context
+BATCH = 512  # tokens per llama_decode call; the engine's prefill pieces are this size
+MAX_OUTPUT_ROWS = 128  # logits rows per llama_decode call (a verify pass asks 1 + draft; more are split)
+
+
+def physical_cores() -> int:
+    """Physical cores among the CPUs this process may run on (hyper-threads share a core's
+    arithmetic units: a second thread on one slows llama.cpp's passes)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
+
+
+class LlamaCppCache:
+    """One document's KV cache: a sequence of the runtime's llama.cpp context. ``tokens[i]``'s
+    keys and values sit at position i of sequence ``seq_id``."""
+
+    def __init__(self, runtime: "LlamaCppRuntime", seq_id: int) -> None:
+        self._runtime = runtime
+        self.seq_id = seq_id
+        self.tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def reset(self) -> None:
+        self._runtime._remove(self.seq_id, 0)
+        self.tokens = []
+
+    def crop(self, n: int) -> None:
+        assert 0 <= n <= len(self.tokens), (n, len(self.tokens))
+        if n == len(self.tokens):
+            return
+        self._runtime._remove(self.seq_id, n)
+        del self.tokens[n:]
+
+    def reuse_for(self, tokens: Sequence[int]) -> int:
+        keep = 0
+        n = min(len(self.tokens), len(tokens))
+        while keep < n and self.tokens[keep] == tokens[keep]:
+            keep += 1
+        self.crop(keep)
+        return keep
+
+    def select(self, keep: int, positions: Sequence[int]) -> None:
+        """Chains only: the accepted path is the entries right after ``keep``."""
+        positions = [int(p) for p in positions]
+        if positions != list(range(keep, keep + len(positions))):
+            raise NotImplementedError("the llama.cpp runtime verifies chains only (supports_trees is False)")
+        self.crop(keep + len(positions))
+
+    def extended(self, new_tokens: Sequence[int]) -> None:
+        self.tokens.extend(int(t) for t in new_tokens)
+
+
+class LlamaCppRuntime:
+    """A GGUF model in one llama.cpp context; see the module docstring."""
+
+    kind = "llamacpp"
+    supports_trees = False  # chains only: a tree through sequences was not measured worth it
+
+    def __init__(self, path: Path, tokenizer: Any, sequences: int = DEFAULT_SEQUENCES,
+                 ctx_per_sequence: int = DEFAULT_CTX_PER_SEQUENCE, threads: int | None = None,
+                 flash_attention: bool = False) -> None:
+        import llama_cpp as L
+
+        self._L = L
+        self.name = path.name
+        self.path = path
+        self.tokenizer = tokenizer
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32
+        self.exactness: Exactness = NOT_CHECKED
+        self.threads = threads or physical_cores()
+        self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
+        self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
+        _quiet_llama_log(L)
+        L.llama_backend_init()
+        mparams = L.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP  # the file's pages are the weights: no copy
+        model = L.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp cannot load the GGUF file {path}")
+        self._model = model
+        self._vocab = L.llama_model_get_vocab(model)
+        self.vocab_size = int(L.llama_vocab_n_tokens(self._vocab))
+        trained = int(L.llama_model_n_ctx_train(model))
+        self.positions = min(trained, ctx_per_sequence) if trained > 0 else ctx_per_sequence
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = self.positions * sequences
+        cparams.n_batch = cparams.n_ubatch = BATCH
+        cparams.n_seq_max = sequences
+        cparams.n_outputs_max = MAX_OUTPUT_ROWS
+        cparams.n_threads = cparams.n_threads_batch = self.threads
+        cparams.kv_unified = False  # one KV stream per sequence: a pass reads its own document's cells
+        cparams.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
+                                   else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        cparams.no_perf = True
+        ctx = L.llama_init_from_model(model, cparams)
+        if not ctx:
+            L.llama_model_free(model)
+            raise ModelLoadError(f"llama.cpp cannot create a context for {path} "
+                                 f"({sequences} sequences of {self.positions} tokens)")
+        self._ctx = ctx
+        self._mem = L.llama_get_memory(ctx)
+        self.sequences = int(L.llama_n_seq_max(ctx))
+        self._free_seqs = list(range(self.sequences - 1, -1, -1))  # pop() gives 0 first
+        self._batch = L.llama_batch_init(BATCH, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(BATCH,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(BATCH,))
+        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(BATCH,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(BATCH,))
+        self._nseq[:] = 1
+        self._batch_seq = -1  # the sequence id written in every seq_id[i][0]
+        self._n_layer = int(L.llama_model_n_layer(model))
+        self._kv_width = int(L.llama_model_n_embd(model)) // max(1, int(L.llama_model_n_head(model))) \
+            * int(L.llama_model_n_head_kv(model))
+
+    # --- tokenizer (the transformers tokenizer of the same GGUF) -------------------------
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return encode_plain(self.tokenizer, [text])[0]
+
+    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
+        return encode_plain(self.tokenizer, list(texts)) if texts else []
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        table = getattr(self, "_bytes_cache", None)
+        if table is None:
+            table = _build_byte_table(self.tokenizer, len(self.tokenizer))
+            table += [b""] * max(0, self.vocab_size - len(table))
+            self._bytes_cache = table
+        return table[token_id]
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special_ids
+
+    def tokenizer_disagreement(self, text: str) -> str:
+        """"" when the transformers tokenizer gives ``text`` llama.cpp's own ids, else where not."""
+        ours, theirs = self.encode(text), self.llama_tokenize(text)
+        if ours == theirs:
+            return ""
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        return f"first at token {at}, {self.decode(ours[max(0, at - 2):at + 2])!r}: {ours[at:at + 3]} against {theirs[at:at + 3]}"
+
+    def llama_tokenize(self, text: str) -> list[int]:
+        """llama.cpp's own tokenization of ``text`` (no BOS, special-token strings as text):
+        only to check that the transformers tokenizer agrees with it."""
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (self._L.llama_token * cap)()
+        n = self._L.llama_tokenize(self._vocab, data, len(data), buf, cap, False, False)
+        if n < 0:
+            cap = -n
+            buf = (self._L.llama_token * cap)()
+            n = self._L.llama_tokenize(self._vocab, data, len(data), buf, cap, False, False)
+        return list(buf[:n])
+
+    # --- caches ----------------------------------------------------------------------------
+    def new_cache(self) -> LlamaCppCache:
+        with self._lock:
+            return self._new_cache()
+
+    def _new_cache(self) -> LlamaCppCache:
+        if not self._free_seqs:
+            raise RuntimeError(f"all {self.sequences} llama.cpp sequences hold a document's cache: "
+                               "release one first (or load with more sequences)")
+        seq = self._free_seqs.pop()
+        self._remove(seq, 0)
+        return LlamaCppCache(self, seq)
+
+    def release_cache(self, cache: LlamaCppCache) -> None:
+        with self._lock:
+            if cache.seq_id < 0:
+                return
+            self._remove(cache.seq_id, 0)
+            self._free_seqs.append(cache.seq_id)
+            cache.seq_id = -1
+            cache.tokens = []
+
+    def _remove(self, seq: int, start: int) -> None:
+        if seq < 0:
+            raise RuntimeError("this cache was released")
+        with self._lock:
+            ok = self._L.llama_memory_seq_rm(self._mem, seq, start, -1)
+        if not ok:
+            raise RuntimeError(f"llama.cpp could not remove positions {start}.. of sequence {seq}")
+
+    # --- passes ----------------------------------------------------------------------------
+    def forward_pass(self, ids: Sequence[int], cache: LlamaCppCache, keep_last: int | None = None,
+                     tree: Any = None) -> torch.Tensor:
+        """Run ``ids`` after ``cache``'s tokens; fp32 logits [keep_last or len(ids), vocab] of the
+        last rows (only those rows are computed). Chains only."""
+        if tree is not None and tree.size and not tree.is_chain:
+            raise NotImplementedError("the llama.cpp runtime verifies chains only (supports_trees is False)")
+        n = len(ids)
+        rows = n if keep_last is None else min(int(keep_last), n)
+        if n == 0 or rows <= 0:
+            raise ValueError(f"a pass needs tokens and rows: {n} tokens, keep_last={keep_last}")
+        start = len(cache.tokens)
+        if start + n > self.positions:
+            raise RuntimeError(f"{start + n} tokens exceed the {self.positions} positions of a document's cache")
+        ids = np.asarray(ids, dtype=np.int32)
+        first_out = n - rows
+        out = np.empty((rows, self.vocab_size), dtype=np.float32)
+        filled = lo = 0
+        self._lock.acquire()
+        try:
+            while lo < n:  # llama_decode calls of at most BATCH tokens and MAX_OUTPUT_ROWS rows of logits
+                hi = min(n, lo + BATCH, max(lo, first_out) + MAX_OUTPUT_ROWS)
+                got = self._decode(ids[lo:hi], start + lo, cache.seq_id, max(0, first_out - lo))
+                if got:
+                    out[filled:filled + got] = np.ctypeslib.as_array(self._L.llama_get_logits(self._ctx),
+                                                                     shape=(got, self.vocab_size))
+                    filled += got
+                lo = hi
+        except BaseException:
+            if lo and cache.seq_id >= 0:  # the calls that went through are not in ``tokens``: drop them
+                self._remove(cache.seq_id, start)
+            raise
+        finally:
+            self._lock.release()
+        return torch.from_numpy(out)
+
+    def _decode(self, ids: np.ndarray, pos0: int, seq: int, first_out: int) -> int:
+        """One llama_decode of ``ids`` at positions pos0.. of ``seq``; logits for rows
+        ``first_out``.. of this piece. Returns how many rows have logits."""
+        L, b, m = self._L, self._batch, len(ids)
+        if seq < 0:
+            raise RuntimeError("this cache was released")
+        if seq != self._batch_seq:
+            for i in range(BATCH):
+                b.seq_id[i][0] = seq
+            self._batch_seq = seq
+        b.n_tokens = m
+        self._tok[:m] = ids
+        self._pos[:m] = np.arange(pos0, pos0 + m, dtype=np.int32)
+        self._out[:m] = 0
+        self._out[first_out:m] = 1
+        rc = L.llama_decode(self._ctx, b)
+        if rc != 0:
+            # a failed decode may leave part of the batch in the cache: the engine resets it
+            raise RuntimeError(f"llama_decode failed ({rc}) on {m} tokens at position {pos0}")
+        return max(0, m - first_out)
+
+    def synchronize(self) -> None:
+        """llama_decode returns when the pass is done."""
+
+    def memory_figures(self) -> dict[str, int]:
+        """The model's mapped tensors and the KV cells of every sequence (fp16 keys and values)."""
+        kv = 2 * self._n_layer * self._kv_width * 2 * self.positions * self.sequences
+        return {"model_bytes": int(self._L.llama_model_size(self._model)), "kv_cache_bytes": kv}
+
+    def close(self) -> None:
+        L = self._L
+        if getattr(self, "_ctx", None):
+            L.llama_batch_free(self._batch)
+            L.llama_free(self._ctx)
+            L.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+_LOG_CALLBACK = None  # kept referenced: llama.cpp calls it from C
+
+
+def _quiet_llama_log(L: Any) -> None:
+    """llama.cpp's log lines go to this module's logger (its warnings and errors at their level,
+    the rest at debug), not to stderr."""
+    global _LOG_CALLBACK
+    if _LOG_CALLBACK is not None:
+        return
+
+    def forward(level: int, text: bytes, _user: Any) -> None:
+        msg = text.decode("utf-8", "replace").rstrip()
+        if msg:
+            log.log(logging.ERROR if level == 4 else logging.WARNING if level == 3 else logging.DEBUG, "%s", msg)
+
+    _LOG_CALLBACK = L.llama_log_callback(forward)
+    L.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+def build_info() -> dict[str, Any]:
+    """The installed binding's version and whether its CPU backend was built with llamafile's GEMM."""
+    import llama_cpp as L
+
+    system = L.llama_print_system_info().decode("utf-8", "replace")
+    return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip()}
+
+
+def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
+                  ctx_per_sequence: int = DEFAULT_CTX_PER_SEQUENCE, threads: int | None = None,
+                  check: bool = True) -> LlamaCppRuntime:
+    """Load a GGUF file on llama.cpp, with its transformers tokenizer; ``check``: run the exactness
+    self-check (daemon/runtime/exactness.py) and the tokenizers' agreement on a sample, and say
+    what they found in the log. ``ModelLoadError`` when llama-cpp-python is missing or the file
+    cannot be loaded."""
+    from daemon.runtime.exactness import check_exactness
+    from daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
+
+    path = Path(os.path.expanduser(str(path)))
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {path}")
+    try:
+        info = build_info()
+    except ImportError as exc:
+        raise ModelLoadError(f"llama-cpp-python is not installed ({exc}); build it with: {BUILD_HINT}") from None
+    if info["version"] != PINNED_VERSION:
+        log.warning("llama-cpp-python %s is installed; ngramd is tested with %s", info["version"], PINNED_VERSION)
+    tokenizer = load_gguf_tokenizer(path)
+    runtime = LlamaCppRuntime(path, tokenizer, sequences=sequences, ctx_per_sequence=ctx_per_sequence,
+                              threads=threads)
+    if check:
+        disagree = runtime.tokenizer_disagreement(TOKENIZER_SAMPLE)
+        if disagree:
+            log.warning("the tokenizer read by transformers splits text otherwise than llama.cpp's (%s): "
+                        "prompts are not tokenized as the model was trained", disagree)
+        runtime.exactness = check_exactness(runtime)
+        if info["llamafile"] and runtime.exactness.exact:
+            log.info("llama.cpp was built with llamafile's GEMM, yet its passes were exact here")
+        if not runtime.exactness.exact:
+            hint = f"; rebuild llama-cpp-python with llamafile off: {BUILD_HINT}" if info["llamafile"] else ""
+            log.warning("llama.cpp's multi-token passes are not exact: %s%s", runtime.exactness.detail, hint)
+    log.info("%s on llama.cpp %s: %d threads, %d documents of %d positions; %s", path.name, info["version"],
+             runtime.threads, runtime.sequences, runtime.positions, runtime.exactness.detail)
+    return runtime
+
+
+# real code with the splits that tokenizers disagree on most: whitespace before digits, numbers
+TOKENIZER_SAMPLE = (
+    "def scale(values, factor=2.5e-3):\n    # 10  items\n    return [v * factor for v in values[:128]]\n"
+    "\n\nMAXINT =  2**31 - 1\nTABLE = {\n    1: 'one',\n        22: 'twenty-two',\n}\n"
+)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Build llama-cpp-python (the version pyproject's `llamacpp` extra pins) from its source,
+# with llamafile's GEMM off, into the virtual environment whose python is $1.
+#
+# Why from source, and why llamafile off: the default build's multi-token passes round
+# otherwise than one-token passes (its llamafile GEMM), so a verified draft could choose
+# another token than plain decoding; without it they are bitwise equal (issue 31,
+# daemon/runtime/exactness.py checks it at load). pip's wheel cache does not key on
+# CMAKE_ARGS, so the cache is never read (--no-cache-dir): a cached default build would
+# otherwise be installed silently.
+#
+# Best effort: where it cannot be built (no compiler, no cmake), ngramd still installs and
+# serves on torch; this says why and exits 0. Takes minutes (454 s on 2 cores).
+set -u
+PY=${1:-.venv/bin/python}
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+VERSION=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' "$HERE/pyproject.toml" | head -1)
+if [ -z "$VERSION" ]; then
+    echo "ngramd: no llama-cpp-python pin in pyproject.toml; not building llama.cpp" >&2
+    exit 0
+fi
+
+# Already there, at the pinned version, built without llamafile: nothing to do.
+if "$PY" - "$VERSION" <<'EOF' 2>/dev/null
+import sys
+import llama_cpp
+ok = llama_cpp.__version__ == sys.argv[1] and b"LLAMAFILE = 1" not in llama_cpp.llama_print_system_info()
+sys.exit(0 if ok else 1)
+EOF
+then
+    echo "ngramd: llama-cpp-python $VERSION (llamafile off) is installed"
+    exit 0
+fi
+
+missing=""
+for tool in cc c++ cmake; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+done
+if [ -n "$missing" ]; then
+    echo "ngramd: llama.cpp not built: missing$missing. ngramd serves GGUF models on torch (de-quantized);" \
+         "install a C/C++ compiler and cmake, then run 'make llamacpp'" >&2
+    exit 0
+fi
+
+echo "ngramd: building llama-cpp-python $VERSION with llamafile off (several minutes)..."
+start=$(date +%s)
+if CMAKE_ARGS="-DGGML_LLAMAFILE=OFF ${NGRAMD_CMAKE_ARGS:-}" "$PY" -m pip install --no-binary llama-cpp-python \
+        --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$VERSION" \
+    && "$PY" -m pip install "llama-cpp-python==$VERSION"; then  # its own dependencies, from the index
+    echo "ngramd: llama-cpp-python $VERSION built in $(( $(date +%s) - start )) s"
+else
+    echo "ngramd: llama-cpp-python could not be built (see above). ngramd serves GGUF models on torch" \
+         "(de-quantized); fix the build, then run 'make llamacpp'" >&2
+fi
+exit 0

@@ -1,0 +1,38 @@
+"""The real engine on the llama.cpp runtime and the real model: speculative output is
+token-identical to plain decoding on every stdlib bench case, and drafts are accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.engine.completer import Completer
+from daemon.engine.loop import EngineConfig
+from daemon.protocol.requests import CompletionRequest
+
+pytestmark = pytest.mark.real_model
+
+CASES = Path(__file__).resolve().parents[2] / "bench" / "cases" / "stdlib.jsonl"
+
+
+def test_speculative_equals_plain_on_the_bench_cases(llama_rt):
+    from daemon.bench.cases import load_cases
+    from index.store import NgramIndex
+
+    assert llama_rt.exactness.exact, llama_rt.exactness.detail
+    cases = [c for c in load_cases(CASES) if c.mode == "complete"]
+    assert len(cases) >= 10
+    index = NgramIndex(llama_rt.tokenize_batch)
+    completer = Completer(llama_rt, index, EngineConfig(calibrate=False, add_history=False, reuse_kv=False,
+                                                     answer_cache=False))
+    accepted = 0
+    for case in cases:
+        req = dict(uri=case.path.as_uri(), text=case.text, offset=case.offset, max_tokens=case.max_tokens)
+        plain = completer.complete(CompletionRequest(**req, speculate=False))
+        spec = completer.complete(CompletionRequest(**req, speculate=True))
+        assert spec.stats.forward_passes > 0 and plain.stats.forward_passes > 0, case.id  # decoded, not remembered
+        assert spec.token_ids == plain.token_ids, case.id
+        assert spec.text == plain.text and spec.stop_reason == plain.stop_reason, case.id
+        accepted += spec.stats.accepted
+    assert accepted > 0, "real code repeats: some drafts must be accepted"
