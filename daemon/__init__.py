@@ -1,4 +1,7 @@
-"""The ngramd daemon: model, engine, service and command line."""
+"""The ngramd daemon, one subpackage per layer, lowest first: ``protocol`` (the wire),
+``runtime`` (a model behind one interface), ``engine`` (speculative decoding), ``edit``,
+``workspace``, ``service`` (the RPC methods), ``bench`` and ``cli`` (the composition root).
+pyproject.toml's [tool.importlinter] states what each may import; a test enforces it."""
 
 
 def package_version() -> str:

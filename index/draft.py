@@ -36,7 +36,7 @@ class Source(enum.IntEnum):
     HISTORY = 2  # completions the user accepted earlier
     WORKSPACE = 3  # files on disk under the workspace folders
     EDIT_ORIGINAL = 4  # the original text of a range being rewritten (speculative edits)
-    OUTPUT = 5  # what the model generated earlier in the same request (daemon/context_lookup.py)
+    OUTPUT = 5  # what the model generated earlier in the same request (daemon/engine/context_lookup.py)
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,16 @@ class WorkspaceScans:
         out = {"files": total, "indexed": 0, "tokens": 0, "removed": 0, **counts, "stopped": stopped}
         return out
 
+    def folder_totals(self, root: str | os.PathLike) -> dict:
+        """The files indexed under ``root`` now and their tokens (``indexed``, ``tokens``), as a
+        scan of it counts them: not those under a scanned root nested in it. A scan's counts
+        are of the files it read; file events change them since."""
+        prefix = _folder_prefix(root)
+        with self._lock:
+            inner = self._roots_inside(prefix)
+            records = [f for k, f in self._ws.files.items() if k.startswith(prefix) and not k.startswith(inner)]
+        return {"indexed": len(records), "tokens": sum(f.n_tokens for f in records)}
+
     def _roots_inside(self, prefix: str) -> tuple[str, ...]:
         """The scanned roots nested in ``prefix`` (lock held): each decides for its own files."""
         return tuple(r for r in self._roots if r != prefix and r.startswith(prefix))

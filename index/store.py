@@ -172,6 +172,11 @@ class NgramIndex:
 
     index_workspace.__doc__ = WorkspaceScans.index_workspace.__doc__
 
+    def folder_totals(self, root: str | os.PathLike) -> dict:
+        return self._scans.folder_totals(root)
+
+    folder_totals.__doc__ = WorkspaceScans.folder_totals.__doc__
+
     def forget_root(self, root: str | os.PathLike, keep: Callable[[str], bool] | None = None) -> int:
         return self._scans.forget_root(root, keep)
 

@@ -23,15 +23,18 @@ git lists that is not on disk (a sparse checkout, a deletion not yet staged) is 
 ``not_on_disk`` and not read.
 
 Reading (``read_text``) drops a leading UTF-8 byte order mark and refuses, with a ``SkipFile`` that says why: files over
-the size bound, binary files (a NUL byte in the first 8 KiB, or not UTF-8),
+the size bound, binary files (a NUL byte in the first 8 KiB, or neither text in UTF-8, in the
+encoding a PEP 263 coding line declares, nor Latin-1 with few control characters),
 unreadable or vanished files, symlink loops, non-files.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
 import logging
 import os
+import re
 import stat
 import subprocess
 from collections import Counter
@@ -85,9 +88,35 @@ def read_text(path: str | os.PathLike, max_bytes: int) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SkipFile(p, "binary", f"not UTF-8 ({e.reason} at byte {e.start})") from None
+        text = _decode_not_utf8(data)
+        if text is None:
+            raise SkipFile(p, "binary", f"not UTF-8 ({e.reason} at byte {e.start}), nor Latin-1 text") from None
     # A byte order mark is no text: kept, drafts could propose a U+FEFF (the CLI drops it too).
     return text[1:] if text.startswith("\ufeff") else text
+
+
+# PEP 263: a comment on the first or second line that declares the file's encoding
+_CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+# Latin-1 decodes any bytes: text that is not UTF-8 is taken as Latin-1 when at most this share of
+# its bytes are control characters other than whitespace (C0 and C1): more, and it is binary
+MAX_CONTROL_SHARE = 0.01
+_CONTROL_BYTES = bytes(b for b in range(256) if b < 0x20 and b not in b"\t\n\r\f\v\x1b" or 0x7F <= b < 0xA0)
+
+
+def _decode_not_utf8(data: bytes) -> str | None:
+    """Text that is not UTF-8: in the encoding its PEP 263 coding line names (if it decodes),
+    else Latin-1 unless control characters say it is binary; None for binary."""
+    for line in data.split(b"\n", 2)[:2]:
+        m = _CODING_LINE.match(line)
+        if m:
+            try:
+                return data.decode(codecs.lookup(m.group(1).decode("ascii")).name)
+            except (LookupError, UnicodeDecodeError, UnicodeError):
+                break  # a wrong or unknown declaration: the fallback decides
+    sample = data[:65536]
+    if len(sample) - len(sample.translate(None, _CONTROL_BYTES)) > MAX_CONTROL_SHARE * len(sample):
+        return None
+    return data.decode("latin-1")
 
 
 def read_gitignore(directory: Path) -> pathspec.PathSpec | None:

@@ -1,10 +1,11 @@
-"""An asyncio msgpack-RPC connection to the daemon (framing: daemon/rpc.py).
+"""An asyncio msgpack-RPC connection to the daemon (framing: daemon/protocol/rpc.py).
 
 One ``RpcConnection`` is one unix-socket connection. Requests carry increasing
-msgids; a reader task matches each response to its future. The connection never
-retries: when the socket closes, every pending request fails with
-``DaemonUnavailable`` and ``on_close`` is called; reconnecting (and restarting the
-daemon) is ``daemon_link.DaemonLink``'s job.
+msgids; a reader task matches each response to its future. Its connect is retried
+while the daemon's listen queue is full, and refused to a server of another user
+(daemon/protocol/connect.py); after that it never retries: when the socket closes,
+every pending request fails with ``DaemonUnavailable`` and ``on_close`` is called;
+reconnecting (and restarting the daemon) is ``daemon_link.DaemonLink``'s job.
 
 Text from the editor may hold *lone surrogates* (JSON allows ``"\\ud800"``, UTF-8 and
 so msgpack do not): such a message is sent with each one replaced by U+FFFD, which,
@@ -26,8 +27,10 @@ import logging
 import re
 from typing import Any, Callable
 
-from daemon import rpc
-from daemon.rpc import DaemonUnavailable
+from daemon.protocol import rpc
+from daemon.protocol.connect import connect_unix_async
+from daemon.protocol.peer import ForeignPeer
+from daemon.protocol.rpc import DaemonUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +77,20 @@ class RpcConnection:
     @classmethod
     async def open(cls, path: str, on_close: Callable[["RpcConnection"], None] | None = None,
                    timeout: float = 2.0) -> "RpcConnection":
-        """Connect to the socket at ``path``; raises ``DaemonUnavailable``."""
+        """Connect to the socket at ``path``; raises ``DaemonUnavailable`` (``ForeignPeer``
+        when another user serves it: nothing is sent). A full listen queue is tried again
+        for up to ``timeout`` (daemon/protocol/connect.py)."""
+        try:
+            sock = await connect_unix_async(path, retry_s=timeout)
+        except ForeignPeer:
+            raise
+        except OSError as exc:
+            raise DaemonUnavailable(f"cannot connect to {path}: {exc}") from exc
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(path, limit=1 << 20), timeout)
+                asyncio.open_unix_connection(sock=sock, limit=1 << 20), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
+            sock.close()
             raise DaemonUnavailable(f"cannot connect to {path}: {exc or 'timeout'}") from exc
         return cls(reader, writer, on_close)
 

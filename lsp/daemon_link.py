@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from daemon.paths import EXIT_ALREADY_RUNNING, lock_holder
+from daemon.protocol.paths import EXIT_ALREADY_RUNNING, lock_holder
+from daemon.protocol.peer import ForeignPeer
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.spawn import log_path, log_size, log_tail, spawn_daemon
 
@@ -248,6 +249,8 @@ class DaemonLink:
     async def _open_or_spawn(self, spawn: bool = True) -> RpcConnection:
         try:
             return await RpcConnection.open(self.socket_path, on_close=self._lost)
+        except ForeignPeer as exc:  # another user listens at the path: no daemon of ours can start
+            raise self._back_off(str(exc)) from exc
         except DaemonUnavailable:
             if not (self.spawn and spawn):
                 raise

@@ -32,7 +32,7 @@ import re
 
 from lsprotocol import types
 
-from daemon.lines import LINE_BREAK
+from daemon.protocol.lines import LINE_BREAK
 from lsp import positions
 
 _WORD_TAIL = re.compile(r"\w*\Z")
@@ -43,7 +43,7 @@ MAX_TOKENS = "max_tokens"  # the daemon's stop reason for an answer cut at its l
 CLOSERS = ")]}\"'`;,:"
 _OPENER = {")": "(", "]": "[", "}": "{"}
 _QUOTES = "\"'`"
-# The fill-in-the-middle token families (daemon/prompt.py ``_FIM_FAMILIES``, which imports torch:
+# The fill-in-the-middle token families (daemon/engine/prompt.py ``_FIM_FAMILIES``, which imports torch:
 # the LSP cannot import it; tests/lsp checks the two agree).
 FIM_FAMILIES = (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
                 ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))

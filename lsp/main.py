@@ -14,10 +14,11 @@ import logging
 import os
 import sys
 
-from daemon.paths import resolve_socket_path
+from daemon.protocol.paths import resolve_socket_path
 from lsp.config import Settings
 from lsp.handlers import register
 from lsp.server import NgramdServer
+from lsp.stdio import start_io
 
 
 def build_server(socket: str | None = None, model: str | None = None, device: str = "auto",
@@ -37,5 +38,4 @@ def run(args: argparse.Namespace) -> int:
     server = build_server(getattr(args, "socket", None), getattr(args, "model", None),
                           getattr(args, "device", "auto") or "auto",
                           spawn=os.environ.get("NGRAMD_LSP_NO_SPAWN") != "1")
-    server.start_io()
-    return 0
+    return start_io(server)  # our framing (lsp/stdio.py): gets back in step after a bad header

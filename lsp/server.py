@@ -39,9 +39,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
-from daemon import rpc
-from daemon.paths import resolve_socket_path
-from daemon.requests import FINISHED_EDIT_STOPS
+from daemon.protocol import rpc
+from daemon.protocol.paths import resolve_socket_path
+from daemon.protocol.requests import FINISHED_EDIT_STOPS
 from lsp import items, positions
 from lsp.config import Settings
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
@@ -705,7 +705,7 @@ def _quiet_pygls_for_closed_documents() -> None:
 
 def _is_out_of_date(exc: DaemonError) -> bool:
     """Whether the daemon refused because its copy of the document is stale or missing
-    (daemon/service.py, daemon/documents.py): re-sending the document repairs that, and
+    (daemon/service/methods.py, daemon/service/documents.py): re-sending the document repairs that, and
     nothing else; any other INVALID_PARAMS (a refused setting) would be re-sent in vain."""
     return exc.code == rpc.CONTENT_MODIFIED or (
         exc.code == rpc.INVALID_PARAMS and exc.message.startswith(rpc.DOCUMENT_NOT_OPEN))

@@ -103,10 +103,10 @@ def main() -> int:
     ap.add_argument("--rows", help="write one JSON line per request here")
     args = ap.parse_args()
 
-    from daemon.completer import Completer
-    from daemon.engine import EngineConfig
-    from daemon.model import load_runtime
-    from daemon.requests import CompletionRequest
+    from daemon.engine.completer import Completer
+    from daemon.engine.loop import EngineConfig
+    from daemon.runtime.model import load_runtime
+    from daemon.protocol.requests import CompletionRequest
     from index.store import IndexConfig, NgramIndex
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])

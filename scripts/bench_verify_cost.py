@@ -26,12 +26,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.adaptive import AdaptiveConfig  # noqa: E402
-from daemon.completer import Completer  # noqa: E402
-from daemon.engine import EngineConfig  # noqa: E402
-from daemon.kv_cache import KVCache  # noqa: E402
-from daemon.model import load_runtime  # noqa: E402
-from daemon.requests import CompletionRequest  # noqa: E402
+from daemon.engine.policy import AdaptiveConfig  # noqa: E402
+from daemon.engine.completer import Completer  # noqa: E402
+from daemon.engine.loop import EngineConfig  # noqa: E402
+from daemon.runtime.kv_cache import KVCache  # noqa: E402
+from daemon.runtime.model import load_runtime  # noqa: E402
+from daemon.protocol.requests import CompletionRequest  # noqa: E402
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
@@ -91,7 +91,7 @@ def main() -> int:
     print(f"# model {rt.name} on {rt.device}, torch threads {torch.get_num_threads()}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
-    files = [ROOT / "daemon" / "engine.py", ROOT / "index" / "store.py", ROOT / "daemon" / "completer.py"]
+    files = [ROOT / "daemon" / "engine" / "loop.py", ROOT / "index" / "store.py", ROOT / "daemon" / "engine" / "completer.py"]
     curve = verify_curve(rt, rt.encode("\n".join(f.read_text() for f in files)), args.repeats, sizes)
     print("\n| new tokens | ms/pass (min) | ms/pass (median) |\n|---:|---:|---:|")
     for n, lo, med in curve:

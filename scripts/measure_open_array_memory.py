@@ -1,6 +1,6 @@
 """Memory a message can take before the RPC object limit sees it: short strings in arrays still open.
 
-The limit (daemon/rpc.py MAX_MESSAGE_OBJECTS) counts a container's items when it completes; this
+The limit (daemon/protocol/rpc.py MAX_MESSAGE_OBJECTS) counts a container's items when it completes; this
 feeds the daemon's FrameReader three nested arrays of 2^20 items, each 2^20-1 two-character
 strings and then the next array, all but its last bytes (every array still open), and prints the
 growth of the process's peak RSS.
@@ -18,7 +18,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.rpc import FrameReader  # noqa: E402
+from daemon.protocol.rpc import FrameReader  # noqa: E402
 
 
 def main() -> int:

@@ -21,10 +21,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.kv_cache import KVCache  # noqa: E402
-from daemon.model import load_runtime  # noqa: E402
+from daemon.runtime.kv_cache import KVCache  # noqa: E402
+from daemon.runtime.model import load_runtime  # noqa: E402
 
-DEFAULT_FILES = ("daemon/engine.py", "index/store.py", "daemon/completer.py", "lsp/server.py")
+DEFAULT_FILES = ("daemon/engine/loop.py", "index/store.py", "daemon/engine/completer.py", "lsp/server.py")
 
 
 def drift_at(rt, ids: list[int], k: int) -> tuple[float, float, bool]:

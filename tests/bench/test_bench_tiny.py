@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.bench_cases import load_cases
-from daemon.bench_cmd import bench
-from daemon.cli import main
+from daemon.bench.cases import load_cases
+from daemon.cli.bench_cmd import bench
+from daemon.cli.main import main
 
 ROW_KEYS = {"id", "kind", "mode", "status", "prompt", "prompt_tokens", "text", "token_ids", "generated",
             "ms", "plain_ms", "hf_prompt_lookup_ms", "first_token_ms", "forward_passes", "plain_forward_passes",
@@ -101,7 +101,7 @@ def test_a_prepared_answer_unlike_plain_makes_the_case_not_identical_and_shows_w
     runs agree, the case is reported not identical, with the prepared answer and where it departs."""
     import dataclasses
 
-    from daemon.bench_runner import BenchRunner
+    from daemon.bench.runner import BenchRunner
 
     real = BenchRunner._engine_run
 

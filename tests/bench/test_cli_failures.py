@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon import bench_cmd
-from daemon.bench_report import build_report
-from daemon.cli import main
+from daemon.cli import bench_cmd
+from daemon.bench.report import build_report
+from daemon.cli.main import main
 
 SMOKE = "bench/cases/smoke.jsonl"
 
@@ -65,7 +65,7 @@ def test_a_plot_path_without_a_folder_or_suffix_is_accepted(monkeypatch, tmp_pat
     pytest.importorskip("matplotlib")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(bench_cmd, "bench", fake_bench([]))
-    assert main(["bench", "--cases", os.path.join(os.path.dirname(bench_cmd.__file__), "..", SMOKE),
+    assert main(["bench", "--cases", os.path.join(os.path.dirname(bench_cmd.__file__), "..", "..", SMOKE),
                  "--plot", "speedups"]) == 0
     assert (tmp_path / "speedups.png").exists() or (tmp_path / "speedups").exists()
 

@@ -1,11 +1,11 @@
-"""daemon/bench_followed.py: whether an edit's answer does what its instruction asked."""
+"""daemon/bench/followed.py: whether an edit's answer does what its instruction asked."""
 
 from __future__ import annotations
 
 import io
 
-from daemon.bench_followed import followed
-from daemon.bench_report import build_report, render_text, summarize
+from daemon.bench.followed import followed
+from daemon.bench.report import build_report, render_text, summarize
 
 METHOD = '''def get(self, msg, default=None):
         """Look msg up."""

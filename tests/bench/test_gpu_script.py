@@ -76,7 +76,7 @@ def test_dry_run_on_cpu_measures_and_projects(gpu_bench, tmp_path, capsys):
     measured = "CPU" if json.loads(out.read_text())["device"] == "cpu" else "GPU"
     assert f"{measured} cost curve above" in printed  # the heading names what was measured
     exact = res["exactness"]
-    assert exact["path"] == "daemon.model.ModelRuntime.forward" and exact["k"] == 8
+    assert exact["path"] == "daemon.runtime.model.ModelRuntime.forward" and exact["k"] == 8
     assert 0 <= exact["max_abs_logit_diff"] < 1e-3 and exact["min_top2_gap"] > 0
     assert exact["argmax_agrees"] is True  # fp32 on the CPU, the tiny model: far below its top-2 gaps
     assert "max |logit diff|" in printed
@@ -128,7 +128,7 @@ def test_a_failed_model_is_recorded_and_the_next_one_measured(gpu_bench, tmp_pat
 
 def tiny_model_failing(gpu_bench, error, when):
     """The dry-run model, whose forward raises ``error`` for the in-place cache where ``when(input_ids)``."""
-    from daemon.kv_cache import InPlaceCache
+    from daemon.runtime.kv_cache import InPlaceCache
 
     model = gpu_bench.build_model(gpu_bench.DRY_MODELS["tiny-dry-run"], "cpu", torch.float32)
     real = model.forward

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from daemon.bench_report import (PlotUnavailable, build_report, changed_lines, markdown_table, plot, render_text,
+from daemon.bench.report import (PlotUnavailable, build_report, changed_lines, markdown_table, plot, render_text,
                                  still_compiles,
                                  summarize)
 
@@ -150,7 +150,7 @@ def test_changed_lines_counts_each_modified_inserted_or_deleted_line_once():
 
 
 def test_changed_lines_breaks_lines_where_an_editor_does():
-    """daemon/lines.py's rule: \\r\\n, \\n or a lone \\r; a form feed or U+2028 is inside a line."""
+    """daemon/protocol/lines.py's rule: \\r\\n, \\n or a lone \\r; a form feed or U+2028 is inside a line."""
     assert changed_lines("p\x0cq\n", "P\x0cQ\n") == 1 and changed_lines("p\u2028q\n", "P\u2028Q\n") == 1
     assert changed_lines("a\r\nb\rc", "a\nb\nC") == 1 and changed_lines("a", "a\n") == 0
 
@@ -216,8 +216,8 @@ def test_edit_groups_count_the_applied_answers_that_still_compile():
 
 
 def test_bench_plot_without_matplotlib_fails_before_running(monkeypatch, capsys):
-    from daemon import bench_cmd
-    from daemon.cli import main
+    from daemon.cli import bench_cmd
+    from daemon.cli.main import main
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
 

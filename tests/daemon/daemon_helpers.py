@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.client import Client, spawn_daemon, wait_ready
-from daemon.requests import CompletionResult, GenerationStats, Prepared
+from daemon.protocol.client import Client, spawn_daemon, wait_ready
+from daemon.protocol.requests import CompletionResult, GenerationStats, Prepared
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,12 @@ class FakeCompleter:
         self.typed: list[str | None] = []  # each prepareEdit's instruction (None: not given)
         self.edits: list[Any] = []  # each edit's EditRequest
         self.started = threading.Event()
+
+    def edit_length_bound(self) -> Any:
+        """As the real EditingCompleter's: the bound of ``runtime``, once a test sets one."""
+        from daemon.edit.session import EditingCompleter
+
+        return EditingCompleter.edit_length_bound(self) if getattr(self, "runtime", None) is not None else None
 
     def complete(self, req: Any, cancel: threading.Event | None = None) -> CompletionResult:
         self.calls.append(req.uri)
@@ -152,7 +158,7 @@ class FakeIndex:
 
     def index_workspace(self, root: Path, progress: Any = None, stop_event: Any = None) -> dict:
         """Like NgramIndex's: the scan is the truth for ``root`` (files ignored since leave)."""
-        from daemon.ignorer import Ignorer
+        from daemon.workspace.ignorer import Ignorer
 
         ignorer = Ignorer(Path(root))
         found = [p for p in sorted(Path(root).rglob("*.py")) if not ignorer.ignored(p)]
@@ -176,8 +182,8 @@ class InProcessDaemon:
     """The real Server and Service on a temp socket, in a thread, with fakes inside."""
 
     def __init__(self, sock: Path, max_message_bytes: int = 1 << 20) -> None:
-        from daemon.server import Server
-        from daemon.service import Service
+        from daemon.service.server import Server
+        from daemon.service.methods import Service
 
         self.sock = sock
         self.completer = FakeCompleter()

@@ -10,10 +10,10 @@ import threading
 import msgpack
 import pytest
 
-from daemon import rpc
-from daemon import server as server_module
-from daemon.documents import DocumentStore, parse_changes
-from daemon.rpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from daemon.protocol import rpc
+from daemon.service import server as server_module
+from daemon.service.documents import DocumentStore, parse_changes
+from daemon.protocol.rpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from daemon_helpers import wait_until
 
 MALFORMED_FILE_URIS = ["file://[/x.py", "file://\uff20/x.py"]  # urlparse: "Invalid IPv6 URL", NFKC netloc

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from daemon_helpers import RealDaemon, wait_until
 
-from daemon.rpc import EXITING, REQUEST_CANCELLED, FrameReader, Notification, Response, decode, pack_request
+from daemon.protocol.rpc import EXITING, REQUEST_CANCELLED, FrameReader, Notification, Response, decode, pack_request
 
 pytest.importorskip("index.store", reason="the n-gram index (index/store.py) is not there yet")
-pytest.importorskip("daemon.completer")
+pytest.importorskip("daemon.engine.completer")
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
 

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from daemon.kv_cache import KVCache, KVPool
-from daemon.rpc import INTERNAL_ERROR, RpcError
-from daemon.worker import Job, Worker, is_out_of_memory
+from daemon.runtime.kv_cache import KVCache, KVPool
+from daemon.protocol.rpc import INTERNAL_ERROR, RpcError
+from daemon.service.worker import Job, Worker, is_out_of_memory
 
 
 class OutOfMemoryError(RuntimeError):
@@ -63,11 +63,11 @@ def test_a_job_out_of_memory_gives_the_caches_back_and_the_next_one_runs():
 
 
 def test_the_completer_gives_its_caches_back():
-    from daemon.completer import Completer
-    from daemon.engine import EngineConfig
-    from daemon.model import load_runtime
+    from daemon.edit.session import EditingCompleter
+    from daemon.engine.loop import EngineConfig
+    from daemon.runtime.model import load_runtime
 
-    completer = Completer(load_runtime("tiny", "cpu"), None, EngineConfig(calibrate=False))
+    completer = EditingCompleter(load_runtime("tiny", "cpu"), None, EngineConfig(calibrate=False))
     completer.pool.get("file:///a.py")
     assert isinstance(completer.pool.get("file:///b.py"), KVCache) and len(completer.pool) == 2
     completer.release_memory()
@@ -104,7 +104,7 @@ def test_a_failure_in_telling_a_jobs_outcome_fails_that_job_alone(monkeypatch):
 
 def test_the_daemon_gives_its_completers_memory_back():
     """The service hands the worker its completer's ``release_memory``."""
-    from daemon.service import Service
+    from daemon.service.methods import Service
 
     class Completer:
         def release_memory(self):

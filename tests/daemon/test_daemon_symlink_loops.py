@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.rpc import INVALID_PARAMS, RpcError
+from daemon.protocol.rpc import INVALID_PARAMS, RpcError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Which older jobs a new one supersedes (daemon/worker.py)."""
+"""Which older jobs a new one supersedes (daemon/service/worker.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from daemon.rpc import REQUEST_CANCELLED, RpcError
-from daemon.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
+from daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
+from daemon.service.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 
 async def _outcomes(kinds_and_uris, max_queued: int | None = None):

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 from daemon_helpers import real_index, wait_until
 
-from daemon.watcher import WorkspaceWatcher
+from daemon.workspace.watcher import WorkspaceWatcher
 
-# watchdog's harmless "Callback ... already exists" (see daemon/watcher.py, whose filter pytest resets
+# watchdog's harmless "Callback ... already exists" (see daemon/workspace/watcher.py, whose filter pytest resets
 # around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
 pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="git not installed"),
               pytest.mark.filterwarnings(
@@ -305,8 +305,8 @@ def test_events_skip_the_files_of_a_submodule_as_the_scan_does(tmp_path):
 def test_a_failing_git_listing_is_asked_again_by_the_periodic_check_not_by_each_path(tmp_path, monkeypatch):
     """While ``git ls-files`` fails, ``ignored`` runs it once per state of git's index file (each
     file event would wait on git else); ``tracked_changes`` (the periodic check) asks again."""
-    import daemon.ignorer as ignorer_module
-    from daemon.ignorer import Ignorer
+    import daemon.workspace.ignorer as ignorer_module
+    from daemon.workspace.ignorer import Ignorer
 
     root = _outer_with_untracked_repo(tmp_path)
     _git(root, "add", "a.py")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from daemon_helpers import FakeIndex, real_index, wait_until
 
-import daemon.watcher as watcher_module
-from daemon.watcher import WorkspaceWatcher
+import daemon.workspace.watcher as watcher_module
+from daemon.workspace.watcher import WorkspaceWatcher
 
-# watchdog's harmless "Callback ... already exists" (see daemon/watcher.py, whose filter pytest resets
+# watchdog's harmless "Callback ... already exists" (see daemon/workspace/watcher.py, whose filter pytest resets
 # around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Callback with id .* already exists:RuntimeWarning:watchdog.observers.inotify")

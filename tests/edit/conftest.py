@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tok_runtime():
     """The embedded model's tokenizer behind the runtime's tokenizer API (no model weights)."""
-    from daemon.model import encode_plain, load_tokenizer_only
+    from daemon.runtime.model import encode_plain, load_tokenizer_only
 
     tok = load_tokenizer_only()
     return SimpleNamespace(
@@ -24,6 +24,6 @@ def tok_runtime():
 
 @pytest.fixture(scope="session")
 def tiny_runtime():
-    from daemon.model import load_runtime
+    from daemon.runtime.model import load_runtime
 
     return load_runtime("tiny", device="cpu")

@@ -1,13 +1,13 @@
 """Where an edit's answer ends (fences of its own, a longer fence, end of sequence) and what it
 becomes in the file (CRLF files, the end of the file): streamed through the stop rules as
-generation does, then cleaned and put back (daemon/edit_prompt.py, daemon/stops.py)."""
+generation does, then cleaned and put back (daemon/edit/prompt.py, daemon/engine/stops.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from daemon.edit_prompt import build_edit_prompt, draft_text
-from daemon.stops import StopChecker, StopConfig, bare_short_lines
+from daemon.edit.prompt import build_edit_prompt, draft_text
+from daemon.engine.stops import StopChecker, StopConfig, bare_short_lines
 
 
 def rewrite(runtime, text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py",

@@ -1,4 +1,4 @@
-"""Re-synchronising an edit by bytes (daemon/edit_bytes.py) on hand-made tokens (no model)."""
+"""Re-synchronising an edit by bytes (daemon/edit/byte_sync.py) on hand-made tokens (no model)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.edit_bytes import ByteMatchConfig, byte_resync, placement_cost, token_starts
-from daemon.edit_proposer import EditProposer, EditProposerConfig
+from daemon.edit.byte_sync import ByteMatchConfig, byte_resync, placement_cost, token_starts
+from daemon.edit.proposer import EditProposer, EditProposerConfig
 
 from edit_sim import HandVocab, simulate
 

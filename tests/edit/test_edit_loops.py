@@ -1,12 +1,12 @@
-"""The loop guard (daemon/repetition.py) against a real edit prompt: the selection's own
+"""The loop guard (daemon/engine/repetition.py) against a real edit prompt: the selection's own
 repetition is the prompt's, at the indentation the model is shown."""
 
 from __future__ import annotations
 
 import pytest
 
-from daemon.edit_prompt import build_edit_prompt
-from daemon.repetition import MIN_SPAN, RepetitionGuard
+from daemon.edit.prompt import build_edit_prompt
+from daemon.engine.repetition import MIN_SPAN, RepetitionGuard
 
 ROW = "            [0, 0, 0, 0],\n"
 
@@ -17,7 +17,7 @@ def _source(rows: int) -> str:
 
 @pytest.fixture(scope="module")
 def token_bytes(tok_runtime):
-    from daemon.model import _build_byte_table
+    from daemon.runtime.model import _build_byte_table
 
     table = _build_byte_table(tok_runtime.tokenizer, len(tok_runtime.tokenizer))
     return table.__getitem__

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.edit import EditDraftPolicy
+from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.edit.editor import EditDraftPolicy
 from index.draft import Branch, Draft, Source
 
 # the measured 2-thread CPU curve (docs/benchmarks.md, Forward pass cost)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.edit_proposer import (EditProposer, EditProposerConfig, adapt_k, follow,
+from daemon.edit.proposer import (EditProposer, EditProposerConfig, adapt_k, follow,
                                   occurrences, resync)
 from index.draft import NO_DRAFT, Branch, Draft, Source
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.requests import EditRequest
+from daemon.protocol.requests import EditRequest
 
 SRC = '''import math
 
@@ -53,12 +53,12 @@ class Vector:
     (CLASS_SRC, "def scale", "\n    def norm", "Rename the parameter x to factor."),
 ])
 def test_real_model_edit_identical_and_fewer_passes(src, first, after, instruction):
-    from daemon.completer import Completer
-    from daemon.engine import EngineConfig
-    from daemon.model import load_runtime
+    from daemon.edit.session import EditingCompleter
+    from daemon.engine.loop import EngineConfig
+    from daemon.runtime.model import load_runtime
 
     rt = load_runtime(None, device="cpu")
-    completer = Completer(rt, None, EngineConfig(calibrate=False))
+    completer = EditingCompleter(rt, None, EngineConfig(calibrate=False))
     start, end = src.index(first), src.index(after) + 1
     results = {}
     for speculate in (True, False):
@@ -81,16 +81,16 @@ def test_real_model_a_looping_answer_is_stopped_early_and_identically():
     repeated 96 tokens the prompt does not hold, at the same token with and without speculation."""
     import wsgiref
 
-    from daemon.completer import Completer
-    from daemon.engine import EngineConfig
-    from daemon.model import load_runtime
+    from daemon.edit.session import EditingCompleter
+    from daemon.engine.loop import EngineConfig
+    from daemon.runtime.model import load_runtime
 
     path = Path(wsgiref.__file__).parent / "simple_server.py"
     text = path.read_text()
     start = text.index("def server_bind(self):")
     end = text.index("\n", text.index("self.setup_environ()", start)) + 1
     rt = load_runtime(None, device="cpu")
-    completer = Completer(rt, None, EngineConfig(calibrate=False))
+    completer = EditingCompleter(rt, None, EngineConfig(calibrate=False))
     results = {}
     for speculate in (True, False):
         req = EditRequest(uri=path.as_uri(), text=text, start=start, end=end,

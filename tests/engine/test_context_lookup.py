@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.completer import Completer
-from daemon.engine import EngineConfig
-from daemon.context_lookup import ContextLookup, longest_recent_match, prompt_lookup
-from daemon.requests import CompletionRequest
+from daemon.engine.completer import Completer
+from daemon.engine.loop import EngineConfig
+from daemon.engine.context_lookup import ContextLookup, longest_recent_match, prompt_lookup
+from daemon.protocol.requests import CompletionRequest
 from index.draft import NO_DRAFT, Branch, Draft, Source
 
 A = lambda *xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
@@ -91,7 +91,7 @@ def test_engine_drafts_from_the_output_and_stays_exact(tiny, max_tokens):
     from index.store import NgramIndex
 
     index = NgramIndex(tiny.tokenize_batch)
-    completer = Completer(tiny, index, EngineConfig(calibrate=False, add_history=False, reuse_kv=False))
+    completer = Completer(tiny, index, EngineConfig(calibrate=False, add_history=False, reuse_kv=False, answer_cache=False))
     text = "x = 1\n" * 3 + "x "  # greedy output here loops with periods of 5 and then 4 tokens
     req = dict(uri="file:///loop.py", text=text, offset=len(text), max_tokens=max_tokens, multiline=True)
     plain = completer.complete(CompletionRequest(**req, speculate=False))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from daemon.completer import Completer
-from daemon.engine import EngineConfig
-from daemon.model import _finish, load_tokenizer_only
-from daemon.prompt import MIN_ANSWER_POSITIONS, PromptConfig, within_positions
-from daemon.requests import CompletionRequest
+from daemon.engine.completer import Completer
+from daemon.engine.loop import EngineConfig
+from daemon.runtime.model import _finish, load_tokenizer_only
+from daemon.engine.prompt import MIN_ANSWER_POSITIONS, PromptConfig, within_positions
+from daemon.protocol.requests import CompletionRequest
 
 POSITIONS = 256
 

@@ -8,16 +8,16 @@ import threading
 
 import torch
 
-from daemon import engine
-from daemon.engine import GenerationStats
-from daemon.kv_cache import KVCache
-from daemon.model import load_runtime, resolve_device
+from daemon.engine import loop as engine
+from daemon.engine.loop import GenerationStats
+from daemon.runtime.kv_cache import KVCache
+from daemon.runtime.model import ModelRuntime, load_runtime, resolve_device
 
 
 def test_fp32_products_are_set_to_full_precision_at_load(monkeypatch, caplog):
     """TF32 rounds as bf16 does (which broke identical output): whatever a script or an image
     set, loading sets full fp32 back, and warns about the override it cannot switch off."""
-    from daemon.model import exact_float32
+    from daemon.runtime.model import exact_float32
 
     before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
               torch.backends.cudnn.allow_tf32)
@@ -47,8 +47,9 @@ def test_the_cpu_fast_paths_are_cpu_only():
 
 class _CudaLikeRuntime:
     device = torch.device("cuda")
+    synchronize = ModelRuntime.synchronize  # the torch runtime's own wait for the GPU
 
-    def forward(self, ids, cache, keep_last=None):
+    def forward_pass(self, ids, cache, keep_last=None, tree=None):
         return None
 
 

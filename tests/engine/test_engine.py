@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
-from daemon import engine
-from daemon.engine import generate, prefill
-from daemon.kv_cache import KVCache
-from daemon.proposer import NullProposer
-from daemon.requests import GenerationStats, SamplingParams
-from daemon.stops import StopChecker, StopConfig
+from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.engine import loop as engine
+from daemon.engine.loop import generate, prefill
+from daemon.runtime.kv_cache import KVCache
+from daemon.engine.proposer import NullProposer
+from daemon.protocol.requests import GenerationStats, SamplingParams
+from daemon.engine.stops import StopChecker, StopConfig
 
-SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "acceptance.py"
+SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "engine" / "acceptance.py"
 MAX = 24
 
 
@@ -92,7 +92,7 @@ def test_speculative_greedy_equals_plain(tiny, reference, scripted, case, rows_a
 def test_speculative_greedy_equals_plain_under_a_forced_prefix(tiny, scripted, case, rows_at_once, monkeypatch):
     """The characters before the cursor the prompt backed off (a forced prefix) mask the rows
     that write them: their token is the masked row's, never the row's own argmax read at once."""
-    from daemon.prompt import ForcedPrefix
+    from daemon.engine.prompt import ForcedPrefix
 
     prompt = _prompt(tiny)
     forced = ForcedPrefix(tiny, " self.tokens.ext")
@@ -119,7 +119,7 @@ def test_cache_matches_cold_prefill_after_tree_passes(tiny, reference, scripted)
 
 
 def test_tree_logits_match_chain_logits(tiny, reference):
-    from daemon.tree import build_tree, tree_inputs
+    from daemon.runtime.tree import build_tree, tree_inputs
 
     prompt, ref = reference
     branches = [[11, 12, 13], [11, 14], [15, 16]]

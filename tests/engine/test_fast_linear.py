@@ -1,4 +1,4 @@
-"""Few-row linears (daemon/fast_linear.py) and copy-free GQA attention (daemon/fast_attention.py) equal the stock paths."""
+"""Few-row linears (daemon/runtime/fast_linear.py) and copy-free GQA attention (daemon/runtime/fast_attention.py) equal the stock paths."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from daemon import fast_attention, fast_linear
-from daemon.fast_linear import FastLinear, linear_rows
+from daemon.runtime import fast_attention
+from daemon.runtime import fast_linear
+from daemon.runtime.fast_linear import FastLinear, linear_rows
 
 ALL = frozenset(range(1, 64))
 

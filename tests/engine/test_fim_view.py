@@ -1,13 +1,13 @@
-"""Drafts for a fill-in-the-middle prompt are looked up from the text before the cursor (daemon/fim_view.py)."""
+"""Drafts for a fill-in-the-middle prompt are looked up from the text before the cursor (daemon/engine/fim_view.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from daemon.completer import Completer
-from daemon.engine import EngineConfig
-from daemon.fim_view import PrefixView
-from daemon.prompt import build_prompt
+from daemon.engine.completer import Completer
+from daemon.engine.loop import EngineConfig
+from daemon.engine.fim_view import PrefixView
+from daemon.engine.prompt import build_prompt
 from index.draft import NO_DRAFT
 
 TEXT = "def alpha(x):\n    return x + 1\n\ndef beta(y):\n    return alpha(y) * 2\n\n" * 3

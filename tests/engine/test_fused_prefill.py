@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.engine import generate, prefill
-from daemon.kv_cache import KVCache
-from daemon.proposer import NullProposer
-from daemon.requests import GenerationStats, SamplingParams
-from daemon.stops import StopChecker, StopConfig
+from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.engine.loop import generate, prefill
+from daemon.runtime.kv_cache import KVCache
+from daemon.engine.proposer import NullProposer
+from daemon.protocol.requests import GenerationStats, SamplingParams
+from daemon.engine.stops import StopChecker, StopConfig
 
-SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "engine.py"
+SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "engine" / "loop.py"
 MAX = 16
 CHUNK = 128
 
@@ -46,9 +46,9 @@ class CountingRuntime:
         self.runtime = runtime
         self.passes = 0
 
-    def forward(self, *args, **kwargs):
+    def forward_pass(self, *args, **kwargs):
         self.passes += 1
-        return self.runtime.forward(*args, **kwargs)
+        return self.runtime.forward_pass(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.runtime, name)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from daemon.kv_cache import MIN_CAPACITY, InPlaceCache, KVCache, KVPool
+from daemon.runtime.kv_cache import MIN_CAPACITY, InPlaceCache, KVCache, KVPool
 
 
 class RefCache:

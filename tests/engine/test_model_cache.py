@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from daemon.model import _drop_old_conversions, _gguf_cache_dir
+from daemon.runtime.model import _drop_old_conversions, _gguf_cache_dir
 
 
 def test_the_cache_folder_follows_the_content_not_the_modification_time(tmp_path, monkeypatch):

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from daemon.completer import PREPARE_CHUNK, Completer
-from daemon.engine import EngineConfig
-from daemon.prompt import build_prompt
-from daemon.requests import CompletionRequest
+from daemon.engine.completer import PREPARE_CHUNK, Completer
+from daemon.engine.loop import EngineConfig
+from daemon.engine.prompt import build_prompt
+from daemon.protocol.requests import CompletionRequest
 
-TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "kv_cache.py").read_text()
+TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "runtime" / "kv_cache.py").read_text()
 CURSOR = TEXT.index("        self.tokens.extend")  # a line's start, after its indentation: where a user starts typing
 URI = "file:///kv.py"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.completer import Completer
-from daemon.engine import EngineConfig
-from daemon.model import load_runtime
-from daemon.requests import CompletionRequest
+from daemon.engine.completer import Completer
+from daemon.engine.loop import EngineConfig
+from daemon.runtime.model import load_runtime
+from daemon.protocol.requests import CompletionRequest
 
 # Frozen copies of two of the project's files: real code that later refactors cannot move.
 DATA = Path(__file__).resolve().parent / "data"

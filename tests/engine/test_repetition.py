@@ -1,4 +1,4 @@
-"""The loop guard (daemon/repetition.py) on hand-made token streams, and as a stop rule."""
+"""The loop guard (daemon/engine/repetition.py) on hand-made token streams, and as a stop rule."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.repetition import MAX_PERIOD, MIN_REPEATS, MIN_SPAN, RepetitionGuard, without_line_edges
-from daemon.stops import StopChecker, StopConfig
+from daemon.engine.repetition import MAX_PERIOD, MIN_REPEATS, MIN_SPAN, RepetitionGuard, without_line_edges
+from daemon.engine.stops import StopChecker, StopConfig
 
 
 def _bytes_of(t: int) -> bytes:

@@ -18,13 +18,13 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-import daemon.engine as engine
-from daemon.adaptive import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.engine import generate, prefill
-from daemon.kv_cache import KVCache
-from daemon.proposer import NullProposer
-from daemon.requests import GenerationStats, SamplingParams
-from daemon.stops import StopChecker, StopConfig
+import daemon.engine.loop as engine
+from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from daemon.engine.loop import generate, prefill
+from daemon.runtime.kv_cache import KVCache
+from daemon.engine.proposer import NullProposer
+from daemon.protocol.requests import GenerationStats, SamplingParams
+from daemon.engine.stops import StopChecker, StopConfig
 
 PROMPT = "def add(a, b):\n    return a + b\n"
 SAMPLES = 400

@@ -60,7 +60,7 @@ def test_a_restore_thread_given_the_daemons_setup_runs_at_the_lowest_priority(tm
 
     import pytest
 
-    from daemon.priority import LOWEST, lower_this_thread
+    from daemon.workspace.priority import LOWEST, lower_this_thread
     from index import IndexConfig, NgramIndex
     from index_helpers import char_tokenize
 

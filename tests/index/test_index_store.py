@@ -310,7 +310,7 @@ def test_f0_survives_eviction_when_used(tmp_path):
 def test_bad_files_are_skipped_and_counted(tmp_path, monkeypatch):
     idx = chars(IndexConfig(min_n=2, max_file_bytes=100))
     (tmp_path / "bin").write_bytes(b"ab\0cd")
-    (tmp_path / "latin1").write_bytes(b"caf\xe9")
+    (tmp_path / "latin1").write_bytes(b"\x01\x02caf\xe9")  # not UTF-8, and control bytes: not Latin-1 text
     (tmp_path / "huge").write_text("x" * 101)
     os.symlink("loop", tmp_path / "loop")
     assert not idx.index_file(tmp_path / "bin")

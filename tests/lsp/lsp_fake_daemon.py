@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from daemon import rpc  # noqa: E402
+from daemon.protocol import rpc  # noqa: E402
 
 
 class FakeDaemon:
@@ -45,7 +45,7 @@ class FakeDaemon:
         self.connections = 0
         self.max_document_chars = 8 << 20  # a longer document is refused (open, change), as the daemon does
         self.refuse_text: str | None = None  # a document holding this text is refused (open, change)
-        # uris whose copy holds another editor's text (daemon/documents.py, "in sync"): this
+        # uris whose copy holds another editor's text (daemon/service/documents.py, "in sync"): this
         # client's change and versioned requests of them are refused until it opens them again
         self.out_of_sync: set[str] = set()
         self.drop_connections = 0  # this many next connections are closed unanswered (a dying daemon's backlog)
@@ -157,7 +157,7 @@ class FakeDaemon:
         if method == "edit":
             if self.edit_error is not None:
                 raise rpc.RpcError(*self.edit_error)
-            if p["uri"] not in self.docs:  # the daemon's refusal (daemon/documents.py)
+            if p["uri"] not in self.docs:  # the daemon's refusal (daemon/service/documents.py)
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"{rpc.DOCUMENT_NOT_OPEN}{p['uri']}")
             text = self.docs[p["uri"]]["text"]  # as the daemon: the text when the request arrives
             await self._run((p["uri"], method), p.get("requestId"), self.edit_delay)
@@ -184,7 +184,7 @@ class FakeDaemon:
         raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
 
     def _check_in_sync(self, uri: str) -> None:
-        if uri in self.out_of_sync:  # the daemon's refusal (daemon/documents.py)
+        if uri in self.out_of_sync:  # the daemon's refusal (daemon/service/documents.py)
             raise rpc.RpcError(rpc.CONTENT_MODIFIED, f"{uri} holds another client's text since this one "
                                                      f"last sent it: send the whole text again")
 
@@ -247,11 +247,11 @@ if __name__ == "__main__":
         import time
         from pathlib import Path
 
-        from daemon.paths import AlreadyRunning, claim_socket
+        from daemon.protocol.paths import AlreadyRunning, claim_socket
 
         try:
             lock = claim_socket(Path(opts.socket))  # held until this process exits
         except AlreadyRunning:
-            sys.exit(3)  # daemon.paths.EXIT_ALREADY_RUNNING
+            sys.exit(3)  # daemon.protocol.paths.EXIT_ALREADY_RUNNING
         time.sleep(opts.load)
     asyncio.run(_main(opts.socket, opts.linger))

@@ -8,7 +8,7 @@ import re
 import pytest
 import pytest_asyncio
 
-from daemon import rpc
+from daemon.protocol import rpc
 from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
 from lsp.daemon_link import DaemonLink
 
@@ -171,7 +171,7 @@ async def test_a_failed_start_is_told_once_with_the_daemons_last_words(sock, mon
 
 
 async def test_failed_starts_whose_log_lines_carry_timestamps_are_shown_once(sock, monkeypatch):
-    """The daemon logs with timestamps (daemon/serve_cmd.py): each failed start's last words
+    """The daemon logs with timestamps (daemon/cli/serve_cmd.py): each failed start's last words
     differ by them alone, which must not make the same reason news again (before, the user
     got the error once per back-off while typing); the reason keeps the words."""
     import subprocess
@@ -409,9 +409,9 @@ async def test_a_connection_the_daemon_refuses_is_not_reconnected_in_a_loop(sock
 
     from lsp_helpers import until
 
-    from daemon.server import Server
+    from daemon.service.server import Server
 
-    class Service:  # the least daemon.service.Service the server needs
+    class Service:  # the least daemon.service.methods.Service the server needs
         errors: collections.Counter = collections.Counter()
 
         def client_connected(self, cid): pass

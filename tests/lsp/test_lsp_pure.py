@@ -57,7 +57,7 @@ def test_settings_refuse_a_temperature_the_daemon_refuses(value):
 
 @pytest.mark.parametrize("value", [0, 1e-4, 0.7, 5, 100])
 def test_settings_accept_every_temperature_the_daemon_accepts(value):
-    from daemon.requests import check_temperature
+    from daemon.protocol.requests import check_temperature
 
     assert Settings().updated({"temperature": value}).temperature == check_temperature(float(value))
 

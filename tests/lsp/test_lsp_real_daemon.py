@@ -22,8 +22,8 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from daemon.client import Client, wait_ready
-from daemon.requests import FINISHED_EDIT_STOPS
+from daemon.protocol.client import Client, wait_ready
+from daemon.protocol.requests import FINISHED_EDIT_STOPS
 from lsp_helpers import change, client_capabilities, inline_params, open_doc, rng, until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -282,7 +282,7 @@ local sock, out, file = os.getenv('NGL_SOCK'), os.getenv('NGL_OUT'), os.getenv('
 vim.cmd('edit ' .. file)
 local id = vim.lsp.start_client({
   name = 'ngramd',
-  cmd = { os.getenv('NGL_PYTHON'), '-m', 'daemon.cli', 'lsp', '--socket', sock },
+  cmd = { os.getenv('NGL_PYTHON'), '-m', 'daemon.cli.main', 'lsp', '--socket', sock },
   root_dir = vim.fn.fnamemodify(file, ':h'),
   init_options = { debounceMs = 0, maxTokens = 12 },
 })

@@ -18,7 +18,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from daemon import rpc
+from daemon.protocol import rpc
 from lsp_helpers import apply_lsp_edit, change, inline_params, open_doc, poll_status, pos, raw_request, rng, until
 
 URI = "file:///tmp/ngl-doc/a.py"
@@ -443,7 +443,7 @@ async def test_prepare_completion_asks_the_daemon_to_prepare_the_cursor_and_neve
 async def test_a_prepare_refused_as_out_of_sync_resends_the_text_and_is_asked_again(
         fake, sock, lsp_client, command, place, method):
     """Another editor sent its own unsaved text of the file: the daemon refuses this editor's
-    versioned prepare (ContentModified, daemon/documents.py) until it sends its text again. The
+    versioned prepare (ContentModified, daemon/service/documents.py) until it sends its text again. The
     LSP re-sends the whole text and asks once more, as for a completion; the answer is the
     prepare's."""
     client = await lsp_client(sock)
@@ -725,7 +725,7 @@ async def test_no_torch_in_the_lsp_process(fake, sock):
     import sys
 
     code = ("import sys, lsp.main; lsp.main.build_server('/tmp/x.sock'); "
-            "import daemon.cli; "
+            "import daemon.cli.main; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'transformers', 'numpy', 'gguf', 'accelerate'))))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,

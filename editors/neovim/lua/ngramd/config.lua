@@ -87,7 +87,7 @@ function M.resolve(opts)
     "max_tokens must be a number in 1..1024")
   check(type(cfg.debounce_ms) == "number" and cfg.debounce_ms >= 0 and cfg.debounce_ms <= 2000,
     "debounce_ms must be a number in 0..2000")
-  -- The daemon's rule (daemon/requests.py check_temperature): a value it refuses would
+  -- The daemon's rule (daemon/protocol/requests.py check_temperature): a value it refuses would
   -- fail every completion, so it is refused here, at setup.
   check(type(cfg.temperature) == "number"
     and (cfg.temperature == 0 or cfg.temperature >= 1e-4 and cfg.temperature <= 100),

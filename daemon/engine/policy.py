@@ -1,0 +1,329 @@
+"""Adaptive draft size: spend verification work only where it pays.
+
+A pass over ``n`` new tokens (the pending token plus n-1 draft tokens) costs
+``cost(n)`` ms, measured on the actual device (``CostModel.calibrate``, cached
+on disk). Each draft node has a value: the probability that it is reached and
+accepted. A branch's first token is right with probability r (its acceptance
+rate times its share of the index's counts), each later token with a, where a
+is an exponential moving average of past outcomes per (source, match length).
+For a chain of k tokens the expected yield is 1 + a + ... + a^k
+= (1 - a^(k+1)) / (1 - a), as in DESIGN.md.
+
+A rate is learnt only from drafts that are verified, so one that fell below what
+pays (a run of rejections somewhere) would never be tested again, in this request or
+any later one: the tracker lives as long as the daemon, and long matches in the
+buffer, the best drafts there are, could stay switched off for good. So a draft the
+policy declines moves its rate a step back toward the prior (``AcceptanceTracker.relax``):
+after a few declined proposals it is tried again, and its outcome decides.
+
+``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
+fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
+plain decoding: on text that does not repeat, the draft is dropped and the pass
+costs what a plain step costs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from index.draft import Branch, Draft
+
+log = logging.getLogger("ngramd.adaptive")
+
+CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass
+class CostModel:
+    """ms per forward pass as a function of new tokens, piecewise linear between measured points
+    (and beyond the last one, along the last segment)."""
+
+    sizes: list[int] = field(default_factory=lambda: [1, 64])
+    ms: list[float] = field(default_factory=lambda: [70.0, 260.0])  # DESIGN.md's CPU figures as a prior
+    online: bool = True  # fold measured passes in (``observe``); False: a fixed curve, deterministic
+    # row counts a pass is padded to (ModelRuntime.padded_pass_rows): a pass of 17 tokens
+    # costs what one of 20 does, so the policy sees drafts up to the bucket as free
+    pad_to: tuple[int, ...] = ()
+
+    def __call__(self, n: int) -> float:
+        return float(self.many(np.array([n]))[0])
+
+    def many(self, ns: np.ndarray) -> np.ndarray:
+        """ms of passes of ``ns`` [k] new tokens each (padding included): [k]."""
+        if self.pad_to:
+            buckets = np.asarray(self.pad_to)
+            inside = (ns >= buckets[0]) & (ns <= buckets[-1])
+            ns = np.where(inside, buckets[np.minimum(np.searchsorted(buckets, ns), len(buckets) - 1)], ns)
+        ms = np.interp(ns, self.sizes, self.ms)
+        # past the largest calibrated size, along the last segment: a clamp would price a pass
+        # of 65 (run padded to 80 rows) as one of 64, and the policy would take those rows for free
+        if len(self.sizes) > 1:
+            slope = (self.ms[-1] - self.ms[-2]) / (self.sizes[-1] - self.sizes[-2])
+            ms = np.where(ns > self.sizes[-1], self.ms[-1] + slope * (ns - self.sizes[-1]), ms)
+        return ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sizes": [int(x) for x in self.sizes], "ms": [round(float(x), 3) for x in self.ms]}
+
+    def observe(self, n: int, ms: float, alpha: float = 0.1) -> None:
+        """Fold one measured pass of ``n`` new tokens into the curve (online calibration).
+
+        The calibration at load can be taken at a bad moment (a shared, loaded CPU)
+        and is cached on disk; every real pass corrects it. The observation is
+        moved to the nearest calibrated size by the curve's own shape, blended in
+        with an exponential moving average, and the curve is kept non-decreasing.
+        """
+        if not self.online or n < 1 or not ms > 0:
+            return
+        # a pass preempted by another process can take 100x its cost: at most double the curve
+        ms = min(ms, 2.0 * self(n))
+        j = int(np.argmin([abs(np.log(n / s)) for s in self.sizes]))
+        at_j = ms * self.ms[j] / max(self(n), 1e-9)
+        self.ms[j] += alpha * (at_j - self.ms[j])
+        for i in range(j + 1, len(self.ms)):  # a larger pass never costs less ...
+            self.ms[i] = max(self.ms[i], self.ms[i - 1])
+        for i in range(j - 1, -1, -1):  # ... nor a smaller one more
+            self.ms[i] = min(self.ms[i], self.ms[i + 1])
+
+    @classmethod
+    def calibrate(cls, runtime: Any, context: int = 512, sizes: Sequence[int] = CALIBRATION_SIZES,
+                  repeats: int = 4) -> "CostModel":
+        """Time passes of n new tokens after ``context`` cached tokens (random ids, minimum of repeats).
+
+        Sizes are measured round-robin (1, 2, 4, ..., 64, 1, 2, ...), so that a burst of
+        load on a shared machine inflates every size alike instead of one size's
+        every repeat: the policy depends on the curve's shape, not its scale.
+        """
+        rng = np.random.default_rng(0)
+        ids = rng.integers(100, min(runtime.vocab_size, 30000), context + max(sizes)).tolist()
+        kv = runtime.new_cache()
+        runtime.forward_pass(ids[:context], kv, keep_last=1)
+        kv.extended(ids[:context])
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        try:
+            for r in range(repeats + 1):  # round 0 warms up
+                for n in sizes:
+                    runtime.synchronize()
+                    t0 = time.perf_counter()
+                    runtime.forward_pass(ids[context:context + n], kv)
+                    runtime.synchronize()
+                    if r:
+                        times[n].append((time.perf_counter() - t0) * 1000)
+                    kv.extended(ids[context:context + n])
+                    kv.crop(context)
+        finally:
+            runtime.release_cache(kv)
+        # the minimum: other processes only ever add time (a shared CPU is noisy)
+        out_ms = [min(times[n]) for n in sizes]
+        # a pass never gets cheaper with more tokens: enforce monotonicity from the top,
+        # so that one slow outlier cannot inflate every larger size
+        out_ms = [float(x) for x in np.minimum.accumulate(out_ms[::-1])[::-1]]
+        return cls(sizes=list(sizes), ms=out_ms)
+
+    @classmethod
+    def cached(cls, runtime: Any, path: Path | None = None, refresh: bool = False) -> "CostModel":
+        """The calibration for this model/device from disk, measured once when missing (or ``refresh``).
+
+        The environment variable NGRAMD_RECALIBRATE=1 also forces a new measurement.
+        """
+        import torch
+
+        from daemon.runtime.model import cache_root
+
+        # v5: packed weights (daemon/runtime/fast_linear.py) made passes of 3+ tokens cheaper
+        # v6: packed calls padded to fixed row counts (a pass of 5 costs what one of 6 does)
+        # the runtime's kind: the same model file costs otherwise on llama.cpp and on torch
+        kind = getattr(runtime, "kind", "torch")
+        key = (f"v6|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
+               f"|threads={torch.get_num_threads()}")
+        refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
+        path = path or cache_root() / "calibration.json"
+        data: dict[str, Any] = {}
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+        if key in data and not refresh:
+            return cls(**data[key])
+        t0 = time.perf_counter()
+        model = cls.calibrate(runtime)
+        log.info("calibrated verify cost in %.1f s: %s", time.perf_counter() - t0, model.to_dict())
+        data[key] = model.to_dict()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(data, indent=1))
+        except OSError as exc:
+            log.warning("could not save calibration to %s: %s", path, exc)
+        return model
+
+
+def hardware_name(device: Any) -> str:
+    """The chip behind ``device`` (a torch.device): another GPU or CPU in the same slot (a home
+    folder shared between machines, a GPU swapped) has another cost curve."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _bucket(match_len: int) -> int:
+    return 0 if match_len <= 2 else 1 if match_len <= 4 else 2 if match_len <= 7 else 3 if match_len <= 11 else 4
+
+
+# Prior per-token acceptance per match-length bucket, before any outcome is seen.
+# From replaying the greedy outputs of the stdlib bench (docs/benchmarks.md, Run 3)
+# against the index as the bench builds it (scripts/simulate_drafts.py): mean agreeing
+# tokens 0.41 / 0.86 / 2.3 / 3.9 / 4.8 for the buckets, i.e. a = agree / (1 + agree)
+# = 0.29 / 0.46 / 0.70 / 0.80 / 0.83.
+_PRIOR = (0.3, 0.45, 0.65, 0.78, 0.82)
+
+
+def ema_acceptance(a: float, accepted: int, drafted: int, alpha: float) -> float:
+    """Per-token acceptance ``a`` after a pass that kept ``accepted`` of ``drafted`` tokens (in order).
+
+    Tokens after the first rejection were never judged, so at most ``accepted + 1``
+    outcomes are folded in. The result is clamped to [0.01, 0.99].
+    """
+    for i in range(min(accepted + 1, drafted)):
+        a += alpha * ((1.0 if i < accepted else 0.0) - a)
+    return min(max(a, 0.01), 0.99)
+
+
+def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0) -> int:
+    """The m maximising expected tokens per ms, (1 + sum(values[:m])) / cost(1 + m); 0 is plain decoding.
+
+    ``values``: [n] the value of each draft node, best first. The chosen m must beat
+    plain decoding by the factor ``min_gain``.
+    """
+    if len(values) == 0:
+        return 0
+    # expected tokens per ms for m = 1..n; one vectorised pass (the edit policy sizes up to 64 on every pass)
+    rates = (1.0 + np.cumsum(values)) / cost.many(np.arange(2, len(values) + 2))
+    best = int(np.argmax(rates))  # the first of equal rates: the shorter draft
+    return best + 1 if rates[best] > min_gain / cost(1) else 0
+
+
+def cut_branches(branches: Sequence[Branch], k: int, budget: int) -> list[tuple[int, np.ndarray]]:
+    """(branch index, tokens): each branch's first ``k`` tokens, in order, ``budget`` tokens in all."""
+    out = []
+    for bi, b in enumerate(branches):
+        take = min(k, len(b.tokens), budget)
+        if take <= 0:
+            break
+        out.append((bi, b.tokens[:take]))
+        budget -= take
+    return out
+
+
+class AcceptanceTracker:
+    """EMA of the per-token acceptance rate, keyed by (source, match-length bucket).
+
+    ``relax``: the share of the way back to the prior a rate moves each time a draft of its
+    key is declined (not verified); see the module docstring."""
+
+    def __init__(self, alpha: float = 0.15, relax: float = 0.1) -> None:
+        self.alpha = alpha
+        self.relax_step = relax
+        self._rate: dict[tuple[int, int], float] = {}
+
+    def rate(self, source: int, match_len: int) -> float:
+        b = _bucket(match_len)
+        return self._rate.get((int(source), b), _PRIOR[b])
+
+    def update(self, source: int, match_len: int, accepted: int, drafted: int) -> None:
+        """``accepted`` of the ``drafted`` tokens of the taken branch were kept (tokens in order)."""
+        key = (int(source), _bucket(match_len))
+        a = self._rate.get(key, _PRIOR[key[1]])
+        self._rate[key] = ema_acceptance(a, accepted, drafted, self.alpha)
+
+    def relax(self, source: int, match_len: int) -> None:
+        """A draft of this key was proposed and declined: its rate moves toward the prior."""
+        key = (int(source), _bucket(match_len))
+        a = self._rate.get(key)
+        if a is not None:
+            self._rate[key] = a + self.relax_step * (_PRIOR[key[1]] - a)
+
+    def snapshot(self) -> dict[str, float]:
+        return {f"{s}/{b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    max_draft: int = 32  # tokens per pass at most (all branches together)
+    # branches at most. 1 (chains) is the default: on the 2-core CPU trees of 3 branches
+    # accepted no more tokens per pass than chains on real code and cost more (docs/benchmarks.md)
+    max_width: int = 1
+    min_gain: float = 1.0  # speculate only when expected tokens/ms beats plain by this factor
+    fixed_k: int | None = None  # bypass the cost model: draft up to this many tokens of each branch
+
+
+class DraftPolicy:
+    """Trims a draft to the size that maximises expected tokens per millisecond."""
+
+    def __init__(self, cost: CostModel, config: AdaptiveConfig = AdaptiveConfig(),
+                 tracker: AcceptanceTracker | None = None) -> None:
+        self.cost = cost
+        self.cfg = config
+        self.tracker = tracker or AcceptanceTracker()
+
+    @property
+    def width(self) -> int:
+        """Branches to ask the proposer for."""
+        return self.cfg.max_width
+
+    def choose(self, draft: Draft, budget: int) -> list[tuple[int, np.ndarray]]:
+        """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain."""
+        if not draft or budget <= 0:
+            return []
+        branches = draft.branches[: self.cfg.max_width]
+        if self.cfg.fixed_k is not None:  # no cost model: every branch cut to fixed_k, within budget
+            return cut_branches(branches, self.cfg.fixed_k, budget)
+        total = sum(max(b.count, 1) for b in branches)
+        values: list[tuple[float, int, int]] = []  # (value, branch, depth)
+        for bi, b in enumerate(branches):
+            a = self.tracker.rate(int(b.source), b.match_len)
+            share = max(b.count, 1) / total if len(branches) > 1 else 1.0
+            v = a * share
+            for d in range(min(len(b.tokens), self.cfg.max_draft)):
+                values.append((v, bi, d))
+                v *= a
+        values.sort(key=lambda x: -x[0])
+        values = values[: min(budget, self.cfg.max_draft)]
+        best_m = best_count([v for v, _, _ in values], self.cost, self.cfg.min_gain)
+        if best_m == 0:
+            for b in branches:  # not verified, so not learnt from: tried again after a few (see the module)
+                self.tracker.relax(int(b.source), b.match_len)
+            return []
+        depth = [0] * len(branches)
+        for _, bi, d in values[:best_m]:
+            depth[bi] = max(depth[bi], d + 1)
+        return [(bi, branches[bi].tokens[:depth[bi]]) for bi in range(len(branches)) if depth[bi] > 0]
+
+    def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
+        """Outcome of one pass: ``accepted`` tokens of branch ``taken_branch`` (-1: none matched)."""
+        if not draft:
+            return
+        if taken_branch < 0:
+            b = draft.branches[0]
+            self.tracker.update(int(b.source), b.match_len, 0, max(drafted_len, 1))
+            return
+        b = draft.branches[taken_branch]
+        self.tracker.update(int(b.source), b.match_len, accepted, drafted_len)
