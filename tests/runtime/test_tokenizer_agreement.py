@@ -54,7 +54,7 @@ def test_without_the_digit_split_transformers_splits_otherwise(llama_rt):
 
     assert gguf_pre_tokenizer_name(llama_rt.path) == "smollm"
     raw = AutoTokenizer.from_pretrained(llama_rt.tokenizer.name_or_path)  # the cached file, unfixed
-    text = "def f():\n    return 1\n"
+    text = "x = [\n    1,\n]\n"  # indentation before a digit
     as_built = raw(text, add_special_tokens=False)["input_ids"]
     assert as_built != llama_rt.llama_tokenize(text)
     assert llama_rt.encode(text) == llama_rt.llama_tokenize(text)
