@@ -33,7 +33,7 @@ test: install
 
 # The fast tier alone, for the edit-test loop (under two minutes on a 2-core machine).
 check: install
-	$(BIN)/python -m pytest -m "not real_model and not process and not editors" --durations=10
+	$(BIN)/python -m pytest -m "not real_model and not process and not editors and not slow" --durations=10
 
 bench: install
 	$(BIN)/ngramd bench --cases bench/cases/stdlib.jsonl

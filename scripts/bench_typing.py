@@ -1,26 +1,23 @@
-"""Completion latency while typing: a function written line by line, as an editor asks.
+"""The typing replay: standard-library functions written again, keystroke by keystroke.
 
-    .venv/bin/python scripts/bench_typing.py [--modules json,email,asyncio] [--functions 6]
-        [--lines 10] [--max-tokens 64] [--seed 0] [--rows rows.jsonl]
+    .venv/bin/python scripts/bench_typing.py [--modules json,email,asyncio] [--functions 3]
+        [--lines 6] [--runtime auto|torch|llamacpp] [--seed 0] [--sample 12] [--out run.json]
 
-``ngramd bench`` measures every case cold (no KV cache kept between runs), as a first
-request on a file would be. In an editor the daemon answers request after request on
-the same document, and its KV cache of the common prefix is reused, so a request
-prefills only what was typed since the previous one. This script measures that regime.
+A seeded user (daemon/bench/typing_replay.py, docs/design/typing-replay.md) types the body of
+each chosen function back into its file, accepts matching suggestions with Tab, and pauses at
+line ends. The same keystrokes go, one configuration after another in this one process, to:
 
-Method: functions of at least ``--lines`` body lines are drawn (seeded) from the
-standard library modules. For each, the body is removed from the file and "typed"
-back one line at a time; before each line, after its indentation (where an editor's
-inline completion asks), one completion is requested with the daemon's defaults
-(``maxTokens`` 64, multi-line). Two engines share the loaded model:
+- ngramd: speculation, the answer cache (typing through a suggestion costs no pass) and the
+  next suggestion decoded in idle time, with the index of the function's folder;
+- baseline: the same engine without speculation, answer cache or prefetch, with KV prefix
+  reuse (what a llama.cpp server's prompt cache gives an editor);
+- llama.cpp plain: the baseline on the llama.cpp runtime, where ngramd runs on torch (with
+  ``--runtime llamacpp`` the baseline already is llama.cpp plain with its prompt cache).
 
-- ngramd: speculation, the index of the module's folder (the file's on-disk copy
-  replaced by the buffer being typed, given to the index before each request and
-  untimed, as the daemon's keystroke updates are), history of its own answers;
-- plain: the same engine with ``speculate=False`` and no index.
-
-Each keeps its own KV caches (reuse on, as in the daemon); the two alternate which
-goes first at each request. Every answer is checked token-identical to plain.
+It prints one JSON object: per configuration and file, latency from keystroke to suggestion
+p50/p95/p99, requests superseded, forward passes per keystroke, the share of answers with no
+pass, characters accepted against typed, and whether a seeded sample of the shown answers is
+identical to a cold plain request at the same place.
 """
 
 from __future__ import annotations
@@ -29,10 +26,8 @@ import argparse
 import ast
 import json
 import random
-import statistics
 import sys
 import sysconfig
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,20 +38,10 @@ class Function:
     text: str
     body_start: int  # offset of the first body line's start
     body_end: int  # offset just after the function's last line
-    line_starts: list[int]  # offsets of the body lines to type, in order
 
 
-def line_offsets(text: str) -> list[int]:
-    """Offset of each line's start (lines split on "\\n" only)."""
-    starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(i + 1)
-    return starts
-
-
-def functions_in(path: Path, min_lines: int) -> list[Function]:
-    """Functions (methods too) whose body has at least ``min_lines`` non-blank lines."""
+def functions_in(path: Path, min_lines: int, max_lines: int) -> list[Function]:
+    """Functions (methods too) with ``min_lines`` to ``max_lines`` non-blank body lines."""
     try:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -64,7 +49,7 @@ def functions_in(path: Path, min_lines: int) -> list[Function]:
         return []
     if "\r" in text:
         return []
-    starts = line_offsets(text)
+    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.end_lineno is None:
@@ -72,125 +57,117 @@ def functions_in(path: Path, min_lines: int) -> list[Function]:
         first, last = node.body[0].lineno - 1, node.end_lineno - 1  # 0-based lines
         if first <= node.lineno - 1 or last + 1 >= len(starts):
             continue  # a one-line def, or a function ending the file without a newline
-        body = [starts[i] for i in range(first, last + 1) if text[starts[i]:starts[i + 1]].strip()]
-        if len(body) >= min_lines:
-            found.append(Function(path, text, starts[first], starts[last + 1], body))
+        lines = sum(1 for i in range(first, last + 1) if text[starts[i]:starts[i + 1]].strip())
+        if min_lines <= lines <= max_lines:
+            found.append(Function(path, text, starts[first], starts[last + 1]))
     return found
 
 
-def typing_steps(fn: Function, max_lines: int) -> list[tuple[str, int]]:
-    """(buffer, cursor offset) before each of the first ``max_lines`` body lines is typed."""
-    tail = fn.text[fn.body_end:]
-    steps = []
-    for start in fn.line_starts[:max_lines]:
-        line = fn.text[start:fn.text.index("\n", start)]
-        typed = fn.text[fn.body_start:start] + line[: len(line) - len(line.lstrip())]
-        steps.append((fn.text[:fn.body_start] + typed + tail, fn.body_start + len(typed)))
-    return steps
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
+def choose(modules: list[str], n: int, min_lines: int, max_lines: int, seed: int) -> list[Function]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    rng = random.Random(seed)
+    pools = [[f for p in sorted((stdlib / m).glob("*.py")) for f in functions_in(p, min_lines, max_lines)]
+             for m in modules]
+    chosen: list[Function] = []
+    for i in range(n):  # round-robin over the modules, a seeded draw within each
+        left = [f for f in pools[i % len(pools)] if f not in chosen]
+        if left:
+            chosen.append(rng.choice(left))
+    return chosen
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--modules", default="json,email,asyncio", help="standard library packages (folders)")
-    ap.add_argument("--functions", type=int, default=6)
-    ap.add_argument("--lines", type=int, default=10, help="body lines typed per function")
+    ap.add_argument("--functions", type=int, default=3)
+    ap.add_argument("--lines", type=int, default=6, help="most body lines of a chosen function (at least 3)")
+    ap.add_argument("--runtime", choices=("auto", "torch", "llamacpp"), default="auto")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rows", help="write one JSON line per request here")
+    ap.add_argument("--sample", type=int, default=12, help="shown answers per configuration re-run cold")
+    ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
 
+    from daemon.bench.typing_engines import CompleterEngine
+    from daemon.bench.typing_replay import UserModel, replay, summarize
     from daemon.engine.completer import Completer
     from daemon.engine.loop import EngineConfig
-    from daemon.runtime.model import load_runtime
     from daemon.protocol.requests import CompletionRequest
+    from daemon.runtime.model import load_runtime
     from index.store import IndexConfig, NgramIndex
 
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    rng = random.Random(args.seed)
-    runtime = load_runtime(None, device="cpu")
-    plain = Completer(runtime, None, EngineConfig(add_history=False))
-    rows = []
-    fns_by_module = {}
-    for module in args.modules.split(","):
-        folder = stdlib / module
-        fns = [f for p in sorted(folder.glob("*.py")) for f in functions_in(p, args.lines)]
-        fns_by_module[module] = (folder, fns)
-    chosen = []
-    for i in range(args.functions):  # round-robin over the modules, a seeded draw within each
-        module = list(fns_by_module)[i % len(fns_by_module)]
-        folder, fns = fns_by_module[module]
-        left = [f for f in fns if f not in [c[2] for c in chosen]]
-        if left:
-            chosen.append((module, folder, rng.choice(left)))
+    functions = choose(args.modules.split(","), args.functions, 3, args.lines, args.seed)
+    runtime = load_runtime(None, "cpu", args.runtime)
+    runtimes = {runtime.kind: runtime}
+    if runtime.kind == "torch":
+        try:
+            runtimes["llamacpp"] = load_runtime(None, "cpu", "llamacpp")
+        except Exception as exc:  # llama.cpp not built here: that configuration is left out, said why
+            print(f"bench_typing: no llama.cpp configuration: {exc}", file=sys.stderr)
+    user = UserModel()
+    indexes: dict[Path, NgramIndex] = {}
 
-    # one-time costs (the verify-cost calibration, first-call allocations) before any measurement
-    warm_text = "def f(x):\n    return x\n\n\ndef g(y):\n    "
-    for completer, speculate in ((plain, False), (Completer(runtime, None, EngineConfig()), True)):
-        completer.complete(CompletionRequest(uri="untitled:warm-up", text=warm_text, offset=len(warm_text),
-                                             max_tokens=8, speculate=speculate))
-    indexes = {}
-    t_start = time.perf_counter()
-    for n_fn, (module, folder, fn) in enumerate(chosen):
+    def index_of(fn: Function) -> NgramIndex:
+        folder = fn.path.parent
         if folder not in indexes:
-            index = NgramIndex(runtime.tokenize_batch, IndexConfig())
-            index.index_workspace(str(folder))
-            # the daemon feeds the index keystroke by keystroke, outside the request: here the
-            # buffer is given to the index before each request, untimed (sync_buffers=False)
-            indexes[folder] = (index, Completer(runtime, index, EngineConfig(sync_buffers=False)))
-        index, spec = indexes[folder]
-        index.remove_file(str(fn.path))  # the buffer being typed replaces the file on disk
-        uri = fn.path.as_uri()
-        name = f"{fn.path.relative_to(stdlib)}:{fn.text.count(chr(10), 0, fn.body_start)}"
-        for step, (buffer, offset) in enumerate(typing_steps(fn, args.lines)):
-            index.open_buffer(uri, buffer)
-            results = {}
-            order = ("spec", "plain") if step % 2 == 0 else ("plain", "spec")
-            for which in order:
-                completer = spec if which == "spec" else plain
-                req = CompletionRequest(uri=uri, text=buffer, offset=offset, max_tokens=args.max_tokens,
-                                        speculate=which == "spec")
-                results[which] = completer.complete(req)
-            s, p = results["spec"], results["plain"]
-            row = {"function": name, "step": step, "tokens": len(p.token_ids),
-                   "identical": s.token_ids == p.token_ids,
-                   "ms": round(s.stats.ms, 1), "plain_ms": round(p.stats.ms, 1),
-                   "first_ms": round(s.stats.first_token_ms, 1), "plain_first_ms": round(p.stats.first_token_ms, 1),
-                   "prefill": s.stats.prefill_tokens, "reused": s.stats.reused_tokens,
-                   "passes": s.stats.forward_passes, "plain_passes": p.stats.forward_passes,
-                   "accepted": s.stats.accepted, "drafted": s.stats.drafted}
-            rows.append(row)
-            print(f"[{n_fn + 1}/{len(chosen)}] {name} step {step}: {row['tokens']} tok, "
-                  f"{row['ms']:.0f} vs {row['plain_ms']:.0f} ms, prefill {row['prefill']} "
-                  f"(reused {row['reused']}), {'same' if row['identical'] else 'DIFFERENT'}",
-                  file=sys.stderr, flush=True)
-        spec.drop_cache(uri)
-        plain.drop_cache(uri)
-        index.close_buffer(uri)
-        index.index_file(str(fn.path))
+            indexes[folder] = NgramIndex(runtime.tokenize_batch, IndexConfig())
+            indexes[folder].index_workspace(str(folder))
+        return indexes[folder]
 
-    if args.rows:
-        Path(args.rows).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    warm = [r for r in rows if r["step"] > 0]
-    print(f"{len(chosen)} functions, {len(rows)} requests, {time.perf_counter() - t_start:.0f} s; "
-          f"identical to plain: {sum(r['identical'] for r in rows)}/{len(rows)}")
-    print("| requests | ngramd median | plain median | median ratio | total ratio | "
-          "first token (ngramd / plain) | prefilled tokens median | passes (plain / ngramd) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for label, group in (("all", rows), ("after the first of each function", warm)):
-        if not group:
-            continue
-        ratio = median([r["plain_ms"] / r["ms"] for r in group])
-        total = sum(r["plain_ms"] for r in group) / sum(r["ms"] for r in group)
-        passes = sum(r["plain_passes"] for r in group) / max(1, sum(r["passes"] for r in group))
-        print(f"| {label} ({len(group)}) | {median([r['ms'] for r in group]):,.0f} ms "
-              f"| {median([r['plain_ms'] for r in group]):,.0f} ms | {ratio:.2f}x | {total:.2f}x "
-              f"| {median([r['first_ms'] for r in group]):,.0f} / {median([r['plain_first_ms'] for r in group]):,.0f} ms "
-              f"| {median([r['prefill'] for r in group]):,.0f} | {passes:.2f}x |")
-    return 0 if all(r["identical"] for r in rows) else 1
+    def configurations(fn: Function) -> list[CompleterEngine]:
+        index = index_of(fn)
+        index.remove_file(str(fn.path))  # the buffer being typed replaces the file on disk
+        out = [CompleterEngine("ngramd", Completer(runtime, index, EngineConfig()), True, True, args.max_tokens),
+               CompleterEngine("baseline", Completer(runtime, None, EngineConfig(answer_cache=False,
+                                                                               add_history=False)),
+                               False, False, args.max_tokens)]
+        if "llamacpp" in runtimes and runtime.kind != "llamacpp":
+            out.append(CompleterEngine("llamacpp_plain", Completer(runtimes["llamacpp"], None,
+                                                                   EngineConfig(answer_cache=False, add_history=False)),
+                                       False, False, args.max_tokens))
+        return out
+
+    for rt in runtimes.values():  # one-time costs (calibration, first allocations) before any measurement
+        warm = "def f(x):\n    return x\n\n\ndef g(y):\n    "
+        Completer(rt, None, EngineConfig()).complete(CompletionRequest("untitled:warm", warm, len(warm), 8))
+
+    rng = random.Random(args.seed)
+    per_config: dict[str, list] = {}
+    files = []
+    for n, fn in enumerate(functions):
+        name = f"{fn.path.relative_to(Path(sysconfig.get_paths()['stdlib']))}:{fn.text.count(chr(10), 0, fn.body_start)}"
+        files.append(name)
+        for engine in configurations(fn):
+            result = replay(engine, fn.path.as_uri(), fn.text, fn.body_start, fn.body_end, user, seed=args.seed + n)
+            result.file = name
+            per_config.setdefault(engine.name, []).append(result)
+            s = summarize([result])
+            print(f"[{n + 1}/{len(functions)}] {name} {engine.name}: p50 {s['latency_ms']['p50']} ms, "
+                  f"p95 {s['latency_ms']['p95']} ms, {s['passes_per_keystroke']:.2f} passes/key, "
+                  f"zero-pass {s['zero_pass_share']:.0%}, accepted {s['accepted_chars']} of "
+                  f"{s['accepted_chars'] + s['typed_chars']} chars", file=sys.stderr, flush=True)
+        index_of(fn).index_file(str(fn.path))
+
+    # a seeded sample of each configuration's shown answers, re-run cold with plain decoding
+    cold = {kind: Completer(rt, None, EngineConfig(answer_cache=False, add_history=False, reuse_kv=False))
+            for kind, rt in runtimes.items()}
+    report: dict = {"runtime": runtime.kind, "files": files, "user": user.__dict__, "configurations": {}}
+    for name, results in per_config.items():
+        kind = "llamacpp" if name == "llamacpp_plain" else runtime.kind
+        shown = [r for res in results for r in res.requests if r.ready_ms is not None]
+        sample = rng.sample(shown, min(args.sample, len(shown)))
+        same = sum(cold[kind].complete(CompletionRequest("file:///cold.py", r.text_before, r.offset, args.max_tokens,
+                                                          speculate=False)).text == r.answer for r in sample)
+        report["configurations"][name] = {
+            "total": summarize(results) | {"identical_to_cold": f"{same}/{len(sample)}"},
+            "per_file": {res.file: summarize([res]) for res in results},
+        }
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return 0 if all(c["total"]["identical_to_cold"].split("/")[0] == c["total"]["identical_to_cold"].split("/")[1]
+                    for c in report["configurations"].values()) else 1
 
 
 if __name__ == "__main__":

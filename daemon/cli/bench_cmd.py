@@ -76,7 +76,7 @@ def run(args: Any) -> int:
 
     print(f"ngramd bench: loading model {args.model or '(embedded SmolLM2-135M)'}", file=sys.stderr, flush=True)
     try:  # before --rows is opened: a bad model leaves no empty file behind
-        runtime = load_runtime(args.model, args.device)
+        runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))
     except ModelLoadError as exc:
         print(f"ngramd bench: error: {exc}", file=sys.stderr)
         return 2

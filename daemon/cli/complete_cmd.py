@@ -34,7 +34,7 @@ def run(args: Any) -> int:
     from daemon.runtime.model import ModelLoadError, load_runtime
 
     try:
-        runtime = load_runtime(args.model, args.device)
+        runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))
     except ModelLoadError as exc:
         print(f"ngramd complete: error: {exc}", file=sys.stderr)
         return 2

@@ -87,7 +87,7 @@ def run(args: Any) -> int:
     from daemon.protocol.requests import EditRequest, SamplingParams
 
     try:
-        runtime = load_runtime(args.model, device=args.device)
+        runtime = load_runtime(args.model, device=args.device, runtime=getattr(args, "runtime", "auto"))
     except ModelLoadError as exc:
         return _error(str(exc))
     index = make_index(runtime, [])

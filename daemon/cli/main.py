@@ -32,12 +32,16 @@ COMMANDS = {
 }
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, runtime: bool = True) -> None:
     p.add_argument("--model", default=None,
                    help="Hugging Face model id (local cache), model directory, GGUF file, "
                         "or 'tiny' / 'tiny-fim' (random weights, for tests). Default: the embedded SmolLM2-135M.")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where the model runs (auto: cuda when torch sees a GPU)")
+    if runtime:
+        p.add_argument("--runtime", choices=["auto", "torch", "llamacpp"], default="auto",
+                       help="what runs the model (auto: llama.cpp for a GGUF file on the CPU, at its own "
+                            "quantization; torch for the rest)")
 
 
 def _add_position_args(p: argparse.ArgumentParser) -> None:
@@ -70,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lsp", help="Language Server over stdio; starts a daemon if none answers")
     p.add_argument("--socket", type=_lsp_socket_path, default=None, help=SOCKET_HELP)
-    _add_model_args(p)
+    _add_model_args(p, runtime=False)  # the daemon it starts picks its runtime itself
     _add_lsp_client_args(p)
 
     p = sub.add_parser("complete", help="complete FILE at a position (in-process)")

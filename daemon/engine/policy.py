@@ -143,7 +143,7 @@ class CostModel:
         # the runtime's kind: the same model file costs otherwise on llama.cpp and on torch
         kind = getattr(runtime, "kind", "torch")
         key = (f"v6|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
-               f"|threads={torch.get_num_threads()}")
+               f"|threads={getattr(runtime, 'threads', None) or torch.get_num_threads()}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}

@@ -66,8 +66,11 @@ MIN_ANSWER_POSITIONS = 64
 
 
 def model_positions(runtime: Any) -> int | None:
-    """The positions the model has (its ``max_position_embeddings``); None when unknown."""
-    limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
+    """The positions the model has (its ``max_position_embeddings``; a llama.cpp runtime's
+    ``positions``, its tokens per document cache); None when unknown."""
+    limit = getattr(runtime, "positions", None)
+    if not isinstance(limit, int):
+        limit = getattr(getattr(getattr(runtime, "model", None), "config", None), "max_position_embeddings", None)
     return limit if isinstance(limit, int) else None
 
 

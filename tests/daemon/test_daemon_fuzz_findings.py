@@ -16,6 +16,8 @@ from daemon.service.documents import DocumentStore, parse_changes
 from daemon.protocol.rpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from daemon_helpers import wait_until
 
+pytestmark = pytest.mark.process
+
 MALFORMED_FILE_URIS = ["file://[/x.py", "file://\uff20/x.py"]  # urlparse: "Invalid IPv6 URL", NFKC netloc
 
 

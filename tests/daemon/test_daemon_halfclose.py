@@ -15,6 +15,8 @@ from daemon_helpers import RealDaemon, wait_until
 
 from daemon.protocol.rpc import EXITING, REQUEST_CANCELLED, FrameReader, Notification, Response, decode, pack_request
 
+pytestmark = pytest.mark.process
+
 pytest.importorskip("index.store", reason="the n-gram index (index/store.py) is not there yet")
 pytest.importorskip("daemon.engine.completer")
 

@@ -29,6 +29,8 @@ from daemon.protocol.rpc import (
     PARSE_ERROR, REQUEST_CANCELLED, RpcError, pack_request,
 )
 
+pytestmark = pytest.mark.process
+
 pytest.importorskip("index.store", reason="the n-gram index (index/store.py) is not there yet")
 pytest.importorskip("daemon.engine.completer")
 

@@ -157,6 +157,8 @@ def test_the_daemon_closes_a_connection_whose_peer_reads_as_another_uid(inproc, 
 
 IMPOSTOR = r"""
 import os, socket, sys
+
+pytestmark = pytest.mark.process
 os.setgid(65534); os.setuid(65534)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666); s.listen(8)

@@ -78,6 +78,7 @@ def short_loops(monkeypatch):
     monkeypatch.setattr(stops, "RepetitionGuard", functools.partial(RepetitionGuard, min_span=48))
 
 
+@pytest.mark.slow
 def test_tiny_a_looping_answer_stops_at_the_same_token_both_ways(tiny_completer, tiny_runtime, monkeypatch):
     """The loop guard (daemon/engine/repetition.py) reads only the generated tokens, so speculative
     and plain decoding stop at the same one; ``stop_loops=False`` lets the answer run on."""

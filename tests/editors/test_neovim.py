@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.editors
+
 ROOT = Path(__file__).resolve().parents[2]
 
 RUN_LUA = ROOT / "tests" / "editors" / "nvim" / "run.lua"

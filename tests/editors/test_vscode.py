@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.editors
+
 ROOT = Path(__file__).resolve().parents[2]
 
 EXT = ROOT / "editors" / "vscode"

@@ -211,3 +211,22 @@ def test_cli_bad_input(tmp_path, capsys, content, line, col, message):
     f.write_text(content)
     assert complete_cmd.run(_args(file=str(f), line=line, col=col)) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_runtime_whose_passes_are_not_exact_drafts_nothing_and_says_so(tiny):
+    """The load-time self-check failed (daemon/runtime/exactness.py): speculation could change the
+    output, so every request decodes plainly, and the figures say why."""
+    import dataclasses
+
+    from daemon.runtime.base import Exactness
+
+    inexact = dataclasses.replace(tiny, exactness=Exactness(False, "8-row pass: 3 of 8 rows differ", 8))
+    completer = Completer(inexact, None, EngineConfig(calibrate=False, answer_cache=False))
+    text = "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x + 1\n\n\ndef h(x):\n    return x"
+    result = completer.complete(CompletionRequest(uri="u", text=text, offset=len(text), max_tokens=12))
+    assert result.stats.drafted == 0 and result.stats.forward_passes == len(result.token_ids) + (
+        result.stop_reason == "eos")
+    stats = completer.stats()
+    assert stats["speculation"].startswith("off") and stats["exactness"]["exact"] is False
+    exact = Completer(tiny, None, EngineConfig(calibrate=False, answer_cache=False))
+    assert exact.complete(CompletionRequest(uri="u", text=text, offset=len(text), max_tokens=12)).stats.drafted > 0

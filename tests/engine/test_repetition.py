@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import random
 
 from hypothesis import given, settings
@@ -109,6 +111,7 @@ def _brute_force_stop(tokens: list[int], allowed: bytes) -> int | None:
     return None
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=0, max_value=2**32 - 1), st.booleans())
 def test_it_stops_where_a_brute_force_search_finds_the_first_loop(seed, prompt_holds_some):

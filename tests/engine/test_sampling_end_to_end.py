@@ -26,6 +26,8 @@ from daemon.engine.proposer import NullProposer
 from daemon.protocol.requests import GenerationStats, SamplingParams
 from daemon.engine.stops import StopChecker, StopConfig
 
+pytestmark = pytest.mark.slow
+
 PROMPT = "def add(a, b):\n    return a + b\n"
 SAMPLES = 400
 

@@ -26,6 +26,8 @@ from daemon.protocol.client import Client, wait_ready
 from daemon.protocol.requests import FINISHED_EDIT_STOPS
 from lsp_helpers import change, client_capabilities, inline_params, open_doc, rng, until
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    ret"
 MAX_TOKENS = 12
