@@ -19,7 +19,7 @@ current array. ``splice`` keeps it after ``a[lo:hi]`` was replaced by ``n_new``
 tokens: only positions whose key window or continuation touches the replaced
 span, ``[lo, hi + K]`` in old coordinates, are dropped; positions after it are
 shifted; the new ones ``[lo, lo + n_new + K]`` are inserted. All numpy, O(n)
-(docs/benchmarks.md: an edit in a 20k-token buffer costs ~0.2 ms more with it).
+(docs/benchmarks.md at 53c478e: an edit in a 20k-token buffer costs ~0.2 ms more with it).
 
 Worked example (K=2): ``a = [5, 6, 7, 5, 6]`` has positions 2 (key of [5, 6],
 continues with 7), 3 (key of [6, 7]) and 4 (key of [7, 5]); position 5 would be

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared run for a GPU machine with no internet (see docs/benchmarks.md, "### GPU script").
+# One prepared run for a GPU machine with no internet (see docs/benchmarks.md at 53c478e, "### GPU script").
 #
 #   scripts/gpu_bench.sh            # on the GPU machine
 #   scripts/gpu_bench.sh --dry-run  # anywhere: tiny model, small contexts, CPU allowed (a check of the script)

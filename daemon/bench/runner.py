@@ -14,7 +14,7 @@ Variants (vocabulary of the report):
   own time is ``prepare_ms``); the request then prefills only the prompt's rest and
   decodes. Both get the same head start, so their ratio is what speculation buys in
   the editor's flow. ``hf`` has no such variant: transformers' prompt lookup does not
-  take a prefilled cache (docs/benchmarks.md, "Prepared edits").
+  take a prefilled cache (docs/benchmarks.md at 53c478e, "Prepared edits").
 
 Fairness rules, each chosen so that the three do the same work:
 

@@ -60,7 +60,7 @@ at least twice the run just accepted); guesses and one-token re-syncs draft at
 most ``k_guess`` tokens, because they are less certain. Rejections here come
 from the edit itself rather than from a poor source, so k stays generous:
 on CPU a drafted token costs far less than a pass (2 threads: a 64-token pass
-208 ms, a 1-token pass 35 ms; docs/benchmarks.md, Engine).
+208 ms, a 1-token pass 35 ms; docs/benchmarks.md at 53c478e, Engine).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class EditProposerConfig:
     fallback_min_match: int = 3
     # a word the output changed (a rename) is drafted changed from then on (daemon/edit/substitutions.py;
     # needs token_bytes), once it was changed ``rename_sightings`` times: after one, a change made once
-    # (not a rename) cost the replayed edits 25% more passes; after two, nothing (docs/benchmarks.md)
+    # (not a rename) cost the replayed edits 25% more passes; after two, nothing (docs/benchmarks.md at 53c478e)
     # a token re-sync gives way to a byte match that implies fewer inserted + deleted bytes
     # (``(value`` far down the body, against `` value`` right after a deleted ``self, ``)
     cheaper_bytes: bool = True

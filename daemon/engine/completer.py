@@ -49,7 +49,7 @@ log = logging.getLogger("ngramd.completer")
 # way, daemon/service/worker.py), so this bounds how long a request can wait behind one: with the
 # default model on 2 CPU cores a 128-token pass took ~0.3 s, the 512-token prefill chunk ~1 s,
 # and a 1,070-token prepare 2.26 s in 128-token passes against 1.95 s in 512-token ones
-# (docs/benchmarks.md, "Prepared edits"): it runs while the user is not waiting.
+# (docs/benchmarks.md at 53c478e, "Prepared edits"): it runs while the user is not waiting.
 PREPARE_CHUNK = 128
 # The longest request whose next answer is decoded ahead, in tokens: bounds the idle-time work
 # to what an editor asks for one suggestion (the extensions ask 64).

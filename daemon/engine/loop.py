@@ -11,7 +11,7 @@ The first pass also runs the last piece of the prompt that is not cached yet
 (``prefill(..., fuse=True)``): on a warm cache (a prepared edit, the next
 keystroke's completion) that is a few tokens, and a pass of their own would cost
 far more than their rows in the first verify pass (on CPU a 16-token pass costs
-1.6-2.0x a one-token pass, docs/benchmarks.md). The rows before the pending
+1.6-2.0x a one-token pass, docs/benchmarks.md at 53c478e). The rows before the pending
 token produce no logits.
 
 Exactness: every emitted token is the one plain decoding would choose from the
@@ -194,7 +194,7 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
                 logits = runtime.forward_pass(inputs, kv, tree=tree)  # [1+n, vocab]
             # greedy on a GPU: every row's token in one read, not one wait per token (it is also the
             # wait for the pass: its time is then known); on the CPU the rows walked are read as
-            # walked (all 65 rows of a long draft cost 2.1 ms, the 3 walked 0.2 ms: docs/benchmarks.md)
+            # walked (all 65 rows of a long draft cost 2.1 ms, the 3 walked 0.2 ms: docs/benchmarks.md at 53c478e)
             tops = logits.argmax(-1).tolist() if greedy and _reads_all_rows(runtime.device) else None
             pass_ms = (time.perf_counter() - t_pass) * 1000
             kv.extended(inputs)

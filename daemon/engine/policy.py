@@ -189,7 +189,7 @@ def _bucket(match_len: int) -> int:
 
 
 # Prior per-token acceptance per match-length bucket, before any outcome is seen.
-# From replaying the greedy outputs of the stdlib bench (docs/benchmarks.md, Run 3)
+# From replaying the greedy outputs of the stdlib bench (docs/benchmarks.md at 53c478e, Run 3)
 # against the index as the bench builds it (scripts/simulate_drafts.py): mean agreeing
 # tokens 0.41 / 0.86 / 2.3 / 3.9 / 4.8 for the buckets, i.e. a = agree / (1 + agree)
 # = 0.29 / 0.46 / 0.70 / 0.80 / 0.83.
@@ -269,7 +269,7 @@ class AcceptanceTracker:
 class AdaptiveConfig:
     max_draft: int = 32  # tokens per pass at most (all branches together)
     # branches at most. 1 (chains) is the default: on the 2-core CPU trees of 3 branches
-    # accepted no more tokens per pass than chains on real code and cost more (docs/benchmarks.md)
+    # accepted no more tokens per pass than chains on real code and cost more (docs/benchmarks.md at 53c478e)
     max_width: int = 1
     min_gain: float = 1.0  # speculate only when expected tokens/ms beats plain by this factor
     fixed_k: int | None = None  # bypass the cost model: draft up to this many tokens of each branch

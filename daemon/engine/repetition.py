@@ -18,7 +18,7 @@ answer with ``min_span`` tokens of repetition the prompt does not hold (a list o
 hundred zeros) is cut: ``stop_loops=False`` (the ``edit`` method's ``stopLoops``,
 ``ngramd edit --no-loop-stop``) turns the guard off.
 
-Measured on the recorded answers of three bench runs (docs/benchmarks.md, "The instruction
+Measured on the recorded answers of three bench runs (docs/benchmarks.md at 53c478e, "The instruction
 prepared as it is typed; answers caught in a loop stop"): of the 43 answers that ran to
 ``max_tokens`` (300), nearly all loops, it stops 33, after 98-271 tokens (median 143), and
 none of the 66 that finished.

@@ -4,7 +4,7 @@ transformers' SDPA path handles grouped-query attention (fewer key/value heads
 than query heads; SmolLM2-135M: 9 query, 3 kv heads) for a multi-token query by
 ``repeat_kv``: it copies every layer's whole cache, expanded to the query heads, on
 every pass (O(context); 6-14 ms per pass at 1k context on the 2-core CPU,
-docs/benchmarks.md). torch's SDPA takes ``enable_gqa=True`` and reads the kv heads
+docs/benchmarks.md at 53c478e). torch's SDPA takes ``enable_gqa=True`` and reads the kv heads
 directly, with the same result (bitwise, measured on CPU).
 
 ``install(model)`` registers this function as attention implementation

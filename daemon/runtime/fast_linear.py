@@ -2,7 +2,7 @@
 
 On CPU, ``F.linear(x, W)`` (``x @ W.T``) for a handful of rows hits slow MKL
 paths: the 49152 x 576 lm_head of SmolLM2 costs 11 ms for 1 row and 25-37 ms for
-2-3 rows (1 thread; docs/benchmarks.md). Two faster forms, chosen by row count:
+2-3 rows (1 thread; docs/benchmarks.md at 53c478e). Two faster forms, chosen by row count:
 
 - ``(W @ x.T).T`` costs 6 ms for 1-2 rows; a single row is computed as two
   identical rows, since the matrix-vector path is as slow as ``F.linear``. Which
@@ -11,7 +11,7 @@ paths: the 49152 x 576 lm_head of SmolLM2 costs 11 ms for 1 row and 25-37 ms for
 - From a few rows on (verification passes, prefill chunks), oneDNN with the weight
   re-laid out once at load for its kernels ("packed", ``torch.ops.mkldnn``): a
   second copy of every weight, so only for models whose linear weights fit
-  ``PACK_MAX_BYTES`` (fp32 on CPU; docs/benchmarks.md, "Forward pass cost").
+  ``PACK_MAX_BYTES`` (fp32 on CPU; docs/benchmarks.md at 53c478e, "Forward pass cost").
 
 The result equals ``F.linear`` up to float rounding (a different summation order);
 every forward pass of the runtime goes through the same function, so plain and
@@ -37,7 +37,7 @@ PACK_BATCH_HINT = 8  # oneDNN picks its weight layout for this many rows; any ro
 PACK_MAX_BYTES = 1 << 30  # the packed copy doubles the linear weights' memory: only up to this size
 # oneDNN builds and keeps a kernel for every row count it is called with (~0.6 MB each, and
 # calls with ever new counts kept growing memory: +3.2 GB for the default model after two
-# sweeps of passes of 1..200 tokens, docs/benchmarks.md), so a call's row count comes from a
+# sweeps of passes of 1..200 tokens, docs/benchmarks.md at 53c478e), so a call's row count comes from a
 # fixed set: every count up to 16 (the common verification passes), then steps of at most
 # 25%, up to PACK_BLOCK (the prefill chunk); a call is padded with zero rows up to the next
 # bucket, and longer inputs go in blocks of PACK_BLOCK. Rows of a linear are independent,

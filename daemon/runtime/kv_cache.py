@@ -7,7 +7,7 @@ requests reuse their longest common prefix.
 
 Why not transformers' ``DynamicCache``: it appends by ``torch.cat``, which copies
 every layer's whole cache on every forward pass (O(context) per pass; measured on
-the 2-core CPU: 1-4 ms at 1k tokens, within noise, ~10 ms at 3k; docs/benchmarks.md). ``InPlaceLayer`` instead keeps a buffer
+the 2-core CPU: 1-4 ms at 1k tokens, within noise, ~10 ms at 3k; docs/benchmarks.md at 53c478e). ``InPlaceLayer`` instead keeps a buffer
 with spare capacity (grown by doubling) and writes the new entries in place;
 ``keys``/``values`` are views of the filled part, so attention sees exactly the
 filled length. Rollback (``crop``) only moves the length; keeping a tree path

@@ -4,7 +4,7 @@ meanwhile.
 The daemon mirrors every document's open, change and close into the index, each document's in
 order. On one thread for all of them, a keystroke in any document waited for a big one being
 opened (5.9 s for 8M characters here); keyed by document, only that document's own updates wait
-(docs/benchmarks.md, "Keystrokes while a big document opens").
+(docs/benchmarks.md at 53c478e, "Keystrokes while a big document opens").
 """
 
 from __future__ import annotations

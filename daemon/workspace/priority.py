@@ -4,7 +4,7 @@ The daemon indexes workspaces on threads of its own while the model decodes on
 the same few cores. At equal priority the indexer (file reads, the tokenizer,
 numpy sorts) and torch's threads share the cores: completions on a 2-core CPU
 ran 4.2x slower during a workspace scan, and as fast as idle with the indexer
-at the lowest priority (docs/benchmarks.md, "Decoding while a workspace is
+at the lowest priority (docs/benchmarks.md at 53c478e, "Decoding while a workspace is
 indexed"). A background thread therefore runs at the lowest
 scheduling priority: it still gets every idle cycle, and almost none while the
 model runs.
