@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Engine figures for docs/benchmarks.md ("## Engine"), all in one run on this machine:
+"""Engine figures (docs/benchmarks.md at 53c478e, "## Engine"), all in one run on this machine:
 
 1. the verify-cost curve: ms per forward pass over n new tokens after a ~1k-token KV cache;
 2. plain vs speculative (chain, tree) on real-code positions: tokens/pass, ms, identical output;

@@ -109,7 +109,7 @@ def comparison(cases: list[dict[str, Any]], b: Baseline) -> dict[str, Any] | Non
         return None
     generated = sum(c["generated"] for c in pairs)
     passes = sum(c["forward_passes"] for c in pairs)
-    if base.startswith("plain") or base.startswith("prepared_plain"):
+    if "plain" in base:
         theirs: float | None = 1.0  # one token per pass by construction
     elif all(c.get(base_passes) for c in pairs):
         theirs = generated / sum(c[base_passes] for c in pairs)
@@ -129,7 +129,8 @@ def comparison(cases: list[dict[str, Any]], b: Baseline) -> dict[str, Any] | Non
 
 def unknown_baselines(cases: list[dict[str, Any]]) -> set[str]:
     return {k for c in cases for k, v in c.items()
-            if k.endswith("_ms") and isinstance(v, (int, float)) and k not in KNOWN_MS}
+            if k.endswith("_ms") and not k.endswith("first_token_ms") and isinstance(v, (int, float))
+            and k not in KNOWN_MS}
 
 
 def bench_table(name: str, mode: str, baselines: list[Baseline],
@@ -149,7 +150,7 @@ def bench_table(name: str, mode: str, baselines: list[Baseline],
                 c = comparison(cases, b)
                 if c is None:
                     continue
-                head = (f"{run_date(run)} | {run.runtime}" if first else " | ")
+                head = (f"{run_date(run)} | {report['meta'].get('runtime', run.runtime)}" if first else " | ")
                 first = False
                 lines.append(f"| {head} | {shown} | {c['label']} | **{x(c['total'])}** ({x(c['median'])}) "
                              f"| {num(c['tpp'])} / {num(c['tpp_base'])} | {c['identical']} |")
@@ -164,7 +165,7 @@ def run_legend(run: Run, meta: dict[str, Any]) -> str:
     dtype = meta.get("dtype")
     rounds = meta.get("repeat")
     note = " (transcribed from the old page: per-case medians, no token ids)" if meta.get("transcribed_from") else ""
-    return (f"- {run_date(run)}, {run_link(run)}{note}: {run.machine}; model {model} on {run.runtime} "
+    return (f"- {run_date(run)}, {run_link(run)}{note}: {run.machine}; model {model} on {meta.get('runtime', run.runtime)} "
             f"({device}{', ' + dtype if dtype else ''}); {rounds} round(s); commit `{run.commit}`.  \n"
             f"  `{run.command}`")
 

@@ -1,4 +1,4 @@
-"""LSP overhead figures for docs/benchmarks.md (not a test; run by hand):
+"""LSP overhead figures (docs/benchmarks.md at 53c478e, "LSP") (not a test; run by hand):
 
     .venv/bin/python tests/lsp/bench_lsp.py
 
