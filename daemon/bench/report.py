@@ -31,6 +31,14 @@ cases never below 0.95x of plain; edits that change few lines (1 to ``FEW_LINES`
 plain; 100% identical. A finished answer that changed nothing (the selection repeated, the
 draft's best case) is no edit of a few lines: those are a group of their own, ``edit_unchanged``.
 
+On a llama.cpp runtime the baselines are llama.cpp's own decoding of the same GGUF
+(daemon/bench/llamacpp_peer.py): ``vs_llamacpp_plain`` and ``vs_llamacpp_pld`` (its prompt-lookup
+speculative mode), cold and prepared (``prepared_vs_...``: each side prepared), with totals of
+ms and first-token ms per variant (``totals_ms``, ``first_token_totals_ms``) and how many cases
+each peer made plain's very token ids in (``llamacpp_plain_identical``). Their targets (issue 31):
+completions >= 1.0x llama.cpp plain in total and never below 0.95x on a case, edits >= 1.5x,
+faster than the prompt-lookup peer in total; cold and prepared both.
+
 An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
 compiles with the answer in place), counted in a group over the answers an editor applies
 (finished: not cut by max_tokens nor stopped in a loop) as ``still_compiles`` of
@@ -58,6 +66,13 @@ TARGETS = {
     "norepeat": {"min_vs_plain": 0.95},
     "edit_few_lines": {"vs_plain": 6.0},
 }
+LLAMACPP_TARGETS = {"completions_vs_plain": 1.0, "completions_min_vs_plain": 0.95, "edits_vs_plain": 1.5,
+                    "completions_vs_pld": 1.0}
+LLAMACPP_PEERS = ("llamacpp_plain", "llamacpp_pld")
+# (label, cold ms key, cold first-token key) per variant of a llama.cpp run; prepared: "prepared_" keys
+LLAMACPP_VARIANTS = (("spec", "ms", "first_token_ms"), ("plain", "plain_ms", "plain_first_token_ms"),
+                     ("llamacpp_plain", "llamacpp_plain_ms", "llamacpp_plain_first_token_ms"),
+                     ("llamacpp_pld", "llamacpp_pld_ms", "llamacpp_pld_first_token_ms"))
 FEW_LINES = 3  # an edit "changes few lines" when its answer differs from the original in at most this many
 
 
@@ -154,6 +169,42 @@ COLD_FIRST = ("first_token_ms", "plain_first_token_ms")
 PREPARED_FIRST = ("prepared_first_token_ms", "prepared_plain_first_token_ms")
 
 
+def _has_llamacpp(rows: list[dict[str, Any]]) -> bool:
+    return any("llamacpp_plain_ms" in r for r in rows)
+
+
+def _llamacpp_group(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The llama.cpp baselines' figures of a group (none where no row has them)."""
+    if not _has_llamacpp(rows):
+        return {}
+    out: dict[str, Any] = {}
+    for peer in LLAMACPP_PEERS:
+        out[f"vs_{peer}"] = _speedups(rows, f"{peer}_ms")
+        out[f"prepared_vs_{peer}"] = _speedups(rows, f"prepared_{peer}_ms", "prepared_ms")
+        # every run of the peer, cold and prepared, made plain's token ids
+        out[f"{peer}_identical"] = sum(r.get(f"{peer}_identical") is True
+                                       and r.get(f"prepared_{peer}_identical") is not False for r in rows)
+    out["ceiling_vs_llamacpp_plain"] = _ceiling(rows, "llamacpp_plain_ms", COLD_FIRST)
+    out["ceiling_prepared_vs_llamacpp_plain"] = _ceiling(rows, "prepared_llamacpp_plain_ms", PREPARED_FIRST)
+    totals: dict[str, float] = {}
+    firsts: dict[str, float] = {}
+    for label, ms_key, first_key in LLAMACPP_VARIANTS:
+        for prefix, keys in (("", (ms_key, first_key)), ("prep_", _prepared_keys(ms_key, first_key))):
+            values = [(r.get(keys[0]), r.get(keys[1])) for r in rows]
+            if any(v[0] is not None for v in values):
+                totals[prefix + label] = round(sum(v[0] or 0 for v in values), 1)
+                firsts[prefix + label] = round(sum(v[1] or 0 for v in values), 1)
+    out["totals_ms"], out["first_token_totals_ms"] = totals, firsts
+    return out
+
+
+def _prepared_keys(ms_key: str, first_key: str) -> tuple[str, str]:
+    """A cold variant's row keys -> its prepared variant's (``plain_ms`` -> ``prepared_plain_ms``)."""
+    if ms_key == "ms":
+        return "prepared_ms", "prepared_first_token_ms"
+    return "prepared_" + ms_key, "prepared_" + first_key
+
+
 def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
     drafted = sum(r["drafted"] for r in rows)
     accepted = sum(r["accepted"] for r in rows)
@@ -188,6 +239,7 @@ def _group(rows: list[dict[str, Any]]) -> dict[str, Any]:
         # plain decoding's forward passes over ngramd's: the speedup if every pass cost
         # the same; immune to timing noise, an upper bound where drafting costs extra
         "passes_vs_plain": round(plain_passes / passes, 3) if passes and plain_passes else None,
+        **_llamacpp_group(rows),
     }
 
 
@@ -217,6 +269,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary["edit_few_lines"] = _group(few) if few else None
     unchanged = [r for r in edits if is_unchanged_edit(r)]
     summary["edit_unchanged"] = _group(unchanged) if unchanged else None
+    if _has_llamacpp(ok):  # the llama.cpp targets are about all completions together
+        completions = [r for r in ok if r.get("mode") != "edit"]
+        summary["completions"] = _group(completions) if completions else None
     summary["targets"] = check_targets(by_kind, summary)
     return summary
 
@@ -245,6 +300,25 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
     speedup("repeat_vs_plain", repeat, "plain", TARGETS["repeat"]["vs_plain"])
     put("norepeat_min_vs_plain", norepeat and norepeat["vs_plain"]["min"], TARGETS["norepeat"]["min_vs_plain"])
     speedup("edit_few_lines_vs_plain", summary.get("edit_few_lines"), "plain", TARGETS["edit_few_lines"]["vs_plain"])
+
+    def vs_peer(name: str, group: dict[str, Any] | None, peer: str, goal: float, stat: str = "total") -> None:
+        """A target over a llama.cpp baseline: cold, and prepared beside it; the ceiling (every
+        token after the first free) for a total over llama.cpp plain."""
+        ceilings = group and stat == "total" and peer == "llamacpp_plain"
+        put(name, group and group[f"vs_{peer}"][stat], goal, group["ceiling_vs_llamacpp_plain"] if ceilings else None)
+        prepared = group and group[f"prepared_vs_{peer}"][stat]
+        if prepared:
+            out[name].update(prepared=prepared, prepared_met=prepared >= goal)
+            if ceilings and group["ceiling_prepared_vs_llamacpp_plain"] is not None:
+                out[name]["prepared_ceiling"] = group["ceiling_prepared_vs_llamacpp_plain"]
+
+    if "completions" in summary:
+        completions, edits = summary["completions"], summary.get("edits")
+        vs_peer("completions_vs_llamacpp_plain", completions, "llamacpp_plain", LLAMACPP_TARGETS["completions_vs_plain"])
+        vs_peer("completions_min_vs_llamacpp_plain", completions, "llamacpp_plain",
+                LLAMACPP_TARGETS["completions_min_vs_plain"], "min")
+        vs_peer("edits_vs_llamacpp_plain", edits, "llamacpp_plain", LLAMACPP_TARGETS["edits_vs_plain"])
+        vs_peer("completions_vs_llamacpp_pld", completions, "llamacpp_pld", LLAMACPP_TARGETS["completions_vs_pld"])
     # a case that failed never showed it was identical: it counts against the target
     failed = len(summary["errors"])
     out["identical"] = {"value": summary["identical"], "goal": summary["ok"] + failed,
@@ -270,6 +344,10 @@ def _fmt(x: Any, suffix: str = "", digits: int = 0) -> str:
 
 COLUMNS = ("id", "kind", "tok", "ms", "plain", "hf", "x plain", "x hf", "passes", "acc/draft", "same")
 PREPARED_COLUMNS = ("prep", "prep plain", "x prep")  # after "x hf", in a run with --prepared
+# a run on llama.cpp: its own plain and prompt-lookup decoding instead of hf ("lc": llama.cpp)
+LLAMACPP_COLUMNS = ("id", "kind", "tok", "ms", "plain", "lc", "lc pld", "x plain", "x lc", "x pld",
+                    "passes", "acc/draft", "same")
+LLAMACPP_PREPARED_COLUMNS = ("prep", "prep lc", "prep pld", "x prep", "x prep lc", "x prep pld")
 
 
 def _has_prepared(rows: list[dict[str, Any]]) -> bool:
@@ -278,14 +356,17 @@ def _has_prepared(rows: list[dict[str, Any]]) -> bool:
 
 def columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     """The table's columns: the prepared ones only where some case was run prepared."""
+    base, extra, after = ((LLAMACPP_COLUMNS, LLAMACPP_PREPARED_COLUMNS, "x pld") if _has_llamacpp(rows)
+                          else (COLUMNS, PREPARED_COLUMNS, "x hf"))
     if not _has_prepared(rows):
-        return COLUMNS
-    at = COLUMNS.index("x hf") + 1
-    return COLUMNS[:at] + PREPARED_COLUMNS + COLUMNS[at:]
+        return base
+    at = base.index(after) + 1
+    return base[:at] + extra + base[at:]
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     prepared = _has_prepared(rows)
+    llamacpp = _has_llamacpp(rows)
     out = []
     for r in rows:
         if r.get("status") != "ok":
@@ -293,6 +374,17 @@ def table_rows(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
                         r.get("status", "?") + ": " + str(r.get("error", ""))[:40]))
             continue
         kind = "edit" if r.get("mode") == "edit" else r["kind"]  # edits are summarised apart
+        if llamacpp:
+            prep = (_fmt(r.get("prepared_ms")), _fmt(r.get("prepared_llamacpp_plain_ms")),
+                    _fmt(r.get("prepared_llamacpp_pld_ms")), _fmt(r.get("speedup_prepared"), "x", 2),
+                    _fmt(r.get("speedup_prepared_llamacpp_plain"), "x", 2),
+                    _fmt(r.get("speedup_prepared_llamacpp_pld"), "x", 2)) if prepared else ()
+            out.append((r["id"], kind, str(r["generated"]), _fmt(r["ms"]), _fmt(r["plain_ms"]),
+                        _fmt(r.get("llamacpp_plain_ms")), _fmt(r.get("llamacpp_pld_ms")),
+                        _fmt(r["speedup_plain"], "x", 2), _fmt(r.get("speedup_llamacpp_plain"), "x", 2),
+                        _fmt(r.get("speedup_llamacpp_pld"), "x", 2), *prep, str(r["forward_passes"]),
+                        f"{r['accepted']}/{r['drafted']}", "yes" if r["identical"] else "NO"))
+            continue
         prep = (_fmt(r.get("prepared_ms")), _fmt(r.get("prepared_plain_ms")),
                 _fmt(r.get("speedup_prepared"), "x", 2)) if prepared else ()
         out.append((r["id"], kind, str(r["generated"]), _fmt(r["ms"]), _fmt(r["plain_ms"]),
@@ -326,6 +418,10 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
                  f"vs HF {_fmt(summary['decode_vs_hf'], 'x', 2)}; acceptance {summary['acceptance']:.2f}, "
                  f"{summary['tokens_per_pass']:.2f} tokens/pass, "
                  f"plain passes / ngramd passes {_fmt(summary['passes_vs_plain'], 'x', 2)}")
+    for label, g in (("all cases", summary), ("completions", summary.get("completions")),
+                     ("edits", summary.get("edits"))):
+        if g and "vs_llamacpp_plain" in g:
+            lines.append(_llamacpp_line(label, g))
     for kind, g in summary["by_kind"].items():
         lines.append(f"{kind} ({g['cases']}): vs plain {sp(g, 'vs_plain')}; vs HF {sp(g, 'vs_hf')}; "
                      f"decoding only {_fmt(g['decode_vs_plain'], 'x', 2)}; "
@@ -360,6 +456,21 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _llamacpp_line(label: str, g: dict[str, Any]) -> str:
+    """A group's figures over llama.cpp's own decoding: cold and prepared, totals, identical counts."""
+    def sp(key: str) -> str:
+        s = g[key]
+        return f"total {_fmt(s['total'], 'x', 2)}, min {_fmt(s['min'], 'x', 2)}"
+
+    totals = ", ".join(f"{k} {v:.0f}" for k, v in g["totals_ms"].items())
+    firsts = ", ".join(f"{k} {v:.0f}" for k, v in g["first_token_totals_ms"].items())
+    return (f"{label} ({g['cases']}) on llama.cpp: vs llama.cpp plain {sp('vs_llamacpp_plain')}, prepared "
+            f"{sp('prepared_vs_llamacpp_plain')}; vs LlamaPromptLookupDecoding {sp('vs_llamacpp_pld')}, prepared "
+            f"{sp('prepared_vs_llamacpp_pld')}; same ids as plain: llama.cpp plain {g['llamacpp_plain_identical']}/"
+            f"{g['cases']}, prompt lookup {g['llamacpp_pld_identical']}/{g['cases']}; ms in total: {totals}; "
+            f"first-token ms in total: {firsts}")
+
+
 def _reach(label: str, ceiling: float | None, goal: float) -> str:
     """A target's ceiling, and whether drafting alone can meet the goal under it ("" without one)."""
     if ceiling is None:
@@ -374,8 +485,11 @@ def render_text(report: dict[str, Any], out: TextIO, use_rich: bool | None = Non
     heads = columns(report["cases"])
     lines = summary_lines(report["summary"])
     meta = report["meta"]
-    title = (f"ngramd bench: {meta.get('model')} on {meta.get('device')}, {meta.get('cases_file')}, "
+    title = (f"ngramd bench: {meta.get('model')} on {meta.get('device')}"
+             f"{' (llama.cpp)' if meta.get('runtime') == 'llamacpp' else ''}, {meta.get('cases_file')}, "
              f"repeat {meta.get('repeat')} (ms are medians; x = baseline ms / ngramd ms)")
+    if meta.get("hf_skipped"):
+        lines = lines + [f"hf baseline skipped: {meta['hf_skipped']}"]
     if use_rich is not False:
         try:
             from rich.console import Console

@@ -16,6 +16,19 @@ Variants (vocabulary of the report):
   the editor's flow. ``hf`` has no such variant: transformers' prompt lookup does not
   take a prefilled cache (docs/benchmarks.md at 53c478e, "Prepared edits").
 
+On a llama.cpp runtime (daemon/runtime/llamacpp.py) there is no torch model, so no ``hf``;
+its baselines are llama-cpp-python's own decoding of the same GGUF
+(daemon/bench/llamacpp_peer.py), on the same prompt ids and plain's number of tokens:
+
+- ``llamacpp_plain``: ``Llama.generate`` greedy, one token per pass;
+- ``llamacpp_pld``: the same with ``LlamaPromptLookupDecoding(num_pred_tokens=10)`` drafts;
+- ``prep_llamacpp_plain`` / ``prep_llamacpp_pld`` (``prepared=True``): the same with the prompt
+  but its last token evaluated in their own KV cache first, untimed, as a llama.cpp server's
+  prompt cache gives an editor.
+
+Their forward passes are recorded by wrapping the runtime's ``forward_pass``
+(``RuntimePassRecorder``), as the torch model's hook does.
+
 Fairness rules, each chosen so that the three do the same work:
 
 - Same prompt: ``hf`` gets the token ids the engine fed the model (recovered from
@@ -54,6 +67,7 @@ from typing import Any, Callable
 
 from daemon.bench.cases import BenchCase
 from daemon.bench.followed import followed
+from daemon.bench.llamacpp_peer import PEERS, LlamaCppPeers
 from daemon.bench.report import changed_lines, still_compiles
 from daemon.edit.indent import line_before
 from daemon.protocol.requests import CompletionRequest, CompletionResult, EditRequest
@@ -65,6 +79,17 @@ VARIANTS = ("spec", "plain", "hf")
 # previous case's, so that at --repeat 1 too no variant always runs first or after another.
 VARIANTS_ORDERS = (("plain", "spec", "hf"), ("spec", "plain", "hf"), ("plain", "hf", "spec"))
 PREPARED_ORDERS = (("prep_plain", "prep_spec"), ("prep_spec", "prep_plain"))
+# On a llama.cpp runtime, with llama.cpp's own baselines: plain before the peers (they make as many
+# tokens as it did), and the order turns as above
+LLAMACPP_ORDERS = (("plain", "spec", "llamacpp_plain", "llamacpp_pld"),
+                   ("spec", "plain", "llamacpp_pld", "llamacpp_plain"),
+                   ("plain", "llamacpp_plain", "spec", "llamacpp_pld"),
+                   ("plain", "llamacpp_pld", "llamacpp_plain", "spec"))
+LLAMACPP_PREPARED_ORDERS = (("prep_plain", "prep_spec", "prep_llamacpp_plain", "prep_llamacpp_pld"),
+                            ("prep_spec", "prep_llamacpp_plain", "prep_llamacpp_pld", "prep_plain"),
+                            ("prep_llamacpp_plain", "prep_llamacpp_pld", "prep_plain", "prep_spec"),
+                            ("prep_llamacpp_pld", "prep_plain", "prep_spec", "prep_llamacpp_plain"))
+HF_NEEDS_TORCH = "transformers' prompt lookup runs a torch model; this runtime has none"
 
 
 # --------------------------------------------------------------------------- forward-pass trace
@@ -115,6 +140,37 @@ class PassRecorder:
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             start = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
         self.passes.append(Pass(start, [int(t) for t in ids.reshape(-1).tolist()]))
+
+
+class RuntimePassRecorder:
+    """Records every ``forward_pass`` of a runtime with no torch model to hook (llama.cpp): where
+    it started (the cache's length) and what it fed. Wraps the method on the instance."""
+
+    def __init__(self, runtime: Any):
+        self.runtime = runtime
+        self.passes: list[Pass] = []
+
+    def __enter__(self) -> "RuntimePassRecorder":
+        self.passes = []
+        inner = self.runtime.forward_pass
+
+        def forward_pass(ids: Any, cache: Any, *args: Any, **kwargs: Any) -> Any:
+            self.passes.append(Pass(len(cache), [int(t) for t in ids]))
+            return inner(ids, cache, *args, **kwargs)
+
+        self.runtime.forward_pass = forward_pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.runtime.__dict__.pop("forward_pass", None)
+
+
+def recorder_for(runtime: Any) -> Any:
+    """The pass recorder of ``runtime``: a hook on its torch model, or a wrapper of its passes."""
+    model = getattr(runtime, "model", None)
+    if hasattr(model, "register_forward_pre_hook"):
+        return PassRecorder(model)
+    return RuntimePassRecorder(runtime)
 
 
 def prompt_ids_from_plain(passes: list[Pass], generated: list[int]) -> list[int] | None:
@@ -233,7 +289,12 @@ class BenchRunner:
         self.rt = runtime
         self.engine_config = engine_config
         self.index_config = index_config
-        self.hf = hf
+        torch_model = hasattr(getattr(runtime, "model", None), "generate")
+        self.hf = hf and torch_model
+        self.hf_skipped = HF_NEEDS_TORCH if hf and not torch_model else None
+        # llama.cpp's own decoding of the same GGUF, where the runtime is llama.cpp's
+        self.peers = LlamaCppPeers(runtime) if getattr(runtime, "kind", "torch") == "llamacpp" else None
+        self._peer_passes: dict[str, int] = {}
         self.prepared = prepared
         self.typed_instruction = typed_instruction  # edits prepared through their instruction
         self.log = log or (lambda msg: None)
@@ -298,7 +359,7 @@ class BenchRunner:
             prepare_ms = (time.perf_counter() - t0) * 1000
         n = max_tokens or case.max_tokens
         cancel = threading.Event()
-        recorder = PassRecorder(self.rt.model)
+        recorder = recorder_for(self.rt)
         t0 = time.perf_counter()
         try:
             with recorder:
@@ -327,6 +388,11 @@ class BenchRunner:
                 self._engine_run(case, index, speculate=True, max_tokens=8, prepared=True)
             if self.hf and plain.result is not None:
                 hf_prompt_lookup(self.rt.model, self._prompt_ids(plain), 8, self.rt.eos_token_id, self.rt.device)
+            if self.peers is not None and plain.result is not None:  # loads them: untimed
+                for peer in PEERS:
+                    self.peers.run(peer, self._prompt_ids(plain), 8)
+                    if self.prepared:
+                        self.peers.run(peer, self._prompt_ids(plain), 8, prepared=True)
         self._warm = True  # only now: a case whose warm-up failed leaves it to the next case
 
     # --- one case ----------------------------------------------------------------------
@@ -336,9 +402,12 @@ class BenchRunner:
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
         self.warm_up(case)
-        variants = VARIANTS + (PREPARED_ORDERS[0] if self.prepared else ())
+        cold_orders, prepared_orders = ((LLAMACPP_ORDERS, LLAMACPP_PREPARED_ORDERS) if self.peers is not None
+                                        else (VARIANTS_ORDERS, PREPARED_ORDERS))
+        variants = VARIANTS + cold_orders[0] + (prepared_orders[0] if self.prepared else ())
         times: dict[str, list[float]] = {v: [] for v in variants}  # each run's ms
         first: dict[str, list[float]] = {v: [] for v in variants}  # each run's time to its first token
+        peer_ids: dict[str, list[list[int]]] = {v: [] for v in variants if v.removeprefix("prep_") in PEERS}
         spec_runs: list[EngineRun] = []
         plain_runs: list[EngineRun] = []
         prepared_runs: list[EngineRun] = []
@@ -349,7 +418,10 @@ class BenchRunner:
             for r in range(max(1, repeat)):
                 turn = self._turn
                 self._turn += 1
-                for variant in VARIANTS_ORDERS[turn % len(VARIANTS_ORDERS)]:
+                for variant in cold_orders[turn % len(cold_orders)]:
+                    if variant in PEERS:
+                        self._peer_run(variant, prompt_ids, plain_runs, times, first, peer_ids)
+                        continue
                     if variant == "hf":
                         n_plain = len(plain_runs[0].result.token_ids)
                         if not self.hf or n_plain == 0:  # hf generates at least one token: unequal work
@@ -369,7 +441,10 @@ class BenchRunner:
                     first[variant].append(run.result.stats.first_token_ms)
                     if variant == "plain" and prompt_ids is None:  # read off plain's passes (no drafts)
                         prompt_ids = self._prompt_ids(run)
-                for variant in PREPARED_ORDERS[turn % len(PREPARED_ORDERS)] if self.prepared else ():
+                for variant in prepared_orders[turn % len(prepared_orders)] if self.prepared else ():
+                    if variant.removeprefix("prep_") in PEERS:
+                        self._peer_run(variant, prompt_ids, plain_runs, times, first, peer_ids)
+                        continue
                     run = self._engine_run(case, index, variant == "prep_spec", prepared=True)
                     prepared_runs.append(run)
                     times[variant].append(run.ms)
@@ -380,7 +455,38 @@ class BenchRunner:
         row["hf_forward_passes"] = hf_passes
         if self.prepared:
             self._add_prepared(row, prepared_runs, times, first, plain_runs[-1].result)
+        if self.peers is not None:
+            self._add_peers(row, times, first, peer_ids, list(plain_runs[-1].result.token_ids))
         return row
+
+    def _peer_run(self, variant: str, prompt_ids: list[int] | None, plain_runs: list[EngineRun],
+                  times: dict[str, list[float]], first: dict[str, list[float]],
+                  peer_ids: dict[str, list[list[int]]]) -> None:
+        """One timed run of a llama.cpp baseline (``prep_``: prepared), as many tokens as plain made."""
+        n_plain = len(plain_runs[0].result.token_ids)
+        if n_plain == 0 or prompt_ids is None:  # generate() makes at least one token: unequal work
+            return
+        peer = variant.removeprefix("prep_")
+        run = self.peers.run(peer, prompt_ids, n_plain, prepared=variant != peer)
+        peer_ids[variant].append(run.ids)
+        times[variant].append(run.ms)
+        first[variant].append(run.first_token_ms)
+        if variant == peer:
+            self._peer_passes[peer] = run.forward_passes
+
+    def _add_peers(self, row: dict[str, Any], times: dict[str, list[float]], first: dict[str, list[float]],
+                   peer_ids: dict[str, list[list[int]]], plain_ids: list[int]) -> None:
+        """The llama.cpp baselines' figures: ms, first-token ms, whether every run made plain's
+        token ids, and ngramd's speedup over each (cold over cold, prepared over prepared)."""
+        for variant, runs in peer_ids.items():
+            peer = variant.removeprefix("prep_")
+            key = peer if variant == peer else f"prepared_{peer}"
+            row[f"{key}_ms"] = _r(statistics.median(times[variant])) if runs else None
+            row[f"{key}_first_token_ms"] = _r(statistics.median(first[variant])) if runs else None
+            row[f"{key}_identical"] = all(ids == plain_ids for ids in runs) if runs else None
+            row[f"speedup_{key}"] = _ratio(row[f"{key}_ms"], row.get("prepared_ms" if variant != peer else "ms"))
+            if variant == peer:  # its last cold run's ``Llama.eval`` calls, the first one the prompt's
+                row[f"{peer}_forward_passes"] = self._peer_passes.pop(peer, None) if runs else None
 
     @staticmethod
     def _add_prepared(row: dict[str, Any], runs: list[EngineRun], times: dict[str, list[float]],

@@ -1,7 +1,8 @@
-"""``ngramd bench``: speculation vs plain decoding vs transformers' prompt lookup.
+"""``ngramd bench``: speculation vs plain decoding vs transformers' prompt lookup (torch) or
+llama.cpp's own plain and prompt-lookup decoding (``--runtime llamacpp``).
 
     ngramd bench --cases bench/cases/stdlib.jsonl [--repeat 3] [--json] [--plot out.png] [--no-hf]
-                 [--prepared [--typed-instruction]] [--rows rows.jsonl]
+                 [--prepared [--typed-instruction]] [--rows rows.jsonl] [--runtime auto|torch|llamacpp]
     ngramd bench --make-cases WORKSPACE [--mode complete|edit] [--n 20] [--seed S] [--out cases.jsonl]
 
 The case format is in ``daemon/bench/cases.py``, how each case is run in
@@ -126,11 +127,11 @@ def run(args: Any) -> int:
     return 1 if summary["not_identical"] or summary["errors"] else 0
 
 
-def load_runtime(model: str | None, device: str) -> Any:
+def load_runtime(model: str | None, device: str, runtime: str = "auto") -> Any:
     """The model the run measures (daemon/runtime/model.py ``load_runtime``; a seam for the CLI's tests)."""
     from daemon.runtime.model import load_runtime as load
 
-    return load(model, device)
+    return load(model, device, runtime)
 
 
 def _unwritable(path: str) -> str:
@@ -238,18 +239,26 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
             bar.update(1)
     if bar is not None:
         bar.close()
+    if runner.peers is not None:
+        runner.peers.close()
     meta = {
         "model": getattr(runtime, "name", str(model)),
+        "runtime": getattr(runtime, "kind", "torch"),
         "device": str(getattr(runtime, "device", device)),
         "dtype": str(getattr(runtime, "dtype", "")).replace("torch.", ""),
         "repeat": repeat,
-        "hf_baseline": hf,
+        "hf_baseline": runner.hf,
+        "hf_skipped": runner.hf_skipped,  # why not, where hf was asked for
+        "llamacpp_baselines": runner.peers is not None,
         "prepared": prepared,
         "typed_instruction": typed_instruction,
         "cases_file": cases_file,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
+        "runtime_threads": getattr(runtime, "threads", None),
+        "llama_cpp": _llama_cpp_version() if runner.peers is not None else None,
+        "exactness": _exactness(runtime),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -258,6 +267,20 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "engine_config": _config_dict(runner.engine_config),  # as run: with the runner's fairness overrides
     }
     return build_report(rows, meta)
+
+
+def _llama_cpp_version() -> str | None:
+    try:
+        import llama_cpp
+
+        return llama_cpp.__version__
+    except ImportError:
+        return None
+
+
+def _exactness(runtime: Any) -> Any:
+    exactness = getattr(runtime, "exactness", None)
+    return exactness.to_dict() if hasattr(exactness, "to_dict") else None
 
 
 def _config_dict(cfg: Any) -> Any:
