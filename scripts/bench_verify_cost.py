@@ -5,7 +5,8 @@
 2. plain vs speculative (chain, tree) on real-code positions: tokens/pass, ms, identical output;
 3. time to first token after a one-character edit (KV reuse) against a cold request.
 
-    .venv/bin/python scripts/bench_verify_cost.py [--model SPEC] [--positions 6] [--max-tokens 48]
+    .venv/bin/python scripts/bench_verify_cost.py [--model SPEC] [--runtime auto|torch|llamacpp]
+                                                  [--positions 6] [--max-tokens 48] [--curve-only]
 
 Timing uses the minimum of repeats for the curve (other processes only ever add
 time) and alternates the decoders per position, so a busy CPU biases no side.
@@ -29,7 +30,6 @@ sys.path.insert(0, str(ROOT))
 from daemon.engine.policy import AdaptiveConfig  # noqa: E402
 from daemon.engine.completer import Completer  # noqa: E402
 from daemon.engine.loop import EngineConfig  # noqa: E402
-from daemon.runtime.kv_cache import KVCache  # noqa: E402
 from daemon.runtime.model import load_runtime  # noqa: E402
 from daemon.protocol.requests import CompletionRequest  # noqa: E402
 
@@ -38,21 +38,28 @@ SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 def verify_curve(rt, context_tokens: list[int], repeats: int,
                  sizes: tuple[int, ...] = SIZES) -> list[tuple[int, float, float]]:
-    kv = KVCache()
+    """Through the runtime seam (daemon/runtime/base.py): torch and llama.cpp alike; every row's
+    logits, as a verify pass asks."""
+    kv = rt.new_cache()
     ctx = context_tokens[:1000]
-    rt.forward(torch.tensor([ctx], device=rt.device), kv.cache, keep_last=1)
+    rt.forward_pass(ctx, kv, keep_last=1)
     kv.extended(ctx)
     extra = context_tokens[1000:1000 + max(sizes)]
     rows = []
-    for n in sizes:
-        times = []
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
-            rt.forward(torch.tensor([extra[:n]], device=rt.device), kv.cache)
-            times.append((time.perf_counter() - t0) * 1000)
-            kv.extended(extra[:n])
-            kv.crop(len(ctx))
-        rows.append((n, min(times[1:]), statistics.median(times[1:])))
+    try:
+        for n in sizes:
+            times = []
+            for _ in range(repeats + 1):
+                rt.synchronize()
+                t0 = time.perf_counter()
+                rt.forward_pass(extra[:n], kv)
+                rt.synchronize()
+                times.append((time.perf_counter() - t0) * 1000)
+                kv.extended(extra[:n])
+                kv.crop(len(ctx))
+            rows.append((n, min(times[1:]), statistics.median(times[1:])))
+    finally:
+        rt.release_cache(kv)
     return rows
 
 
@@ -76,6 +83,9 @@ def positions(files: list[Path], n: int) -> list[tuple[Path, str, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
+    ap.add_argument("--runtime", choices=["auto", "torch", "llamacpp"], default="auto",
+                    help="what runs the model (auto: llama.cpp for a GGUF file on the CPU)")
+    ap.add_argument("--curve-only", action="store_true", help="the verify-cost curve alone")
     ap.add_argument("--positions", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
@@ -87,8 +97,9 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else SIZES
-    rt = load_runtime(args.model, "cpu")
-    print(f"# model {rt.name} on {rt.device}, torch threads {torch.get_num_threads()}, "
+    rt = load_runtime(args.model, "cpu", args.runtime)
+    threads = getattr(rt, "threads", None) or torch.get_num_threads()
+    print(f"# model {rt.name} on {rt.device} ({getattr(rt, 'kind', 'torch')}), threads {threads}, "
           f"load average {os.getloadavg()[0]:.1f}")
 
     files = [ROOT / "daemon" / "engine" / "loop.py", ROOT / "index" / "store.py", ROOT / "daemon" / "engine" / "completer.py"]
@@ -96,6 +107,10 @@ def main() -> int:
     print("\n| new tokens | ms/pass (min) | ms/pass (median) |\n|---:|---:|---:|")
     for n, lo, med in curve:
         print(f"| {n} | {lo:.1f} | {med:.1f} |")
+    if args.curve_only:
+        if args.json:
+            Path(args.json).write_text(json.dumps({"runtime": getattr(rt, "kind", "torch"), "curve": curve}, indent=1))
+        return 0
 
     from index.store import NgramIndex
 
