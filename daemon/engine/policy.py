@@ -207,16 +207,30 @@ def ema_acceptance(a: float, accepted: int, drafted: int, alpha: float) -> float
     return min(max(a, 0.01), 0.99)
 
 
-def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0) -> int:
+# The least a draft of m tokens must be able to give, all accepted: (1 + m) tokens in cost(1 + m)
+# against one in cost(1). On a near-linear curve (llama.cpp on the CPU: 14, 24, 37 ms for passes
+# of 1, 2, 4) a 1-token draft gains at most 1.19x when accepted and costs 1.7x when rejected: its
+# expected gain rests on an acceptance estimate (a prior, a few outcomes) less sure than that
+# margin, so such drafts do not pay. On torch's CPU curve (a pass of 2 costs about what one of 1
+# does) every size clears it.
+MIN_CEILING = 1.25
+
+
+def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0,
+               min_ceiling: float = MIN_CEILING) -> int:
     """The m maximising expected tokens per ms, (1 + sum(values[:m])) / cost(1 + m); 0 is plain decoding.
 
     ``values``: [n] the value of each draft node, best first. The chosen m must beat
-    plain decoding by the factor ``min_gain``.
+    plain decoding by the factor ``min_gain``, and could beat it by ``min_ceiling`` were
+    every token accepted (``MIN_CEILING``).
     """
     if len(values) == 0:
         return 0
     # expected tokens per ms for m = 1..n; one vectorised pass (the edit policy sizes up to 64 on every pass)
-    rates = (1.0 + np.cumsum(values)) / cost.many(np.arange(2, len(values) + 2))
+    sizes = np.arange(2, len(values) + 2)
+    costs = cost.many(sizes)
+    rates = (1.0 + np.cumsum(values)) / costs
+    rates = np.where(sizes / costs >= min_ceiling / cost(1), rates, -np.inf)  # sizes that cannot pay
     best = int(np.argmax(rates))  # the first of equal rates: the shorter draft
     return best + 1 if rates[best] > min_gain / cost(1) else 0
 

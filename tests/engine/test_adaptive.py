@@ -138,3 +138,20 @@ def test_the_cpu_is_named():
 
     name = hardware_name(torch.device("cpu"))
     assert isinstance(name, str) and name.strip()
+
+
+def test_on_a_near_linear_curve_a_draft_too_short_to_pay_even_accepted_is_declined():
+    """llama.cpp on the CPU: passes of 1, 2, 4 tokens cost 14, 24, 37 ms. A 1-token draft accepted
+    gains at most 1.17x; rejected it costs 1.7x: declined however likely it looks. A long draft
+    accepted at 0.95 a token still pays."""
+    from daemon.engine.policy import MIN_CEILING, best_count
+
+    cost = CostModel(sizes=[1, 2, 4, 8, 16, 32, 64], ms=[14.0, 24.0, 37.0, 63.0, 109.0, 205.0, 400.0], online=False)
+    assert 2 * cost(1) / cost(2) < MIN_CEILING
+    assert best_count([0.9], cost, min_ceiling=1.0) == 1  # by expected rate alone it would draft
+    assert best_count([0.9], cost) == 0
+    assert best_count([0.9, 0.1], cost) == 0  # the second token adds too little
+    long = best_count(np.cumprod(np.full(32, 0.95)).tolist(), cost)
+    assert long >= 3 and (1 + long) * cost(1) / cost(1 + long) >= MIN_CEILING
+    flat = CostModel(sizes=[1, 2, 16], ms=[70.0, 74.0, 130.0], online=False)  # torch's CPU curve
+    assert best_count([0.6], flat) == 1
