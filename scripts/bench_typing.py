@@ -117,19 +117,24 @@ def main() -> int:
     def configurations(fn: Function) -> list[CompleterEngine]:
         index = index_of(fn)
         index.remove_file(str(fn.path))  # the buffer being typed replaces the file on disk
-        out = [CompleterEngine("ngramd", Completer(runtime, index, EngineConfig()), True, True, args.max_tokens),
-               CompleterEngine("baseline", Completer(runtime, None, EngineConfig(answer_cache=False,
-                                                                               add_history=False)),
+        # one document's KV cache each: a llama.cpp runtime has a few sequences for all its completers
+        out = [CompleterEngine("ngramd", Completer(runtime, index, EngineConfig(max_caches=1)), True, True,
+                               args.max_tokens),
+               CompleterEngine("baseline", Completer(runtime, None, EngineConfig(answer_cache=False, add_history=False,
+                                                                               max_caches=1)),
                                False, False, args.max_tokens)]
         if "llamacpp" in runtimes and runtime.kind != "llamacpp":
             out.append(CompleterEngine("llamacpp_plain", Completer(runtimes["llamacpp"], None,
-                                                                   EngineConfig(answer_cache=False, add_history=False)),
+                                                                   EngineConfig(answer_cache=False, add_history=False,
+                                                                                max_caches=1)),
                                        False, False, args.max_tokens))
         return out
 
     for rt in runtimes.values():  # one-time costs (calibration, first allocations) before any measurement
         warm = "def f(x):\n    return x\n\n\ndef g(y):\n    "
-        Completer(rt, None, EngineConfig()).complete(CompletionRequest("untitled:warm", warm, len(warm), 8))
+        warming = Completer(rt, None, EngineConfig(max_caches=1))
+        warming.complete(CompletionRequest("untitled:warm", warm, len(warm), 8))
+        warming.pool.clear()  # its llama.cpp sequence back
 
     rng = random.Random(args.seed)
     per_config: dict[str, list] = {}
@@ -139,6 +144,7 @@ def main() -> int:
         files.append(name)
         for engine in configurations(fn):
             result = replay(engine, fn.path.as_uri(), fn.text, fn.body_start, fn.body_end, user, seed=args.seed + n)
+            engine.completer.pool.clear()  # its llama.cpp sequence back for the next configuration
             result.file = name
             per_config.setdefault(engine.name, []).append(result)
             s = summarize([result])
@@ -149,7 +155,8 @@ def main() -> int:
         index_of(fn).index_file(str(fn.path))
 
     # a seeded sample of each configuration's shown answers, re-run cold with plain decoding
-    cold = {kind: Completer(rt, None, EngineConfig(answer_cache=False, add_history=False, reuse_kv=False))
+    cold = {kind: Completer(rt, None, EngineConfig(answer_cache=False, add_history=False, reuse_kv=False,
+                                                   max_caches=1))
             for kind, rt in runtimes.items()}
     report: dict = {"runtime": runtime.kind, "files": files, "user": user.__dict__, "configurations": {}}
     for name, results in per_config.items():

@@ -39,6 +39,7 @@ class RememberedAnswer:
     stream: list[int]  # every generated token, with the stopping eos where there was one
     stream_bytes: bytes  # the bytes of ``stream`` (the eos adds none)
     prefetched: bool = False
+    finished: bool = True  # False: cancelled before its stop (a prefix of the stream; it can be resumed)
     hits: int = 0
 
 
@@ -93,12 +94,13 @@ class AnswerCache:
     _answers: dict[str, collections.deque[RememberedAnswer]] = field(default_factory=dict)
 
     def remember(self, uri: str, prompt_ids: Sequence[int], forced: bytes, params: AnswerParams,
-                 stream: Sequence[int], eos: int | None, prefetched: bool = False) -> None:
-        """Keep the stream a finished (not cancelled) request produced; ``eos``: the token it
-        stopped on, if it stopped on one (the stream's tokens leave it out)."""
+                 stream: Sequence[int], eos: int | None, prefetched: bool = False, finished: bool = True) -> None:
+        """Keep the stream a request produced; ``eos``: the token it stopped on, if it stopped on
+        one (the stream's tokens leave it out). ``finished`` False: it was cancelled first, and
+        its tokens are the first of the stream (each one exact: a cancel falls between passes)."""
         tokens = [int(t) for t in stream] + ([int(eos)] if eos is not None else [])
         entry = RememberedAnswer(tuple(int(t) for t in prompt_ids), bytes(forced), params, tokens,
-                                 b"".join(self.token_bytes(t) for t in stream), prefetched)
+                                 b"".join(self.token_bytes(t) for t in stream), prefetched, finished=finished)
         answers = self._answers.setdefault(uri, collections.deque())
         for old in [a for a in answers if a.prompt_ids == entry.prompt_ids and a.params == params]:
             answers.remove(old)  # the newer stream replaces one for the same prompt
@@ -118,10 +120,8 @@ class AnswerCache:
         for entry in reversed(self._answers.get(uri, ())):
             if entry.prompt_ids != ids or entry.params != params:
                 continue
-            # the new forced prefix extends the old one, and the stream begins with it
-            if not (forced.startswith(entry.forced) and entry.stream_bytes.startswith(forced)
-                    and self._allowed_under(entry.stream, len(forced))):
-                continue
+            if not (self._consistent(entry, forced) and entry.stream_bytes.startswith(forced)):
+                continue  # the stream must cover the forced prefix: before it, an eos is never allowed
             stopper = new_stopper()
             used = stopper.push_many(entry.stream)
             if not stopper.reason:
@@ -135,6 +135,34 @@ class AnswerCache:
                 self.stats.prefetch_hits += 1
             return ServedAnswer(tokens, stopper.text, stopper.reason, entry.prefetched)
         return None
+
+    def resumable(self, uri: str, prompt_ids: Sequence[int], forced: bytes,
+                  params: AnswerParams) -> list[int] | None:
+        """The longest remembered output a greedy request can go on from: tokens that decoding
+        would produce first again (``serve``'s argument), which did not reach the request's stop.
+        None where there is none."""
+        if params.temperature != 0.0:
+            return None  # a sampled draw is keyed by its position: resumed, it would be another
+        ids = tuple(int(t) for t in prompt_ids)
+        best: list[int] | None = None
+        for entry in self._answers.get(uri, ()):
+            if entry.prompt_ids != ids or entry.params != params or not entry.stream:
+                continue
+            if self._consistent(entry, forced) and (best is None or len(entry.stream) > len(best)):
+                best = list(entry.stream)
+        while best and self.is_special(best[-1]):
+            best.pop()  # an eos ends an answer, never continues one
+        return best or None
+
+    def _consistent(self, entry: RememberedAnswer, forced: bytes) -> bool:
+        """Whether ``entry``'s tokens are the first that decoding under ``forced`` produces: the new
+        forced prefix extends the old one, and the stream agrees with it as far as both go."""
+        if not forced.startswith(entry.forced):
+            return False
+        covered = min(len(forced), len(entry.stream_bytes))
+        if entry.stream_bytes[:covered] != forced[:covered]:
+            return False
+        return self._allowed_under(entry.stream, covered)
 
     def _allowed_under(self, stream: list[int], forced_len: int) -> bool:
         """Whether each token that covers the forced prefix is one a forced prefix allows at all

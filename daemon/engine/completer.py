@@ -110,13 +110,26 @@ class Completer:
         else:
             proposer, policy = self._proposer(req.uri, prompt.ids, prompt.fim), self.policy
         stopper = self._stopper(req, prompt, max_tokens)
+        # an answer a newer keystroke cut short goes on from where it was: its tokens are the ones
+        # decoding would produce first (daemon/engine/answer_cache.py), and the KV cache holds them
+        resumed: list[int] = []
+        if params is not None:
+            with self._lock:
+                resumed = self.answers.resumable(req.uri, prompt.ids, forced_bytes, params) or []
+            stopper.push_many(resumed)
+            if stopper.reason:  # it would have been served whole: decode afresh (never expected)
+                resumed, stopper = [], self._stopper(req, prompt, max_tokens)
         forced = ForcedPrefix(self.runtime, prompt.forced) if prompt.forced else None
-        out, stats = self.decode(req.uri, prompt.ids, proposer, policy, stopper, req.sampling, forced,
-                                 cancel, t0=t0, sync=None if prefetch else (req.uri, req.text))
-        if params is not None and not out.cancelled:
+        out, stats = self.decode(req.uri, list(prompt.ids) + resumed, proposer, policy, stopper, req.sampling, forced,
+                                 cancel, t0=t0, sync=None if prefetch else (req.uri, req.text),
+                                 emitted_before=b"".join(self.runtime.token_bytes(t) for t in resumed))
+        if resumed:
+            out = dataclasses.replace(out, tokens=resumed + out.tokens)
+        if params is not None and (out.tokens or not out.cancelled):
             with self._lock:
                 self.answers.remember(req.uri, prompt.ids, forced_bytes, params, out.tokens,
-                                      self._eos_token() if out.stop_reason == "eos" else None, prefetched=prefetch)
+                                      self._eos_token() if out.stop_reason == "eos" else None, prefetched=prefetch,
+                                      finished=not out.cancelled)
         if (self.index is not None and self.cfg.add_history and not prefetch and not out.cancelled
                 and len(out.tokens) >= 2):
             try:
@@ -184,7 +197,7 @@ class Completer:
     def decode(self, key: Hashable, prompt_ids: Sequence[int], proposer: Proposer, policy: DraftPolicy | None,
                stopper: StopChecker, sampling: SamplingParams, forced: ForcedPrefix | None = None,
                cancel: threading.Event | None = None, propose_k: int | None = None, t0: float | None = None,
-               sync: tuple[str, str] | None = None) -> tuple[GenerationOutput, GenerationStats]:
+               sync: tuple[str, str] | None = None, emitted_before: bytes = b"") -> tuple[GenerationOutput, GenerationStats]:
         """Prefill ``prompt_ids`` on the KV cache kept under ``key`` (a uri, or an edit's
         ``edit_cache_key``), then ``generate``; one request at a time.
 
@@ -202,7 +215,8 @@ class Completer:
                            reuse=self.cfg.reuse_kv, fuse=self.cfg.fuse_prefill):
                 return GenerationOutput([], "", "cancelled", cancelled=True), stats
             out = generate(self.runtime, kv, prompt_ids, proposer, policy, stopper, sampling, forced, stats,
-                           cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0)
+                           cancel, self.cfg.propose_k if propose_k is None else propose_k, t_start=t0,
+                           emitted_before=emitted_before)
         return out, stats
 
     def _proposer(self, uri: str, prompt_ids: list[int], fim: bool) -> Proposer:

@@ -147,7 +147,7 @@ def _walk_tree(runtime: Runtime, logits: torch.Tensor, tops: list[int] | None, t
 def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer: Proposer,
              policy: DraftPolicy | None, stopper: StopChecker, sampling: SamplingParams,
              forced: ForcedPrefix | None, stats: GenerationStats, cancel: threading.Event | None = None,
-             propose_k: int = 32, t_start: float | None = None) -> GenerationOutput:
+             propose_k: int = 32, t_start: float | None = None, emitted_before: bytes = b"") -> GenerationOutput:
     """Decode after a prefilled ``kv`` until ``stopper`` stops or cancel.
 
     ``kv`` covers ``prompt_ids[:-1]``, or a prefix of it (``prefill``'s ``fuse``): the
@@ -164,7 +164,9 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
     assert kv.tokens == context[:len(kv)], "the KV cache must hold a prefix of the prompt"
     pending = context[len(kv):]  # the prompt's uncached tail, then the newest token
     out: list[int] = []
-    emitted = bytearray()  # bytes of generated tokens, for the forced prefix
+    # bytes of generated tokens, for the forced prefix; ``emitted_before``: those of output tokens
+    # that ``prompt_ids`` already ends with (a greedy answer resumed: daemon/engine/answer_cache.py)
+    emitted = bytearray(emitted_before)
     while True:
         if cancel is not None and cancel.is_set():
             stats.generated += len(out)

@@ -1,5 +1,5 @@
 """The llama.cpp runtime: a GGUF model evaluated by llama.cpp (the ``llama-cpp-python``
-binding's low-level API) at its own quantization, memory-mapped, with no de-quantized copy.
+binding's low-level API) at its own quantization, held once in memory, with no de-quantized copy.
 
 One llama.cpp context serves every document: each ``LlamaCppCache`` is one of its
 sequences (``n_seq_max`` of them, each with its own KV stream of ``n_ctx_seq`` cells:
@@ -134,7 +134,12 @@ class LlamaCppRuntime:
         L.llama_backend_init()
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = 0
-        mparams.load_mode = L.LLAMA_LOAD_MODE_MMAP  # the file's pages are the weights: no copy
+        # The file is read, not mapped: llama.cpp's CPU "repack" buffers rewrite Q4_0/Q4_K/IQ4_NL weights
+        # into a faster layout, and a mapped file stays resident beside that copy. A random 1.5B Q4_0 model
+        # (781 MB) held 1,584 MB mapped and repacked, 822 MB mapped without repack (decoding 2x slower),
+        # 872 MB read and repacked (docs/benchmarks.md, "Memory"). Read, every model is held once.
+        mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
+        mparams.use_extra_bufts = True
         model = L.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp cannot load the GGUF file {path}")
@@ -311,7 +316,7 @@ class LlamaCppRuntime:
         """llama_decode returns when the pass is done."""
 
     def memory_figures(self) -> dict[str, int]:
-        """The model's mapped tensors and the KV cells of every sequence (fp16 keys and values)."""
+        """The model's tensors (at their quantization) and the KV cells of every sequence (fp16 keys and values)."""
         kv = 2 * self._n_layer * self._kv_width * 2 * self.positions * self.sequences
         return {"model_bytes": int(self._L.llama_model_size(self._model)), "kv_cache_bytes": kv}
 

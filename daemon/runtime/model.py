@@ -366,7 +366,12 @@ def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "
         from daemon.runtime.llamacpp import load_llamacpp
 
         t0 = time.perf_counter()
-        rt = load_llamacpp(path)
+        try:
+            rt = load_llamacpp(path)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # a broken file fails inside the tokenizer's or llama.cpp's reader: bad input
+            raise ModelLoadError(f"cannot read the GGUF file {path}: {type(exc).__name__}: {exc}") from exc
         log.info("model %s ready on llama.cpp (cpu) in %.1f s", rt.name, time.perf_counter() - t0)
         return rt
     return _load_torch(spec, device)

@@ -146,3 +146,59 @@ def test_prefetched_answers_count_hits_and_waste():
     cache.forget("u")
     assert cache.stats.to_dict() == {"hits": 1, "prefetches": 2, "prefetched_tokens": 6, "prefetch_hits": 1,
                                      "wasted_tokens": 2}
+
+
+# --- an answer cut short by a newer keystroke goes on from where it was ---
+class _CancelAfter:
+    """A cancel Event that is set once ``passes`` forward passes have run."""
+
+    def __init__(self, runtime, passes: int):
+        import threading
+
+        self.event = threading.Event()
+        self._runtime, self._left = runtime, passes
+
+    def __enter__(self):
+        real = self._runtime.forward_pass
+
+        def counted(*args, **kwargs):
+            out = real(*args, **kwargs)
+            self._left -= 1
+            if self._left <= 0:
+                self.event.set()
+            return out
+
+        self._real = real
+        self._runtime.forward_pass = counted
+        return self.event
+
+    def __exit__(self, *exc):
+        del self._runtime.forward_pass
+
+
+@pytest.mark.parametrize("typed", [0, 1, 2, 3])
+def test_an_answer_cut_short_is_resumed_and_ends_as_a_cold_one(tiny, completers, typed):
+    warm, cold = completers
+    cursor = CURSORS[0]
+    full = cold.complete(_req(TEXT, cursor)).text
+    with _CancelAfter(tiny, passes=4) as cancel:  # the prefill's and three decoding passes
+        cut = warm.complete(_req(TEXT, cursor), cancel)
+    assert cut.cancelled and 0 < len(cut.token_ids) < 12
+    text = TEXT[:cursor] + full[:typed] + TEXT[cursor:]
+    resumed = warm.complete(_req(text, cursor + typed))
+    want = cold.complete(_req(text, cursor + typed))
+    assert (resumed.text, resumed.token_ids, resumed.stop_reason) == (want.text, want.token_ids, want.stop_reason)
+    if build_prompt(tiny, text, cursor + typed).ids == build_prompt(tiny, TEXT, cursor).ids:
+        # the same prompt base: it decoded only what the cut answer had not
+        assert resumed.stats.generated < len(want.token_ids)
+
+
+def test_a_sampled_answer_is_never_resumed():
+    cache = _cache()
+    params = AnswerParams.of(4, (), True, 0.7, 0.9, 5)
+    cache.remember("u", [7], b"", params, [1, 2], None, finished=False)
+    assert cache.resumable("u", [7], b"", params) is None
+    assert cache.resumable("u", [7], b"", PARAMS) is None  # other params: not this stream
+    cache.remember("u", [7], b"", PARAMS, [1, 2], None, finished=False)
+    assert cache.resumable("u", [7], b"a", PARAMS) == [1, 2]
+    assert cache.resumable("u", [7], b"q", PARAMS) is None

@@ -185,7 +185,7 @@ def test_serve_lowers_the_priority_of_its_index_restore_thread(monkeypatch):
     from daemon.cli import serve_cmd
     from daemon.workspace.priority import lower_this_thread
 
-    monkeypatch.setattr(model, "load_runtime", lambda spec, device: types.SimpleNamespace(tokenize_batch=None))
+    monkeypatch.setattr(model, "load_runtime", lambda spec, device, runtime="auto": types.SimpleNamespace(tokenize_batch=None))
     monkeypatch.setattr(daemon.edit.session, "EditingCompleter", lambda rt, index, cfg: None)
     _, index, _ = serve_cmd._build_engine(argparse.Namespace(model=None, device="cpu", max_indexed_tokens=None))
     assert index._restorer is not None and index._restorer._setup is lower_this_thread
