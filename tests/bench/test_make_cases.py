@@ -111,9 +111,17 @@ def test_file_names_that_are_not_utf8_are_skipped(tmp_path, capsys):
 
 
 def test_no_cursor_message_says_which_files_were_skipped(tmp_path):
-    (tmp_path / "latin.py").write_bytes(FUNC.replace("total = 0", "total = 0  # \xe9").encode("latin-1"))
-    with pytest.raises(BenchCaseError, match="1 skipped: not UTF-8"):
+    # control bytes throughout: binary, not source in another encoding
+    (tmp_path / "blob.py").write_bytes(FUNC.encode() + bytes(range(1, 32)) * 40 + b"\xff\xfe")
+    with pytest.raises(BenchCaseError, match="1 skipped: not UTF-8 or binary"):
         make_cases(tmp_path)
+
+
+def test_a_latin1_source_file_is_read_not_skipped(tmp_path):
+    """index/workspace.py reads a file that is not UTF-8 by its coding line, else as Latin-1."""
+    (tmp_path / "latin.py").write_bytes(FUNC.replace("total = 0", "total = 0  # \xe9").encode("latin-1"))
+    cases = make_cases(tmp_path, n=2, seed=0)
+    assert cases and {c["file"] for c in cases} == {"latin.py"}
 
 
 @pytest.mark.parametrize("deep", ["    y = " + "+".join(["a"] * 3000) + "\n",  # RecursionError in ast
