@@ -89,7 +89,7 @@ def test_real_model_a_looping_answer_is_stopped_early_and_identically():
     text = path.read_text()
     start = text.index("def server_bind(self):")
     end = text.index("\n", text.index("self.setup_environ()", start)) + 1
-    rt = load_runtime(None, device="cpu")
+    rt = load_runtime(None, device="cpu", runtime="torch")  # the loop is this runtime's output
     completer = EditingCompleter(rt, None, EngineConfig(calibrate=False))
     results = {}
     for speculate in (True, False):
