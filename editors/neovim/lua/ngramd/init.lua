@@ -495,7 +495,7 @@ end
 -- The status reply of `ngramd lsp` (lsp/server.py status):
 --   { enabled, settings, socket, connected, lastError, counters,
 --     daemon = <the daemon's status (docs/rpc.md)> or { error = ... } }
--- with daemon.generation = { drafted, accepted, acceptance, ... } and daemon.runtime.model.name.
+-- with daemon.generation = { drafted, accepted, acceptance, ... } and daemon.model.name.
 
 --- Share of drafted tokens the model accepted, or nil before anything was drafted.
 local function acceptance(result)
@@ -540,8 +540,8 @@ end
 --- One line: "daemon running, completions on, model X, acceptance 73%".
 function M.format_status(result)
   local parts = { "daemon " .. daemon_state(result), M.config.enabled and "completions on" or "completions off" }
-  local model = type(result) == "table" and type(result.daemon) == "table" and type(result.daemon.runtime.model) == "table"
-    and result.daemon.runtime.model.name
+  local model = type(result) == "table" and type(result.daemon) == "table" and type(result.daemon.model) == "table"
+    and result.daemon.model.name
   if type(model) == "string" then
     parts[#parts + 1] = "model " .. model
   end
