@@ -51,20 +51,8 @@ def fix_pre_tokenizer(tokenizer: Any, pre: str | None) -> bool:
 def load_gguf_tokenizer(path: Path) -> Any:
     """The transformers tokenizer of ``path``, built from the GGUF once (~7 s) and cached where
     the torch runtime caches it, with llama.cpp's split of text (``fix_pre_tokenizer``)."""
-    from transformers import AutoTokenizer
+    from daemon.runtime.model import cached_gguf_tokenizer
 
-    from daemon.runtime.model import _gguf_cache_dir, _progress, cache_root
-
-    cached = _gguf_cache_dir(path)
-    tok_dir = cached if (cached / "tokenizer.json").is_file() else cache_root() / "tokenizers" / cached.name
-    if (tok_dir / "tokenizer.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
-    else:
-        _progress(f"building the tokenizer of {path.name} (once)")
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        try:
-            tokenizer.save_pretrained(str(tok_dir))
-        except OSError as exc:
-            log.warning("could not cache the tokenizer in %s: %s", tok_dir, exc)
+    tokenizer = cached_gguf_tokenizer(path)
     fix_pre_tokenizer(tokenizer, gguf_pre_tokenizer_name(path))
     return tokenizer

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from daemon.runtime.base import NOT_CHECKED, Exactness
-from daemon.runtime.model import ModelLoadError, _build_byte_table, encode_plain
+from daemon.runtime.model import ModelLoadError, TokenizerMethods
 
 log = logging.getLogger("ngramd.llamacpp")
 
@@ -109,7 +109,7 @@ class LlamaCppCache:
         self.tokens.extend(int(t) for t in new_tokens)
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(TokenizerMethods):
     """A GGUF model in one llama.cpp context; see the module docstring."""
 
     kind = "llamacpp"
@@ -179,31 +179,7 @@ class LlamaCppRuntime:
         self._kv_width = int(L.llama_model_n_embd(model)) // max(1, int(L.llama_model_n_head(model))) \
             * int(L.llama_model_n_head_kv(model))
 
-    # --- tokenizer (the transformers tokenizer of the same GGUF) -------------------------
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.tokenizer.eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return encode_plain(self.tokenizer, [text])[0]
-
-    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
-        return encode_plain(self.tokenizer, list(texts)) if texts else []
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        table = getattr(self, "_bytes_cache", None)
-        if table is None:
-            table = _build_byte_table(self.tokenizer, len(self.tokenizer))
-            table += [b""] * max(0, self.vocab_size - len(table))
-            self._bytes_cache = table
-        return table[token_id]
-
-    def is_special(self, token_id: int) -> bool:
-        return token_id in self._special_ids
-
+    # --- tokenizer: the transformers tokenizer of the same GGUF (model.TokenizerMethods) ------
     def tokenizer_disagreement(self, text: str) -> str:
         """"" when the transformers tokenizer gives ``text`` llama.cpp's own ids, else where not."""
         ours, theirs = self.encode(text), self.llama_tokenize(text)

@@ -55,8 +55,47 @@ class ModelLoadError(RuntimeError):
     """The model named by the user cannot be loaded; the message says why and what to do."""
 
 
+class TokenizerMethods:
+    """What both runtimes ask of their transformers tokenizer (``self.tokenizer``, with
+    ``self.vocab_size`` and ``self._special_ids``): the index, the prompts and the stop rules
+    read token ids and bytes the same way whichever runtime evaluates them."""
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of user text (no BOS); a special token's string in it is plain text (see ``encode_plain``)."""
+        return encode_plain(self.tokenizer, [text])[0]
+
+    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
+        """Batch ``encode`` (the index's tokenizer callback): the index's tokens line up with the prompt's."""
+        if not texts:
+            return []
+        return encode_plain(self.tokenizer, list(texts))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes of one token (byte-level BPE), for incremental UTF-8 decoding."""
+        return self._byte_table()[token_id]
+
+    def _byte_table(self) -> list[bytes]:
+        table = getattr(self, "_bytes_cache", None)
+        if table is None:
+            table = _build_byte_table(self.tokenizer, len(self.tokenizer))
+            # pad to the model's vocab (embedding rows beyond the tokenizer decode to nothing)
+            table += [b""] * max(0, self.vocab_size - len(table))
+            self._bytes_cache = table
+        return table
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special_ids
+
+
 @dataclass
-class ModelRuntime:
+class ModelRuntime(TokenizerMethods):
     """A resident model. ``forward`` is the only way the engine calls it."""
 
     model: Any  # a transformers causal LM in eval mode
@@ -98,39 +137,6 @@ class ModelRuntime:
     @property
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.tokenizer.eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of user text (no BOS); a special token's string in it is plain text (see ``encode_plain``)."""
-        return encode_plain(self.tokenizer, [text])[0]
-
-    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
-        """Batch ``encode`` (the index's tokenizer callback): the index's tokens line up with the prompt's."""
-        if not texts:
-            return []
-        return encode_plain(self.tokenizer, list(texts))
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        """The raw bytes of one token (byte-level BPE), for incremental UTF-8 decoding."""
-        return self._byte_table()[token_id]
-
-    def _byte_table(self) -> list[bytes]:
-        table = getattr(self, "_bytes_cache", None)
-        if table is None:
-            table = _build_byte_table(self.tokenizer, len(self.tokenizer))
-            # pad to the model's vocab (embedding rows beyond the tokenizer decode to nothing)
-            table += [b""] * max(0, self.vocab_size - len(table))
-            self._bytes_cache = table
-        return table
-
-    def is_special(self, token_id: int) -> bool:
-        return token_id in self._special_ids
 
     # --- the runtime seam (daemon/runtime/base.py) --------------------------------------
     def new_cache(self) -> KVCache:
@@ -540,9 +546,14 @@ def _load_tiny(dev: torch.device, fim: bool = False) -> ModelRuntime:
 
 def load_tokenizer_only() -> Any:
     """The embedded model's tokenizer, from the cache directory when it exists (7 s otherwise)."""
+    return cached_gguf_tokenizer(embedded_gguf_path())
+
+
+def cached_gguf_tokenizer(path: Path) -> Any:
+    """The transformers tokenizer of the GGUF ``path``, built once (~7 s) and cached beside the
+    de-quantized model's, or on its own where that cache is not there."""
     from transformers import AutoTokenizer
 
-    path = embedded_gguf_path()
     cached = _gguf_cache_dir(path)
     tok_dir = cached if (cached / "tokenizer.json").is_file() else cache_root() / "tokenizers" / cached.name
     if (tok_dir / "tokenizer.json").is_file():
