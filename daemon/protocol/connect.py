@@ -22,6 +22,7 @@ import os
 import random
 import socket
 import time
+from typing import Iterator
 
 from daemon.protocol.peer import check_server
 
@@ -64,22 +65,32 @@ def _busy(tries: int, limit_s: float) -> OSError:
                                          f"in {limit_s:.1f} s)")
 
 
+def _attempts(path: str, limit_s: float) -> Iterator[float | socket.socket]:
+    """Connect tries for the two callers below: yields the pause to sleep before each retry
+    (the caller sleeps its own way), then the connected socket; raises when the pauses run out."""
+    tries = 1
+    sock = _try(path)
+    pauses = _pauses(limit_s)
+    while sock is None:
+        pause = next(pauses, None)
+        if pause is None:
+            raise _busy(tries, limit_s)
+        yield float(pause)
+        tries += 1
+        sock = _try(path)
+    yield sock
+
+
 def connect_unix(path: str | os.PathLike[str], timeout: float | None = None,
                  retry_s: float = CONNECT_RETRY_S) -> socket.socket:
     """A blocking socket (``timeout`` set) connected to the daemon at ``path``, its uid checked;
     raises ``ForeignPeer``, or the ``OSError`` of the last try."""
     path = os.fspath(path)
     limit = min(retry_s, timeout) if timeout is not None else retry_s
-    tries = 1
-    sock = _try(path)
-    pauses = _pauses(limit)
-    while sock is None:
-        pause = next(pauses, None)
-        if pause is None:
-            raise _busy(tries, limit)
-        _sleep(pause)
-        tries += 1
-        sock = _try(path)
+    attempts = _attempts(path, limit)
+    while isinstance(step := next(attempts), float):
+        _sleep(step)
+    sock = step
     check_server(sock, path)
     sock.settimeout(timeout)
     return sock
@@ -89,15 +100,9 @@ async def connect_unix_async(path: str | os.PathLike[str], retry_s: float = CONN
                              ) -> socket.socket:
     """A non-blocking socket connected to the daemon at ``path``, its uid checked."""
     path = os.fspath(path)
-    tries = 1
-    sock = _try(path)
-    pauses = _pauses(retry_s)
-    while sock is None:
-        pause = next(pauses, None)
-        if pause is None:
-            raise _busy(tries, retry_s)
-        await _sleep_async(pause)
-        tries += 1
-        sock = _try(path)
+    attempts = _attempts(path, retry_s)
+    while isinstance(step := next(attempts), float):
+        await _sleep_async(step)
+    sock = step
     check_server(sock, path)
     return sock
