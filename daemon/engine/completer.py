@@ -31,6 +31,7 @@ import time
 from typing import Any, Hashable, Sequence
 
 from daemon.engine.answer_cache import AnswerCache, AnswerParams
+from daemon.engine.engine_lock import EngineLock
 from daemon.engine.policy import CostModel, DraftPolicy
 from daemon.engine.context_lookup import ContextLookup, prompt_lookup
 from daemon.engine.loop import EngineConfig, GenerationOutput, generate, prefill
@@ -76,7 +77,7 @@ class Completer:
         self.requests = 0
         self.prepared = {"prepares": 0, "prefill_tokens": 0}  # work done ahead of requests (not in totals)
         self._synced: dict[str, str] = {}  # uri -> digest of the text last given to the index
-        self._lock = threading.Lock()
+        self._lock = EngineLock(self._forget_now)  # daemon/engine/engine_lock.py
         eos = {runtime.eos_token_id} if runtime.eos_token_id is not None else set()
         self.eos_ids = frozenset(int(i) for i in eos | set(runtime.tokenizer.all_special_ids))  # stop tokens
 
@@ -262,12 +263,26 @@ class Completer:
         self.requests += 1
         return result
 
-    def drop_cache(self, uri: str) -> None:
-        """Forget the KV caches of ``uri``, its edits' too (document closed, or a cold measurement wanted)."""
+    def forget(self, uri: str) -> None:
+        """Document closed: its KV caches and answer are forgotten before any later work on the
+        model, without waiting for the work running now (daemon/engine/engine_lock.py)."""
+        self._lock.forget(uri)
+
+    def release_forgotten(self) -> None:
+        """Free the memory of the documents ``forget`` noted now: waits for the work running."""
         with self._lock:
-            self.pool.drop(uri)
-            self.pool.drop(edit_cache_key(uri))
-            self.answers.forget(uri)
+            pass  # taking the lock forgets them
+
+    def drop_cache(self, uri: str) -> None:
+        """Forget the KV caches of ``uri``, its edits' too, now (a cold measurement wanted)."""
+        self.forget(uri)
+        self.release_forgotten()
+
+    def _forget_now(self, uri: str) -> None:
+        """``uri``'s caches and answer go; the caller holds the engine's lock."""
+        self.pool.drop(uri)
+        self.pool.drop(edit_cache_key(uri))
+        self.answers.forget(uri)
 
     def release_memory(self) -> None:
         """Memory ran out: forget every KV cache, and hand the GPU's cached blocks back."""

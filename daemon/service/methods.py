@@ -516,6 +516,14 @@ class Service:
     def _drop_caches(self, uri: str) -> Any:
         """Have the engine forget ``uri``'s KV caches (it waits for the engine's lock: off the
         loop); the drop's future, None without caches."""
+        forget = getattr(self.completer, "forget", None)
+        if callable(forget):
+            # noted at once, so that no request after this close finds them (engine_lock.py);
+            # freed once the work running now lets go of the model
+            forget(uri)
+            fut = self._misc_exec.submit(self.completer.release_forgotten)
+            fut.add_done_callback(_log_failure)
+            return fut
         drop = getattr(self.completer, "drop_cache", None)
         if callable(drop):
             fut = self._misc_exec.submit(drop, uri)

@@ -25,8 +25,14 @@ class ModelPort(Protocol):
     def prepare_edit(self, uri: str, text: str, start: int, end: int, cancel: threading.Event | None = None,
                      instruction: str | None = None) -> Prepared: ...
 
+    def forget(self, uri: str) -> None:
+        """Document closed: ``uri``'s KV caches go before any later work, noted without waiting."""
+
+    def release_forgotten(self) -> None:
+        """Free what ``forget`` noted, now: waits for the work running."""
+
     def drop_cache(self, uri: str) -> None:
-        """Forget ``uri``'s KV caches (document closed)."""
+        """Forget ``uri``'s KV caches now: waits for the work running."""
 
     def release_memory(self) -> None:
         """Memory ran out: forget every KV cache."""
