@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
 from daemon.engine.completer import Completer
@@ -230,3 +232,18 @@ def test_a_runtime_whose_passes_are_not_exact_drafts_nothing_and_says_so(tiny):
     assert stats["speculation"].startswith("off") and stats["exactness"]["exact"] is False
     exact = Completer(tiny, None, EngineConfig(calibrate=False, answer_cache=False))
     assert exact.complete(CompletionRequest(uri="u", text=text, offset=len(text), max_tokens=12)).stats.drafted > 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_forced_prefix_allowed_tokens_are_exactly_those_a_scan_of_the_vocabulary_finds(tiny, data):
+    """The sorted-table lookup against the definition, on rests cut from real tokens and
+    random bytes (0xff runs included: the range's end has no successor there)."""
+    token = data.draw(st.integers(0, tiny.vocab_size - 1))
+    base = tiny.token_bytes(token) or b" "
+    rem = data.draw(st.one_of(st.just(base[:max(1, len(base) // 2)]), st.binary(min_size=1, max_size=4),
+                              st.just(base + b"\xff"), st.just(b"\xff\xff")))
+    fp = ForcedPrefix(tiny, "")
+    scan = {i for i in range(tiny.vocab_size) if (b := tiny.token_bytes(i)) and not tiny.is_special(i)
+            and (b.startswith(rem) or (rem.startswith(b) and b != rem))}
+    assert sorted(fp.allowed(rem).tolist()) == sorted(scan)
