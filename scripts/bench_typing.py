@@ -11,8 +11,9 @@ line ends. The same keystrokes go, one configuration after another in this one p
   next suggestion decoded in idle time, with the index of the function's folder;
 - baseline: the same engine without speculation, answer cache or prefetch, with KV prefix
   reuse (what a llama.cpp server's prompt cache gives an editor);
-- llama.cpp plain: the baseline on the llama.cpp runtime, where ngramd runs on torch (with
-  ``--runtime llamacpp`` the baseline already is llama.cpp plain with its prompt cache).
+- llamacpp_plain: llama-cpp-python's own ``Llama`` on the same GGUF, greedy, with its prompt
+  cache (daemon/bench/llamacpp_typing.py), where llama.cpp is installed: the peer an editor
+  would otherwise run.
 
 It prints one JSON object: per configuration and file, latency from keystroke to suggestion
 p50/p95/p99, requests superseded, forward passes per keystroke, the share of answers with no
@@ -88,6 +89,8 @@ def main() -> int:
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
 
+    from daemon.bench.llamacpp_peer import LlamaCppPeers
+    from daemon.bench.llamacpp_typing import LlamaPeerCompleter
     from daemon.bench.typing_engines import CompleterEngine
     from daemon.bench.typing_replay import UserModel, replay, summarize
     from daemon.engine.completer import Completer
@@ -104,6 +107,9 @@ def main() -> int:
             runtimes["llamacpp"] = load_runtime(None, "cpu", "llamacpp")
         except Exception as exc:  # llama.cpp not built here: that configuration is left out, said why
             print(f"bench_typing: no llama.cpp configuration: {exc}", file=sys.stderr)
+    # llama.cpp's own Llama object on the same GGUF, with its prompt cache (daemon/bench/llamacpp_typing.py)
+    peer = (LlamaPeerCompleter(runtimes["llamacpp"], LlamaCppPeers(runtimes["llamacpp"]).llm("llamacpp_plain"))
+            if "llamacpp" in runtimes else None)
     user = UserModel()
     indexes: dict[Path, NgramIndex] = {}
 
@@ -123,11 +129,8 @@ def main() -> int:
                CompleterEngine("baseline", Completer(runtime, None, EngineConfig(answer_cache=False, add_history=False,
                                                                                max_caches=1)),
                                False, False, args.max_tokens)]
-        if "llamacpp" in runtimes and runtime.kind != "llamacpp":
-            out.append(CompleterEngine("llamacpp_plain", Completer(runtimes["llamacpp"], None,
-                                                                   EngineConfig(answer_cache=False, add_history=False,
-                                                                                max_caches=1)),
-                                       False, False, args.max_tokens))
+        if peer is not None:
+            out.append(CompleterEngine("llamacpp_plain", peer, False, False, args.max_tokens))
         return out
 
     for rt in runtimes.values():  # one-time costs (calibration, first allocations) before any measurement
@@ -135,6 +138,8 @@ def main() -> int:
         warming = Completer(rt, None, EngineConfig(max_caches=1))
         warming.complete(CompletionRequest("untitled:warm", warm, len(warm), 8))
         warming.pool.clear()  # its llama.cpp sequence back
+    if peer is not None:
+        peer.complete(CompletionRequest("untitled:warm", warm, len(warm), 8, speculate=False))
 
     rng = random.Random(args.seed)
     per_config: dict[str, list] = {}

@@ -1,12 +1,13 @@
 """Recovery after kill -9: how long until completions work again through the LSP's link.
 
-Drives lsp/daemon_link.py as the LSP does (it starts ``ngramd serve --model tiny`` on CPU and
-re-sends the open document on each connect), kills the daemon with SIGKILL ``--rounds``
+Drives lsp/daemon_link.py as the LSP does (it starts ``ngramd serve`` on the CPU, with the
+embedded model by default as a user's editor does, and re-sends the open document on each connect), kills the daemon with SIGKILL ``--rounds``
 times after a completion, and prints the time until the next completion succeeds, beside
 the model load the new daemon logged (``model ... ready ... in X s``) and the phases its log
 shows.
 
-    .venv/bin/python scripts/measure_recovery.py --rounds 3
+    .venv/bin/python scripts/measure_recovery.py --rounds 3            # the embedded model
+    .venv/bin/python scripts/measure_recovery.py --rounds 3 --model tiny
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lsp.daemon_link import STABLE_S, DaemonLink  # noqa: E402
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return"
 LOAD = re.compile(r"model \S+ ready on \S+ in ([\d.]+) s")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\S+) \w+ (.*)$")
 
 
 async def complete(link: DaemonLink, timeout: float) -> dict:
@@ -35,7 +37,7 @@ async def complete(link: DaemonLink, timeout: float) -> dict:
                                         "maxTokens": 8}, timeout=timeout)
 
 
-async def main_async(rounds: int) -> int:
+async def main_async(rounds: int, model: str | None) -> int:
     d = tempfile.mkdtemp(prefix="ngd-rec-")
     os.chmod(d, 0o700)
     sock = os.path.join(d, "s.sock")
@@ -44,7 +46,7 @@ async def main_async(rounds: int) -> int:
         await conn.request("initialize", {"client": "measure_recovery"}, 30)
         conn.send("open", {"uri": "file:///m.py", "text": TEXT, "version": 1, "languageId": "python"})
 
-    link = DaemonLink(sock, model="tiny", device="cpu", on_connect=on_connect)
+    link = DaemonLink(sock, model=model, device="cpu", on_connect=on_connect)
     figures = []
     try:
         await complete(link, 300)
@@ -54,7 +56,7 @@ async def main_async(rounds: int) -> int:
             pid = (await link.call("status", timeout=30))["daemon"]["pid"]
             log_start = os.path.getsize(sock + ".log")
             os.kill(pid, signal.SIGKILL)
-            t0 = time.monotonic()
+            t0, t0_wall = time.monotonic(), time.time()
             for _ in range(3000):  # bounded: 300 s of 0.1 s tries at most
                 try:
                     await complete(link, 30)
@@ -69,6 +71,7 @@ async def main_async(rounds: int) -> int:
             figures.append((took, float(load.group(1)) if load else float("nan")))
             print(f"round {r + 1}: completions again after {took:.2f} s; the model load {figures[-1][1]:.2f} s; "
                   f"the rest {took - figures[-1][1]:.2f} s")
+            _print_phases(log, t0_wall)
         await link.call("shutdown", timeout=30)
     finally:
         await link.close()
@@ -78,10 +81,23 @@ async def main_async(rounds: int) -> int:
     return 0
 
 
+def _print_phases(log: str, t0_wall: float) -> None:
+    """The new daemon's log lines, each at its time since the kill."""
+    import datetime
+
+    for line in log.splitlines():
+        m = STAMP.match(line)
+        if m:
+            at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            print(f"    {at - t0_wall:6.2f} s  {m.group(2)}: {m.group(3)[:110]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    return asyncio.run(main_async(ap.parse_args().rounds))
+    ap.add_argument("--model", default=None, help="the daemon's --model (default: the embedded model)")
+    args = ap.parse_args()
+    return asyncio.run(main_async(args.rounds, args.model))
 
 
 if __name__ == "__main__":

@@ -305,6 +305,14 @@ class BenchRunner:
         self._index_view = _NoHistory(None)  # the engine's view of the current case's index
         self._turn = 0  # rounds run so far, of every case: which of the orders comes next
 
+    def close(self) -> None:
+        """Hand back what the run holds on the runtime, which may serve on after it: the engine's
+        KV caches (a llama.cpp runtime has a few sequences for everyone) and the peers."""
+        if self._completer is not None:
+            self._completer.release_memory()
+        if self.peers is not None:
+            self.peers.close()
+
     # --- index -------------------------------------------------------------------------
     def index_for(self, workspace: Path) -> Any:
         """The workspace's index, built once per run of the bench."""

@@ -239,8 +239,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
             bar.update(1)
     if bar is not None:
         bar.close()
-    if runner.peers is not None:
-        runner.peers.close()
+    runner.close()
     meta = {
         "model": getattr(runtime, "name", str(model)),
         "runtime": getattr(runtime, "kind", "torch"),

@@ -68,6 +68,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ngramd: cannot use socket {sock}: {exc}", file=sys.stderr)
         return 1
+    log.info("starting on %s (pid %d)", sock, os.getpid())
     try:
         return _serve(args, sock, workspaces, lock)
     finally:

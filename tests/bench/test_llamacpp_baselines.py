@@ -17,17 +17,6 @@ PEER_KEYS = {f"{pre}{peer}_{field}" for pre in ("", "prepared_") for peer in ("l
              for field in ("ms", "first_token_ms", "identical")}
 
 
-@pytest.fixture(scope="module")
-def llama_rt():
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llamacpp.sh)")
-    from daemon.runtime.llamacpp import load_llamacpp
-    from daemon.runtime.model import embedded_gguf_path
-
-    runtime = load_llamacpp(embedded_gguf_path())
-    yield runtime
-    runtime.close()
-
-
 @pytest.mark.real_model
 def test_bench_on_llamacpp_times_llamacpps_own_decoding_on_the_same_ids(llama_rt, workspace, tmp_path):
     shapes = (workspace / "pkg/shapes.py").read_text()

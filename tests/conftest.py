@@ -1,4 +1,4 @@
-"""Fixtures for the runtime tests: the embedded GGUF on llama.cpp, loaded once per session
+"""Fixtures of every folder: the embedded GGUF on llama.cpp, loaded once per session
 (skipped where llama-cpp-python is not installed: ngramd then serves on torch)."""
 
 from __future__ import annotations
