@@ -28,7 +28,7 @@ from lsp.daemon_client import DaemonError, DaemonUnavailable  # noqa: E402
 from lsp.daemon_link import STABLE_S, DaemonLink  # noqa: E402
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return"
-LOAD = re.compile(r"model \S+ ready on \S+ in ([\d.]+) s")
+LOAD = re.compile(r"model \S+ ready on .+? in ([\d.]+) s")
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\S+) \w+ (.*)$")
 
 

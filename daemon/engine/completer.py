@@ -39,7 +39,7 @@ from daemon.runtime.base import Runtime
 from daemon.runtime.kv_cache import KVPool, common_prefix_len
 from daemon.engine.fim_view import PrefixView
 from daemon.engine.prompt import ForcedPrefix, Prompt, PromptConfig, build_prompt, fim_tokens, model_positions, within_positions
-from daemon.engine.proposer import IndexProposer, NullProposer, Proposer
+from daemon.engine.proposer import IndexProposer, NullProposer, ProbeBackoff, Proposer
 from daemon.protocol.requests import (CompletionRequest, CompletionResult, GenerationStats, Prepared,
                              SamplingParams, check_sampling)
 from daemon.engine.stops import StopConfig, StopChecker
@@ -230,7 +230,7 @@ class Completer:
             proposer: Proposer = ContextLookup(IndexProposer(self.index, uri), prefix_end - prefix_start)
         else:
             proposer = prompt_lookup()
-        return PrefixView(proposer, prefix_start, prefix_end, len(prompt_ids)) if fim else proposer
+        return ProbeBackoff(PrefixView(proposer, prefix_start, prefix_end, len(prompt_ids)) if fim else proposer)
 
     def prepare(self, key: Hashable, prompt_ids: Sequence[int], cancel: threading.Event | None = None) -> Prepared:
         """Prefill ``prompt_ids`` (all but the last, as for any prompt) on the KV cache kept under

@@ -26,13 +26,10 @@ _DIGITS_FIRST = ("smollm",)
 
 
 def gguf_pre_tokenizer_name(path: Path) -> str | None:
-    """The file's ``tokenizer.ggml.pre`` (None when absent)."""
-    from gguf import GGUFReader
+    """The file's ``tokenizer.ggml.pre`` (None when absent), read from its header alone."""
+    from daemon.runtime.gguf_header import read_gguf_string
 
-    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
-    if field is None:
-        return None
-    return bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+    return read_gguf_string(path, "tokenizer.ggml.pre")
 
 
 def fix_pre_tokenizer(tokenizer: Any, pre: str | None) -> bool:
