@@ -52,6 +52,10 @@ RUNS: list[Run] = [
         "2-core x86-64 CPU, nothing else running",
         ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
         " --out bench/runs/2026-12-06-typing-llamacpp.json", runtime="llamacpp"),
+    Run("2026-12-06-edits-llamacpp.json", ("edits",), "9813057",
+        "2-core x86-64 CPU, nothing else running",
+        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
+        " --typed-instruction --json > bench/runs/2026-12-06-edits-llamacpp.json", runtime="llamacpp"),
     Run("edits_few_2026-12-01.json", ("edits",), "4c9b4c6",
         "2-core x86-64 CPU, nothing else running",
         ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --prepared --typed-instruction --repeat 1 --json"
