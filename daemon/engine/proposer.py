@@ -50,38 +50,38 @@ class IndexProposer:
 
 
 class ProbeBackoff:
-    """Asks ``inner`` less often while it finds nothing: a lookup costs ~0.5 ms a pass on the
-    CPU (the index's candidates, the context's matches), 4-6% of a one-token pass of a small
-    model on llama.cpp, and most passes of an ordinary completion find no draft at all.
+    """Asks ``inner`` less often while its drafts are not taken: a lookup costs ~0.5 ms a pass
+    on the CPU (the index's candidates, the context's matches), 4-6% of a one-token pass of a
+    small model on llama.cpp, and in most passes of an ordinary completion it finds nothing, or
+    nothing the policy finds worth a longer pass.
 
-    After ``MISSES`` empty proposals in a row it asks every 2nd pass, then every 4th, at most
-    every ``MAX_GAP``-th; a draft found (or any accepted token) makes it ask every pass again.
-    A pass it skips drafts nothing, which plain decoding also does: the output is unchanged,
-    only a draft may start a few tokens later."""
+    After ``MISSES`` probes in a row with no draft token accepted, it asks every 2nd pass, after
+    twice as many every 4th (``MAX_GAP``); an accepted token makes it ask every pass again. A pass
+    it skips drafts nothing, which plain decoding also does: the output is unchanged, only a
+    draft may start a few tokens later."""
 
     MISSES = 3
     MAX_GAP = 4
 
     def __init__(self, inner: Proposer) -> None:
         self.inner = inner
-        self._misses = 0
+        self._misses = 0  # probes in a row with no accepted draft token
         self._wait = 0  # passes left to skip before the next probe
+        self._probed = False  # whether this pass asked ``inner``
 
     def propose(self, context: np.ndarray, k: int, w: int) -> Draft:
-        if self._wait > 0:
+        self._probed = self._wait == 0
+        if not self._probed:
             self._wait -= 1
             return NO_DRAFT
-        draft = self.inner.propose(context, k, w)
-        if draft:
-            self._misses = 0
-        else:
-            self._misses += 1
-            if self._misses >= self.MISSES:
-                # gap 1 after MISSES misses, 3 after twice as many (every 2nd, then every 4th pass)
-                self._wait = min(self.MAX_GAP - 1, 2 ** ((self._misses - self.MISSES) // self.MISSES + 1) - 1)
-        return draft
+        return self.inner.propose(context, k, w)
 
     def feedback(self, num_accepted: int) -> None:
         if num_accepted:
             self._misses = self._wait = 0
+        elif self._probed:
+            self._misses += 1
+            if self._misses >= self.MISSES:
+                # skip 1 pass after MISSES misses, 3 after twice as many (every 2nd, then every 4th pass)
+                self._wait = min(self.MAX_GAP - 1, 2 ** ((self._misses - self.MISSES) // self.MISSES + 1) - 1)
         self.inner.feedback(num_accepted)

@@ -254,9 +254,9 @@ class LlamaCppRuntime(TokenizerMethods):
             while lo < n:  # llama_decode calls of at most BATCH tokens and MAX_OUTPUT_ROWS rows of logits
                 hi = min(n, lo + BATCH, max(lo, first_out) + MAX_OUTPUT_ROWS)
                 got = self._decode(ids[lo:hi], start + lo, cache.seq_id, max(0, first_out - lo))
-                if got:
-                    out[filled:filled + got] = np.ctypeslib.as_array(self._L.llama_get_logits(self._ctx),
-                                                                     shape=(got, self.vocab_size))
+                if got:  # a copy: the next llama_decode overwrites llama.cpp's buffer
+                    ctypes.memmove(out[filled:].ctypes.data, self._L.llama_get_logits(self._ctx),
+                                   got * self.vocab_size * 4)
                     filled += got
                 lo = hi
         except BaseException:

@@ -40,6 +40,8 @@ class DraftTree:
 
     def children(self, node: int) -> list[int]:
         """Children of ``node`` (-1: the root), in branch priority order."""
+        if not len(self.parents):  # no draft: every pass of plain decoding asks
+            return []
         return [int(i) for i in np.flatnonzero(self.parents == node)]
 
 

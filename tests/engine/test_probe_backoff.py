@@ -1,5 +1,5 @@
-"""ProbeBackoff (daemon/engine/proposer.py): the lookup is asked less often while it finds
-nothing, and every pass again once it finds a draft or a draft token is accepted."""
+"""ProbeBackoff (daemon/engine/proposer.py): the lookup is asked less often while no draft
+token of it is accepted, and every pass again once one is."""
 
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ def test_a_lookup_that_keeps_missing_is_asked_every_second_then_every_fourth_pas
     assert len(inner.feedbacks) == 24  # feedback always reaches the lookup
 
 
-def test_a_draft_found_brings_back_a_probe_every_pass():
-    inner = Scripted(hits={12})
-    found = _run(inner, ProbeBackoff(inner), 16)
-    assert found == [12]
+def test_drafts_found_but_not_taken_count_as_misses_and_an_accepted_one_resets():
+    inner = Scripted(hits=set(range(100)))  # the lookup always finds something
+    found = _run(inner, ProbeBackoff(inner), 16, accepted={12: 3})
     assert inner.asked == [0, 1, 2, 4, 6, 8, 12, 13, 14, 15]
+    assert found == inner.asked
 
 
 def test_an_accepted_token_brings_back_a_probe_every_pass():
