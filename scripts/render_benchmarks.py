@@ -44,6 +44,10 @@ class Run:
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    Run("2026-12-06-llamacpp-stdlib-prepared.json", ("completions-cold", "completions-prepared"), "f4d0c8e",
+        "2-core x86-64 CPU, nothing else running",
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
+        " > bench/runs/2026-12-06-llamacpp-stdlib-prepared.json", runtime="llamacpp"),
     Run("2026-12-06-llamacpp-stdlib.json", ("completions-cold",), "0f9773d",
         "2-core x86-64 CPU, nothing else running",
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --json"
