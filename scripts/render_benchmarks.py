@@ -52,6 +52,10 @@ RUNS: list[Run] = [
         "2-core x86-64 CPU, nothing else running",
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --json"
         " > bench/runs/2026-12-06-llamacpp-stdlib.json", runtime="llamacpp"),
+    Run("2026-12-06-typing-llamacpp-peer.json", ("typing",), "3e976f9",
+        "2-core x86-64 CPU, nothing else running",
+        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
+        " --out bench/runs/2026-12-06-typing-llamacpp-peer.json", runtime="llamacpp"),
     Run("2026-12-06-typing-llamacpp.json", ("typing",), "0f9773d",
         "2-core x86-64 CPU, nothing else running",
         ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
