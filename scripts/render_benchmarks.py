@@ -42,30 +42,32 @@ class Run:
     runtime: str = "torch"
 
 
+QUIET_2_CORES = "2-core x86-64 CPU, nothing else running"  # the machine of most runs
+
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
     Run("2026-12-06-llamacpp-stdlib-prepared.json", ("completions-cold", "completions-prepared"), "f4d0c8e",
-        "2-core x86-64 CPU, nothing else running",
+        QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
         " > bench/runs/2026-12-06-llamacpp-stdlib-prepared.json", runtime="llamacpp"),
     Run("2026-12-06-llamacpp-stdlib.json", ("completions-cold",), "0f9773d",
-        "2-core x86-64 CPU, nothing else running",
+        QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --json"
         " > bench/runs/2026-12-06-llamacpp-stdlib.json", runtime="llamacpp"),
     Run("2026-12-06-typing-llamacpp-peer.json", ("typing",), "3e976f9",
-        "2-core x86-64 CPU, nothing else running",
+        QUIET_2_CORES,
         ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
         " --out bench/runs/2026-12-06-typing-llamacpp-peer.json", runtime="llamacpp"),
     Run("2026-12-06-typing-llamacpp.json", ("typing",), "0f9773d",
-        "2-core x86-64 CPU, nothing else running",
+        QUIET_2_CORES,
         ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
         " --out bench/runs/2026-12-06-typing-llamacpp.json", runtime="llamacpp"),
     Run("2026-12-06-edits-llamacpp.json", ("edits",), "9813057",
-        "2-core x86-64 CPU, nothing else running",
+        QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
         " --typed-instruction --json > bench/runs/2026-12-06-edits-llamacpp.json", runtime="llamacpp"),
     Run("edits_few_2026-12-01.json", ("edits",), "4c9b4c6",
-        "2-core x86-64 CPU, nothing else running",
+        QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --prepared --typed-instruction --repeat 1 --json"
         " > bench/runs/edits_few_2026-12-01.json"),
     Run("2026-12-01-completions-stdlib-cpu.json", ("completions-cold", "completions-prepared"), "d684adc",

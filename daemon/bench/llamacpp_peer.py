@@ -15,9 +15,10 @@ prompt cache gives an editor), so that the timed request evaluates one prompt to
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 PLD_DRAFT_TOKENS = 10
 PEERS = ("llamacpp_plain", "llamacpp_pld")
@@ -79,16 +80,7 @@ def generate_n(llm: Any, prompt_ids: Sequence[int], n: int, prepared: bool = Fal
         prepare_ms = (time.perf_counter() - t0) * 1000
     out: list[int] = []
     first = None
-    passes = 0
-    evaluate = llm.eval
-
-    def counted_eval(tokens: Sequence[int]) -> None:
-        nonlocal passes
-        passes += 1
-        evaluate(tokens)
-
-    llm.eval = counted_eval  # on the instance, for this request only
-    try:
+    with counted_evals(llm) as passes:
         t0 = time.perf_counter()
         gen = llm.generate(prompt, temp=0.0, reset=True)
         try:
@@ -101,6 +93,22 @@ def generate_n(llm: Any, prompt_ids: Sequence[int], n: int, prepared: bool = Fal
         finally:
             gen.close()
         end = time.perf_counter()
+    return PeerRun(out, (end - t0) * 1000, ((first or end) - t0) * 1000, prepare_ms, passes[0])
+
+
+@contextlib.contextmanager
+def counted_evals(llm: Any) -> Iterator[list[int]]:
+    """Counts ``llm.eval`` calls (forward passes: the first evaluates the prompt's uncached rest)
+    while the block runs, in the one-item list it gives; wraps the method on the instance."""
+    count = [0]
+    evaluate = llm.eval
+
+    def counted_eval(tokens: Sequence[int]) -> None:
+        count[0] += 1
+        evaluate(tokens)
+
+    llm.eval = counted_eval
+    try:
+        yield count
     finally:
         del llm.eval
-    return PeerRun(out, (end - t0) * 1000, ((first or end) - t0) * 1000, prepare_ms, passes)

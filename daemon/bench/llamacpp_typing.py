@@ -15,7 +15,9 @@ import threading
 from typing import Any, Hashable, Sequence
 
 import numpy as np
+import torch
 
+from daemon.bench.llamacpp_peer import counted_evals
 from daemon.engine.completer import Completer
 from daemon.engine.loop import EngineConfig, GenerationOutput
 from daemon.engine.prompt import ForcedPrefix
@@ -44,35 +46,24 @@ class LlamaPeerCompleter(Completer):
 
         def force(_input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:  # scores: [vocab]
             rem = forced.remaining(bytes(emitted)) if forced is not None else b""
-            if not rem:
-                return scores
-            masked = np.full_like(scores, -np.inf)
-            allowed = forced.allowed(rem)
-            masked[allowed] = scores[allowed]
-            return masked
+            return forced.mask_logits(torch.from_numpy(scores), rem).numpy() if rem else scores
 
-        evaluate = self.llm.eval
-
-        def counted_eval(tokens: Sequence[int]) -> None:
-            stats.forward_passes += 1
-            evaluate(tokens)
-
-        self.llm.eval = counted_eval  # on the instance, for this request only
-        gen = self.llm.generate([int(t) for t in prompt_ids], temp=0.0, reset=True, logits_processor=[force])
-        try:
-            for token in gen:
-                token = int(token)
-                emitted.extend(self.runtime.token_bytes(token))
-                if stopper.push(token):
-                    if stopper.reason != "eos":
-                        out.append(token)
-                    break
-                out.append(token)
-                if cancel is not None and cancel.is_set():
-                    stats.generated = len(out)
-                    return GenerationOutput(out, stopper.text, "cancelled", cancelled=True), stats
-        finally:
-            gen.close()
-            del self.llm.eval
-        stats.generated = len(out)
+        with counted_evals(self.llm) as passes:
+            gen = self.llm.generate([int(t) for t in prompt_ids], temp=0.0, reset=True, logits_processor=[force])
+            try:
+                for token in gen:
+                    token = int(token)
+                    emitted.extend(self.runtime.token_bytes(token))
+                    if stopper.push(token):
+                        if stopper.reason != "eos":
+                            out.append(token)
+                        break
+                    out.append(token)
+                    if cancel is not None and cancel.is_set():
+                        break
+            finally:
+                gen.close()
+        stats.forward_passes, stats.generated = passes[0], len(out)
+        if cancel is not None and cancel.is_set() and not stopper.reason:
+            return GenerationOutput(out, stopper.text, "cancelled", cancelled=True), stats
         return GenerationOutput(out, stopper.text, stopper.reason), stats

@@ -51,7 +51,8 @@ DEFAULT_SEQUENCES = 5  # the engine's KVPool keeps 4 documents; one more for the
 # Cells per document, capped by the model's training context. A completion's prompt is at most
 # 1,792 tokens (daemon/engine/prompt.py) plus its answer. 5 documents of 4096 cells decoded 3-10%
 # slower a token than 1 of 4096, 4 of 4096 or 5 of 3072 (embedded model, one process, alternated:
-# docs/benchmarks.md "Cost curve"); 3072 decodes as fast as one sequence, as llama.cpp's own Llama.
+# docs/benchmarks.md "Cost curve"). Read, not mapped (above), five documents still decode ~4% slower
+# a token than llama.cpp's own Llama, which maps the file.
 DEFAULT_CTX_PER_SEQUENCE = 3072
 BATCH = 512  # tokens per llama_decode call; the engine's prefill pieces are this size
 MAX_OUTPUT_ROWS = 128  # logits rows per llama_decode call (a verify pass asks 1 + draft; more are split)

@@ -138,6 +138,9 @@ async def test_a_prepare_from_an_editor_whose_text_the_daemon_no_longer_holds_is
         await client.workspace_execute_command_async(types.ExecuteCommandParams(command="ngramd.status"))
     open_doc(a, uri, SOURCE)
     open_doc(b, uri, SOURCE)
+    # the two editors' connections are not ordered with each other: B's open landing after A's
+    # change would put B's text back, and A's change would never show
+    await until(lambda: _document_holders(daemon_sock, uri) == 2, what="both editors' opens")
     change(a, uri, 2, (rng(0, 0, 0, 0), "# A\n"))
     await until(lambda: _document_chars(daemon_sock, uri) == len(SOURCE) + 4, what="A's change")
     last = SOURCE.split("\n")[-1]
@@ -149,9 +152,18 @@ async def test_a_prepare_from_an_editor_whose_text_the_daemon_no_longer_holds_is
 
 def _document_chars(sock: str, uri: str) -> int | None:
     """How long the daemon's copy of ``uri`` is (None: not open)."""
+    return _document_field(sock, uri, "chars")
+
+
+def _document_holders(sock: str, uri: str) -> int | None:
+    """How many connections hold ``uri`` open in the daemon (None: not open)."""
+    return _document_field(sock, uri, "holders")
+
+
+def _document_field(sock: str, uri: str, field: str) -> int | None:
     with Client(sock, timeout=120) as c:
         docs = [d for d in c.call("status")["documents"]["list"] if d["uri"] == uri]
-    return docs[0]["chars"] if docs else None
+    return docs[0][field] if docs else None
 
 
 async def test_completion_fallback_matches_daemon(daemon_sock, lsp_client):
