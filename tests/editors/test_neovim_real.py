@@ -1,250 +1,38 @@
 """The Neovim plugin in a real terminal: nvim under tmux, typed into with `send-keys`, read back
-with `capture-pane`, against `ngramd lsp` and a daemon of its own with the embedded model.
+with `capture-pane`, against `ngramd lsp` and a daemon of its own with the embedded model
+(tests/editors/neovim_tmux.py: the ghost text of Neovim >= 0.12's built-in inline completion
+and that of the plugin's fallback for Neovim 0.7 are each drawn in their own colour).
 
-- Neovim >= 0.12 (Debian sid's, from editors/fetch_neovim.sh): the built-in
-  vim.lsp.inline_completion draws the ghost text (highlight ComplHint);
-- Neovim 0.7 (Debian's /usr/bin/nvim): the plugin's extmark fallback draws it (NgramdGhost).
-
-Each highlight gets its own colour, so the screen tells which one drew the suggestion. <Tab>,
-the plugin's documented accept key, puts it into the buffer, which is then written and read
-back. Each screen is kept as a PNG (rendered by Chromium where it is installed) under
-tests/editors/artifacts/neovim-<version>/; NGRAMD_UPDATE_DOC_IMAGES=1 copies the ghost-text
-picture of the newest Neovim to docs/images/.
+<Tab>, the plugin's documented accept key, puts the suggestion into the buffer, which is then
+written and read back. Each screen is kept as a PNG (rendered by Chromium where it is
+installed) under tests/editors/artifacts/neovim-<version>/; NGRAMD_UPDATE_DOC_IMAGES=1 copies
+the ghost-text picture of the newest Neovim to docs/images/.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from screen_png import render_png  # tests/editors/screen_png.py
+from neovim_tmux import ROOT, SOURCE, TYPED, _coloured, neovim, type_until_ghost_text
 
 pytestmark = pytest.mark.editors
-
-ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "editors" / "neovim"
-FETCHED = ROOT / "editors" / ".neovim"
-ARTIFACTS = ROOT / "tests" / "editors" / "artifacts"
-ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-COLUMNS, ROWS = 100, 24
-# 256-colour indexes, in no default colour scheme: the ghost text is told apart from the code
-FALLBACK_COLOUR, NATIVE_COLOUR = 201, 208
-
-SOURCE = '''import math
-
-
-def circle_area(radius):
-    """Return the area of a circle of the given radius."""
-    return math.pi * radius ** 2
-
-
-def circle_circumference(radius):
-    """Return the circumference of a circle of the given radius."""
-'''
-TYPED = "    return 2 * "
-
-INIT = """
-vim.opt.rtp:prepend({plugin!r})
-vim.o.swapfile = false
-vim.o.autoindent = false
-vim.o.shada = ""
-vim.o.termguicolors = false
-vim.o.laststatus = 2
-vim.o.number = true
-vim.cmd("filetype on")
-vim.cmd("filetype indent off")
-vim.cmd("syntax on")
-require("ngramd").setup({{
-  cmd = {{ {server!r}, "lsp", "--socket", {sock!r} }},
-  filetypes = {{ "python" }},
-  timeout_ms = 60000,
-}})
--- the plugin's fallback ghost text and the built-in inline completion's, each its own colour
-vim.cmd("highlight NgramdGhost ctermfg={fallback} guifg=#ff00ff")
-vim.cmd("highlight ComplHint ctermfg={native} guifg=#ff8700")
-"""
-
-
-def cannot_run(reason: str) -> None:
-    if ON_CI:
-        pytest.fail(f"CI must run the real Neovim test, but: {reason}")
-    pytest.skip(reason)
-
-
-def _nvim(which: str) -> str:
-    if which == "system":
-        found = shutil.which("nvim")
-        if not found:
-            cannot_run("nvim not found on PATH (editors/ci.sh installs Debian's neovim)")
-        return found
-    wrapper = FETCHED / which / "nvim"
-    if not os.access(wrapper, os.X_OK):
-        cannot_run(f"{wrapper} is missing: `bash editors/fetch_neovim.sh {which}` fetches it (editors/ci.sh does)")
-    return str(wrapper)
-
-
-class Tmux:
-    """One tmux server of its own (its socket in the test's folder) with one window."""
-
-    def __init__(self, folder: Path, env: dict[str, str]) -> None:
-        self.socket = folder / "tmux.sock"
-        self.env = env
-        self.target = "e2e:0.0"
-
-    def __call__(self, *args: str) -> str:
-        r = subprocess.run(["tmux", "-S", str(self.socket), "-f", "/dev/null", *args], env=self.env,
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, f"tmux {args}: {r.stderr}"
-        return r.stdout
-
-    def start(self, command: list[str], cwd: Path) -> None:
-        self("new-session", "-d", "-s", "e2e", "-x", str(COLUMNS), "-y", str(ROWS), "-c", str(cwd),
-             "-e", "TERM=screen-256color", *command)
-        self("set-option", "-g", "default-terminal", "screen-256color")
-
-    def keys(self, *keys: str, literal: bool = False) -> None:
-        self("send-keys", "-t", self.target, *(["-l"] if literal else []), *keys)
-
-    def screen(self, escapes: bool = False) -> str:
-        return self("capture-pane", "-p", "-t", self.target, *(["-e"] if escapes else []))
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], env=self.env, capture_output=True, timeout=60)
-
-
-def _wait_for(cond, what: str, timeout: float, tmux: Tmux):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            logs = sorted(Path(tmux.env["XDG_CACHE_HOME"]).glob("nvim/*.log")) + \
-                sorted(Path(tmux.env["XDG_STATE_HOME"]).glob("nvim/*.log"))
-            told = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-4000:]}" for p in logs)
-            pytest.fail(f"timed out waiting for {what}; the screen:\n{tmux.screen()}\n{told}")
-        time.sleep(0.1)
-
-
-def _wait_until(cond, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def _daemon_runs(server: Path, sock: Path, env: dict[str, str]) -> bool:
-    """Whether a daemon answers `ngramd status` on ``sock`` (it listens once it is ready)."""
-    r = subprocess.run([str(server), "status", "--socket", str(sock), "--json"], capture_output=True, text=True,
-                       timeout=60, env=env)
-    try:
-        reply = json.loads(r.stdout)
-    except ValueError:
-        return False
-    return r.returncode == 0 and isinstance(reply, dict) and "error" not in reply
-
-
-def _coloured(screen_with_escapes: str, colour: int) -> str:
-    """The text drawn in 256-colour ``colour`` (foreground), runs joined by newlines."""
-    runs, current = [], None
-    for token in re.split(r"(\x1b\[[0-9;:]*m)", screen_with_escapes):
-        if token.startswith("\x1b["):
-            codes = token[2:-1]
-            if re.search(rf"(^|;)38[;:]5[;:]{colour}(;|$)", codes):
-                current = []
-                runs.append(current)
-            elif codes == "" or any(c in ("0", "39", "38") or re.fullmatch(r"3[0-7]|9[0-7]", c)
-                                    for c in re.split("[;:]", codes)):
-                current = None
-        elif current is not None:
-            current.append(token)
-    return "\n".join("".join(r) for r in runs if "".join(r).strip())
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("which", ["system", "sid"])
 def test_neovim_ghost_text_in_a_terminal(which: str, tmp_path: Path) -> None:
-    if not shutil.which("tmux"):
-        cannot_run("tmux is not installed")
-    nvim = _nvim(which)
-    version = subprocess.run([nvim, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
-    minor = int(re.search(r"v0\.(\d+)\.", version).group(1))
-    native = minor >= 12
-    server = Path(os.environ.get("NGRAMD_E2E_SERVER") or ROOT / ".venv" / "bin" / "ngramd")
-    if not os.access(server, os.X_OK):
-        cannot_run(f"{server} is missing: `make install` makes it")
-
-    home, project, sock = tmp_path / "home", tmp_path / "project", tmp_path / "d" / "ngramd.sock"
-    for d in (home, project, sock.parent):
-        d.mkdir(parents=True)
-    (project / "pyproject.toml").write_text("[project]\nname = 'geometry'\n")
-    target = project / "geometry.py"
-    target.write_text(SOURCE)
-    init = tmp_path / "init.lua"
-    init.write_text(INIT.format(plugin=str(PLUGIN), server=str(server), sock=str(sock),
-                                fallback=FALLBACK_COLOUR, native=NATIVE_COLOUR))
-    env = dict(os.environ, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
-               XDG_DATA_HOME=str(home / ".local" / "share"), XDG_STATE_HOME=str(home / ".local" / "state"),
-               XDG_CACHE_HOME=str(home / ".cache"), XDG_RUNTIME_DIR=str(tmp_path / "run"),
-               NGRAMD_LSP_LOG="info")  # into Neovim's lsp.log, shown when the test fails
-    env.pop("TMUX", None)
-    (tmp_path / "run").mkdir(mode=0o700)
-    shots = ARTIFACTS / f"neovim-0.{minor}"
-    shutil.rmtree(shots, ignore_errors=True)
-    shots.mkdir(parents=True)
-    chromium = os.environ.get("NGRAMD_E2E_CHROMIUM") or shutil.which("chromium")
-
-    def keep(name: str) -> None:
-        screen = tmux.screen(escapes=True)
-        (shots / f"{name}.ansi").write_text(screen)
-        if chromium:
-            render_png(screen, shots / f"{name}.png", chromium, COLUMNS, ROWS, f"{version}: {name}")
-
-    tmux = Tmux(tmp_path, env)
-    editor: subprocess.Popen | None = None
-    try:
-        args = ["-u", str(init), "-i", "NONE", "-n", str(target)]
-        if which == "system":
-            tmux.start([nvim, *args], project)
-        else:
-            # A fetched Neovim runs through its suite's dynamic loader (editors/fetch_neovim.sh),
-            # so its TUI cannot start its own `nvim --embed` (v:progpath is the loader): the
-            # editor runs headless on a socket and the terminal shows it with --remote-ui.
-            listen = tmp_path / "nvim.sock"
-            editor = subprocess.Popen([nvim, "--headless", "--listen", str(listen), *args], cwd=project, env=env,
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=(tmp_path / "nvim.err").open("w"))
-            _wait_until(listen.exists, "Neovim's socket", 60)
-            tmux.start([nvim, "--remote-ui", "--server", str(listen)], project)
-        _wait_for(lambda: "circle_circumference" in tmux.screen(), "the file on the screen", 60, tmux)
-        tmux.keys("G", "o")  # Insert mode on a new last line
-        _wait_for(lambda: "-- INSERT --" in tmux.screen(), "Insert mode", 60, tmux)
-        # all but the last character; the first completion starts the daemon, whose first start
-        # loads the model and times its passes (minutes on a busy machine); the last character
-        # is typed once it runs, and the ghost text's clock starts then
-        tmux.keys(TYPED[:-1], literal=True)
-        _wait_for(lambda: any(line.rstrip().endswith(TYPED.rstrip()) for line in tmux.screen().splitlines()),
-                  "the typed text", 60, tmux)
-        colour = NATIVE_COLOUR if native else FALLBACK_COLOUR
-        t0 = time.monotonic()
-        _wait_for(lambda: _daemon_runs(server, sock, env), "the daemon to start", 300, tmux)
-        started = time.monotonic() - t0
-        tmux.keys(TYPED[-1], literal=True)
-        t0 = time.monotonic()
-        ghost = _wait_for(lambda: _coloured(tmux.screen(escapes=True), colour), "ghost text", 120, tmux)
-        waited = time.monotonic() - t0
-        other = _coloured(tmux.screen(escapes=True), FALLBACK_COLOUR if native else NATIVE_COLOUR)
+    with neovim(which, tmp_path) as nv:
+        tmux = nv.tmux
+        ghost, started, waited = type_until_ghost_text(nv)
+        other = _coloured(tmux.screen(escapes=True), nv.other_colour)
         assert not other, f"the other ghost text path drew {other!r}"
-        keep("ghost-text")
-        print(f"{version}: daemon started {started:.1f} s after typing; ghost text {waited:.1f} s later: {ghost!r}")
+        nv.keep("ghost-text")
+        print(f"{nv.version}: daemon started {started:.1f} s after typing; ghost text {waited:.1f} s later: {ghost!r}")
 
         # the ghost text's first line is drawn right after the typed text
         typed_line = next(line for line in tmux.screen().splitlines() if TYPED.rstrip() in line)
@@ -253,27 +41,20 @@ def test_neovim_ghost_text_in_a_terminal(which: str, tmp_path: Path) -> None:
             (TYPED.rstrip() + first.rstrip()) in typed_line.replace(TYPED, TYPED.rstrip()), (typed_line, ghost)
 
         tmux.keys("Tab")
-        _wait_for(lambda: not _coloured(tmux.screen(escapes=True), colour), "the ghost text to go", 60, tmux)
-        keep("accepted")
+        nv.wait_for(lambda: not nv.ghost(), "the ghost text to go", 60)
+        nv.keep("accepted")
         tmux.keys("Escape")
         tmux.keys(":w", "Enter")
         # Neovim truncates the file and then writes it: read it once it says the write is done
-        _wait_for(lambda: re.search(r"\d+B written", tmux.screen()), "the buffer to be written", 60, tmux)
-        written = target.read_text()
+        nv.wait_for(lambda: re.search(r"\d+B written", tmux.screen()), "the buffer to be written", 60)
+        written = nv.target.read_text()
         assert written.startswith(SOURCE + TYPED), written
         inserted = written[len(SOURCE + TYPED):]
         assert inserted.strip(), written
         assert inserted.split("\n")[0].rstrip() == first.rstrip(), (inserted, ghost)
         # the screen shows the buffer, no ghost text left
         assert (TYPED + first).rstrip() in tmux.screen()
-        assert not _coloured(tmux.screen(escapes=True), colour)
-    finally:
-        tmux.kill()
-        if editor is not None:
-            editor.kill()
-            editor.wait(timeout=60)
-        if sock.exists():
-            subprocess.run([str(server), "stop", "--socket", str(sock)], capture_output=True, timeout=60, env=env)
-    if native and chromium and os.environ.get("NGRAMD_UPDATE_DOC_IMAGES") == "1":
+        assert not nv.ghost()
+    if nv.native and nv.chromium and os.environ.get("NGRAMD_UPDATE_DOC_IMAGES") == "1":
         (ROOT / "docs" / "images").mkdir(exist_ok=True)
-        shutil.copy(shots / "ghost-text.png", ROOT / "docs" / "images" / "neovim-ghost-text.png")
+        shutil.copy(nv.shots / "ghost-text.png", ROOT / "docs" / "images" / "neovim-ghost-text.png")
