@@ -96,7 +96,7 @@ def main() -> int:
     from daemon.engine.completer import Completer
     from daemon.engine.loop import EngineConfig
     from daemon.protocol.requests import CompletionRequest
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
     from index.store import IndexConfig, NgramIndex
 
     functions = choose(args.modules.split(","), args.functions, 3, args.lines, args.seed)

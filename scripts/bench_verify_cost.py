@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from daemon.engine.policy import AdaptiveConfig  # noqa: E402
 from daemon.engine.completer import Completer  # noqa: E402
 from daemon.engine.loop import EngineConfig  # noqa: E402
-from daemon.runtime.model import load_runtime  # noqa: E402
+from daemon.runtime.loading import load_runtime  # noqa: E402
 from daemon.protocol.requests import CompletionRequest  # noqa: E402
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)

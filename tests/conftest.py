@@ -10,7 +10,7 @@ import pytest
 def llama_rt():
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llamacpp.sh)")
     from daemon.runtime.llamacpp import load_llamacpp
-    from daemon.runtime.model import embedded_gguf_path
+    from daemon.runtime.loading import embedded_gguf_path
 
     runtime = load_llamacpp(embedded_gguf_path())
     yield runtime

@@ -15,7 +15,6 @@ import threading
 from typing import Any, Hashable, Sequence
 
 import numpy as np
-import torch
 
 from daemon.bench.llamacpp_peer import counted_evals
 from daemon.engine.completer import Completer
@@ -46,7 +45,7 @@ class LlamaPeerCompleter(Completer):
 
         def force(_input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:  # scores: [vocab]
             rem = forced.remaining(bytes(emitted)) if forced is not None else b""
-            return forced.mask_logits(torch.from_numpy(scores), rem).numpy() if rem else scores
+            return forced.mask_logits(scores, rem) if rem else scores
 
         with counted_evals(self.llm) as passes:
             gen = self.llm.generate([int(t) for t in prompt_ids], temp=0.0, reset=True, logits_processor=[force])

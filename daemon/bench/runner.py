@@ -524,7 +524,7 @@ class BenchRunner:
         ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids))
         if ids is not None:
             return ids
-        from daemon.runtime.model import encode_template  # the prompt's text holds its template's special tokens
+        from daemon.runtime.tokenizer import encode_template  # the prompt's text holds its template's special tokens
 
         return encode_template(self.rt.tokenizer, plain.result.prompt)
 

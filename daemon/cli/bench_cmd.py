@@ -73,7 +73,7 @@ def run(args: Any) -> int:
     if rows_problem:  # before the model's load, not after it: the file itself is opened after that
         print(f"ngramd bench: cannot write --rows {args.rows}: {rows_problem}", file=sys.stderr)
         return 2
-    from daemon.runtime.model import ModelLoadError
+    from daemon.runtime.loading import ModelLoadError
 
     print(f"ngramd bench: loading model {args.model or '(embedded SmolLM2-135M)'}", file=sys.stderr, flush=True)
     try:  # before --rows is opened: a bad model leaves no empty file behind
@@ -128,8 +128,8 @@ def run(args: Any) -> int:
 
 
 def load_runtime(model: str | None, device: str, runtime: str = "auto") -> Any:
-    """The model the run measures (daemon/runtime/model.py ``load_runtime``; a seam for the CLI's tests)."""
-    from daemon.runtime.model import load_runtime as load
+    """The model the run measures (daemon/runtime/loading.py ``load_runtime``; a seam for the CLI's tests)."""
+    from daemon.runtime.loading import load_runtime as load
 
     return load(model, device, runtime)
 
@@ -210,7 +210,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
             print(f"ngramd bench: {msg}", file=sys.stderr, flush=True)
 
     if runtime is None:
-        from daemon.runtime.model import load_runtime
+        from daemon.runtime.loading import load_runtime
 
         log(f"loading model {model or '(embedded SmolLM2-135M)'}")
         runtime = load_runtime(model, device)

@@ -31,7 +31,7 @@ def run(args: Any) -> int:
         print(f"ngramd complete: error: {exc}", file=sys.stderr)
         return 2
     from daemon.engine.completer import Completer
-    from daemon.runtime.model import ModelLoadError, load_runtime
+    from daemon.runtime.loading import ModelLoadError, load_runtime
 
     try:
         runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))

@@ -83,7 +83,7 @@ def run(args: Any) -> int:
     if not args.instruction.strip():
         return _error("--instruction is empty")
 
-    from daemon.runtime.model import ModelLoadError, load_runtime
+    from daemon.runtime.loading import ModelLoadError, load_runtime
     from daemon.protocol.requests import EditRequest, SamplingParams
 
     try:

@@ -76,14 +76,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path], lock: SocketLock) -> int:
-    from daemon.service.server import Server
+    from daemon.runtime.loading import ModelLoadError
     from daemon.service.methods import Service
+    from daemon.service.server import Server
 
-    try:
-        from daemon.runtime.model import ModelLoadError  # imports torch: a broken install fails here
-    except Exception as exc:
-        return _load_failed(exc)
-    try:
+    try:  # a broken torch fails in here, on the torch path only (llama.cpp's never imports it)
         completer, index, rt = _build_engine(args)
     except ModelLoadError as exc:  # the --model or --device given: bad input, its message says what to do
         print(f"ngramd: cannot load the model: {exc}", file=sys.stderr)
@@ -116,7 +113,7 @@ def _load_failed(exc: Exception) -> int:
 def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from daemon.edit.session import EditingCompleter
     from daemon.engine.loop import EngineConfig
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
     from daemon.workspace.priority import lower_this_thread
     from index.store import NgramIndex
 

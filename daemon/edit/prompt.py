@@ -58,7 +58,7 @@ the ids of the concatenated text (tested).
 
 Tokens: only the template's own special-token strings become special tokens;
 the user's text (file, selection, instruction) is encoded as plain text
-(daemon/runtime/model.py ``encode_plain``), so a ``"<|im_end|>"`` literal in the code
+(daemon/runtime/tokenizer.py ``encode_plain``), so a ``"<|im_end|>"`` literal in the code
 is text to the model and in the draft, never an end of sequence.
 
 Cleaning (``clean_answer``): drop the leading newline and a skipped first line, cut at the
@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.edit.indent import IndentFrame, frame_of, layout_of, split_layout
-from daemon.runtime.model import encode_template
+from daemon.runtime.tokenizer import encode_template
 from daemon.engine.stops import FenceNesting, bare_short_lines
 
 SELECTION = "<selection/>"
@@ -231,7 +231,7 @@ def build_edit_prompt(runtime: Any, text: str, start: int, end: int, instruction
     """Prompt, draft and stop rules for rewriting ``text[start:end]``.
 
     ``runtime`` needs ``tokenizer`` (for ``chat_template``) and ``encode`` /
-    ``eos_token_id`` (daemon/runtime/model.py's ModelRuntime).
+    ``eos_token_id`` (daemon/runtime/tokenizer.py's TokenizerMethods).
     """
     check_range(text, start, end)
     if not isinstance(instruction, str) or not instruction.strip():

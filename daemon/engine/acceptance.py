@@ -45,10 +45,17 @@ emits 4 as well.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+    from daemon.runtime.base import Logits
+
+# Sampling imports torch where it runs (``import torch`` in each function): a greedy request on
+# llama.cpp, whose logits are numpy, never does, and the daemon starts a second sooner.
 
 
 def greedy_accept(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
@@ -65,14 +72,16 @@ def greedy_accept(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[i
     return len(draft), int(target_argmax[len(draft)])
 
 
-def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+def target_probs(logits: Logits, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     """The sampling distribution p for each row: softmax(logits / T), nucleus-truncated.
 
     ``logits``: [n, vocab] (or [vocab]); returns the same shape, rows summing to 1.
     Plain and speculative sampling must both draw from exactly this p.
     """
+    import torch
+
     assert temperature > 0.0
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = torch.softmax(torch.as_tensor(logits).float() / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, dim=-1, descending=True)
         cum = torch.cumsum(sorted_p, dim=-1)
@@ -88,6 +97,8 @@ def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
 def position_noise(seed: int, position: int, vocab: int) -> torch.Tensor:
     """Gumbel(0, 1) noise [vocab] (float64) for the token at ``position`` (0 = the first
     generated) of a request seeded ``seed``; the same everywhere for the same arguments."""
+    import torch
+
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, position])))
     u = np.maximum(rng.random(vocab), np.finfo(np.float64).tiny)  # [0, 1) -> (0, 1): no log(0)
     return torch.from_numpy(-np.log(-np.log(u)))
@@ -97,5 +108,7 @@ def sample_token(p: torch.Tensor, noise: torch.Tensor) -> int:
     """The token argmax(log p + noise) (``p``: [vocab] on any device, ``noise``: [vocab] from
     ``position_noise``, on the CPU): distributed as p over the noise; a token of probability 0
     never. Computed on the CPU in float64, so a seed draws alike on every device."""
+    import torch
+
     assert p.dim() == 1 and p.shape == noise.shape, (p.shape, noise.shape)
     return int(torch.argmax(torch.log(p.detach().to("cpu", torch.float64)) + noise))

@@ -36,7 +36,7 @@ from daemon.engine.policy import CostModel, DraftPolicy
 from daemon.engine.context_lookup import ContextLookup, prompt_lookup
 from daemon.engine.loop import EngineConfig, GenerationOutput, generate, prefill
 from daemon.runtime.base import Runtime
-from daemon.runtime.kv_cache import KVPool, common_prefix_len
+from daemon.runtime.cache_pool import KVPool, common_prefix_len
 from daemon.engine.fim_view import PrefixView
 from daemon.engine.prompt import ForcedPrefix, Prompt, PromptConfig, build_prompt, fim_tokens, model_positions, within_positions
 from daemon.engine.proposer import IndexProposer, NullProposer, ProbeBackoff, Proposer

@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from daemon.engine.acceptance import position_noise, sample_token, target_probs
 from daemon.engine.policy import AdaptiveConfig, DraftPolicy
-from daemon.runtime.base import KVCache, Runtime
+from daemon.runtime.base import Device, KVCache, Logits, Runtime
 from daemon.engine.prompt import ForcedPrefix, PromptConfig
 from daemon.engine.proposer import Proposer
 from daemon.protocol.requests import GenerationStats, SamplingParams
@@ -105,12 +104,12 @@ def _prefill_piece(runtime: Runtime, kv: KVCache, piece: list[int]) -> None:
     kv.extended(piece)
 
 
-def _reads_all_rows(device: torch.device) -> bool:
+def _reads_all_rows(device: Device) -> bool:
     """Greedy: whether a pass's tokens are read all at once, before the walk (a GPU)."""
     return device.type != "cpu"
 
 
-def _walk_tree(runtime: Runtime, logits: torch.Tensor, tops: list[int] | None, tree: DraftTree,
+def _walk_tree(runtime: Runtime, logits: Logits, tops: list[int] | None, tree: DraftTree,
                forced: ForcedPrefix | None, emitted: bytearray, greedy: bool, sampling: SamplingParams,
                seed: int, position: int) -> tuple[list[int], list[int]]:
     """Walk down the draft tree from the pending token, accepting children while the acceptance
@@ -131,7 +130,7 @@ def _walk_tree(runtime: Runtime, logits: torch.Tensor, tops: list[int] | None, t
             if rem:
                 row, masked = forced.mask_logits(row, rem), True
         if greedy:
-            token = int(torch.argmax(row)) if masked or tops is None else tops[node + 1]
+            token = int(row.argmax()) if masked or tops is None else tops[node + 1]
         else:
             p = target_probs(row, sampling.temperature, sampling.top_p)  # [vocab]
             token = sample_token(p, position_noise(seed, position + len(new_tokens), p.shape[-1]))

@@ -134,16 +134,19 @@ class CostModel:
 
         The environment variable NGRAMD_RECALIBRATE=1 also forces a new measurement.
         """
-        import torch
-
-        from daemon.runtime.model import cache_root
+        from daemon.runtime.loading import cache_root
 
         # v5: packed weights (daemon/runtime/fast_linear.py) made passes of 3+ tokens cheaper
         # v6: packed calls padded to fixed row counts (a pass of 5 costs what one of 6 does)
         # the runtime's kind: the same model file costs otherwise on llama.cpp and on torch
         kind = getattr(runtime, "kind", "torch")
+        threads = getattr(runtime, "threads", None)
+        if not threads:  # the torch runtime's: torch's own pool (torch is loaded: it runs the model)
+            import torch
+
+            threads = torch.get_num_threads()
         key = (f"v6|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
-               f"|threads={getattr(runtime, 'threads', None) or torch.get_num_threads()}")
+               f"|threads={threads}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}
@@ -166,11 +169,11 @@ class CostModel:
 
 
 def hardware_name(device: Any) -> str:
-    """The chip behind ``device`` (a torch.device): another GPU or CPU in the same slot (a home
-    folder shared between machines, a GPU swapped) has another cost curve."""
-    import torch
-
+    """The chip behind ``device`` (a runtime's, daemon/runtime/base.py Device): another GPU or CPU
+    in the same slot (a home folder shared between machines, a GPU swapped) has another cost curve."""
     if device.type == "cuda":
+        import torch  # a CUDA device is torch's
+
         return torch.cuda.get_device_name(device)
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -24,10 +24,12 @@ import bisect
 import re
 import weakref
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    from daemon.runtime.base import Logits
 
 GRID_CHARS = 1024  # the prefix window moves in steps of this many characters
 CHARS_PER_TOKEN = 3  # a generous estimate for code, to size the text before tokenizing
@@ -268,10 +270,18 @@ class ForcedPrefix:
             pieces.append(ids[i:j])
         return np.concatenate(pieces)
 
-    def mask_logits(self, logits: torch.Tensor, rem: bytes) -> torch.Tensor:
-        """``logits``: [vocab]; disallowed tokens set to -inf (rem must be non-empty)."""
+    def mask_logits(self, logits: Logits, rem: bytes) -> Logits:
+        """``logits``: [vocab], numpy or torch (returned as given); disallowed tokens set to -inf
+        (rem must be non-empty)."""
         assert rem
-        idx = torch.from_numpy(self.allowed(rem)).to(logits.device)
+        allowed = self.allowed(rem)
+        if isinstance(logits, np.ndarray):  # llama.cpp's
+            out = np.full_like(logits, -np.inf)
+            out[allowed] = logits[allowed]
+            return out
+        import torch  # the torch runtime's logits: torch is loaded already
+
+        idx = torch.from_numpy(allowed).to(logits.device)
         out = torch.full_like(logits, float("-inf"))
         out[idx] = logits[idx]
         return out

@@ -9,12 +9,37 @@ knows which one runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, Union, runtime_checkable
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from daemon.runtime.tree import DraftTree
+
+# A pass's logits, [rows, vocab] fp32: a torch tensor on the torch runtime (on its device), a
+# numpy array on llama.cpp. The engine reads them through what both have (indexing, ``argmax``).
+Logits = Union["torch.Tensor", "np.ndarray"]
+
+
+@runtime_checkable
+class Device(Protocol):
+    """Where a runtime computes: a ``torch.device``, or ``CPU``; ``str()`` names it."""
+
+    type: str  # "cpu" | "cuda"
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The CPU as a runtime without torch names its device (``type`` and ``str()`` as torch's)."""
+
+    type: str = "cpu"
+
+    def __str__(self) -> str:
+        return self.type
+
+
+CPU = HostCpu()
 
 
 @dataclass(frozen=True)
@@ -63,8 +88,8 @@ class KVCache(Protocol):
 class Runtime(Protocol):
     name: str
     kind: str  # "torch" | "llamacpp"
-    device: torch.device
-    dtype: torch.dtype
+    device: Device
+    dtype: Any  # torch.float32 on torch, "float32" on llama.cpp; str() names it
     tokenizer: Any  # a transformers fast tokenizer: prompts, chat templates, the index's ids
     supports_trees: bool  # False: the engine drafts chains only
     exactness: Exactness
@@ -91,7 +116,7 @@ class Runtime(Protocol):
         """The cache is dropped for good (evicted, document closed): free what it holds."""
 
     def forward_pass(self, ids: Sequence[int], cache: KVCache, keep_last: int | None = None,
-                     tree: DraftTree | None = None) -> torch.Tensor:
+                     tree: DraftTree | None = None) -> Logits:
         """Run ``ids`` after ``cache``'s tokens; fp32 logits [keep_last or len(ids), vocab] of the
         last rows. ``tree``: the draft nodes at the end of ``ids`` form a tree (one pending token
         before them), attended as the tree says. The caller records the tokens (``extended``)."""

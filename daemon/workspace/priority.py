@@ -12,7 +12,7 @@ model runs.
 Linux gives each thread its own nice value (``setpriority`` on the thread id);
 threads it starts inherit it. Elsewhere this is a no-op. So do thread pools it
 starts, for everyone who uses them later: the tokenizer's starts at its first
-batch, which ``daemon.runtime.model`` therefore asks for at load.
+batch, which both runtimes therefore ask for at load (``TokenizerMethods.start_tokenizer_pool``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ import asyncio
 
 import pytest
 
-from daemon.runtime.kv_cache import KVCache, KVPool
+from daemon.runtime.kv_cache import KVCache
+
+from daemon.runtime.cache_pool import KVPool
 from daemon.protocol.rpc import INTERNAL_ERROR, RpcError
 from daemon.service.worker import Job, Worker, is_out_of_memory
 
@@ -42,7 +44,7 @@ def _outcome(worker: Worker, fn) -> RpcError | str:
 
 
 def test_a_job_out_of_memory_gives_the_caches_back_and_the_next_one_runs():
-    pool = KVPool()
+    pool = KVPool(4, KVCache)
     for uri in ("a", "b", "c"):
         pool.get(uri)
     worker = Worker(on_out_of_memory=pool.clear)
@@ -65,7 +67,7 @@ def test_a_job_out_of_memory_gives_the_caches_back_and_the_next_one_runs():
 def test_the_completer_gives_its_caches_back():
     from daemon.edit.session import EditingCompleter
     from daemon.engine.loop import EngineConfig
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
 
     completer = EditingCompleter(load_runtime("tiny", "cpu"), None, EngineConfig(calibrate=False))
     completer.pool.get("file:///a.py")

@@ -35,7 +35,7 @@ def test_only_the_calling_thread_and_its_children_are_lowered():
 
 PROBE = """
 import os, threading, time
-from daemon.runtime.model import load_runtime
+from daemon.runtime.loading import load_runtime
 from daemon.workspace.priority import lower_this_thread
 rt = load_runtime("tiny", device="cpu")
 lowered = []

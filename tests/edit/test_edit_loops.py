@@ -17,7 +17,7 @@ def _source(rows: int) -> str:
 
 @pytest.fixture(scope="module")
 def token_bytes(tok_runtime):
-    from daemon.runtime.model import _build_byte_table
+    from daemon.runtime.tokenizer import _build_byte_table
 
     table = _build_byte_table(tok_runtime.tokenizer, len(tok_runtime.tokenizer))
     return table.__getitem__

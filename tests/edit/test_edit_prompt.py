@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from daemon.edit.prompt import (SELECTION, EditRangeError, build_edit_prompt, check_range,
                                 clean_answer, draft_text, excerpt, fence_for, language_of)
-from daemon.runtime.model import encode_template
+from daemon.runtime.tokenizer import encode_template
 
 SRC = '''import os
 
@@ -67,7 +67,7 @@ def test_clean_answer_cuts_at_the_closing_fence_without_the_answers_line_breaks(
 
 def _edit(text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py") -> str:
     """The file after the rewrite of text[start:end] by the model's finished ``answer``."""
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
 
     ep = build_edit_prompt(load_runtime("tiny", device="cpu"), text, start, end, "change it", uri)
     return text[:start] + ep.replacement(answer, True) + text[end:]

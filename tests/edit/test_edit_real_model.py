@@ -55,7 +55,7 @@ class Vector:
 def test_real_model_edit_identical_and_fewer_passes(src, first, after, instruction):
     from daemon.edit.session import EditingCompleter
     from daemon.engine.loop import EngineConfig
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
 
     rt = load_runtime(None, device="cpu")
     completer = EditingCompleter(rt, None, EngineConfig(calibrate=False))
@@ -83,7 +83,7 @@ def test_real_model_a_looping_answer_is_stopped_early_and_identically():
 
     from daemon.edit.session import EditingCompleter
     from daemon.engine.loop import EngineConfig
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
 
     path = Path(wsgiref.__file__).parent / "simple_server.py"
     text = path.read_text()

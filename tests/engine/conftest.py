@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.runtime.model import load_runtime
+from daemon.runtime.loading import load_runtime
 from index.draft import NO_DRAFT, Branch, Draft, Source
 
 

@@ -14,8 +14,10 @@ from daemon.engine.prompt import build_prompt
 from daemon.engine.stops import StopChecker, StopConfig
 from daemon.protocol.requests import CompletionRequest, SamplingParams
 
-SOURCE = (Path(__file__).resolve().parents[2] / "daemon" / "runtime" / "kv_cache.py").read_text()
-TEXT = SOURCE[SOURCE.index("class KVCache:"):SOURCE.index("class KVPool:") + 200]  # real code, a short prompt
+RUNTIME = Path(__file__).resolve().parents[2] / "daemon" / "runtime"
+CACHE, POOL = (RUNTIME / "kv_cache.py").read_text(), (RUNTIME / "cache_pool.py").read_text()
+# real code, a short prompt: the KV cache class, then the start of the pool that holds such caches
+TEXT = CACHE[CACHE.index("class KVCache:"):] + "\n\n" + POOL[POOL.index("class KVPool:"):][:200]
 URI = "file:///kv.py"
 CURSORS = [TEXT.index("        self.tokens.extend") + len("        self.tok"),  # mid-word
            TEXT.index("    def crop(") + len("    def "),

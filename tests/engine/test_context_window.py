@@ -8,7 +8,8 @@ import torch
 
 from daemon.engine.completer import Completer
 from daemon.engine.loop import EngineConfig
-from daemon.runtime.model import _finish, load_tokenizer_only
+from daemon.runtime.model import _finish
+from daemon.runtime.gguf_tokenizer import load_tokenizer_only
 from daemon.engine.prompt import MIN_ANSWER_POSITIONS, PromptConfig, within_positions
 from daemon.protocol.requests import CompletionRequest
 

@@ -11,7 +11,8 @@ import torch
 from daemon.engine import loop as engine
 from daemon.engine.loop import GenerationStats
 from daemon.runtime.kv_cache import KVCache
-from daemon.runtime.model import ModelRuntime, load_runtime, resolve_device
+from daemon.runtime.model import ModelRuntime, resolve_device
+from daemon.runtime.loading import load_runtime
 
 
 def test_fp32_products_are_set_to_full_precision_at_load(monkeypatch, caplog):

@@ -119,7 +119,8 @@ def test_cache_matches_cold_prefill_after_tree_passes(tiny, reference, scripted)
 
 
 def test_tree_logits_match_chain_logits(tiny, reference):
-    from daemon.runtime.tree import build_tree, tree_inputs
+    from daemon.runtime.tree import build_tree
+    from daemon.runtime.model import tree_inputs
 
     prompt, ref = reference
     branches = [[11, 12, 13], [11, 14], [15, 16]]

@@ -8,7 +8,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from daemon.runtime.kv_cache import MIN_CAPACITY, InPlaceCache, KVCache, KVPool
+from daemon.runtime.kv_cache import InPlaceCache, KVCache, MIN_CAPACITY
+
+from daemon.runtime.cache_pool import KVPool
 
 
 class RefCache:
@@ -119,7 +121,7 @@ def test_reset_reuse_and_errors(tiny):
 
 
 def test_pool_evicts_least_recent():
-    pool = KVPool(max_caches=2)
+    pool = KVPool(max_caches=2, new_cache=KVCache)
     a = pool.get("a")
     pool.get("b")
     assert pool.get("a") is a

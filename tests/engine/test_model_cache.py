@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import os
 
-from daemon.runtime.model import _drop_old_conversions, _gguf_cache_dir
+from daemon.runtime.model import _drop_old_conversions
+
+from daemon.runtime.gguf_tokenizer import gguf_cache_dir
 
 
 def test_the_cache_folder_follows_the_content_not_the_modification_time(tmp_path, monkeypatch):
     monkeypatch.setenv("NGRAMD_CACHE_DIR", str(tmp_path / "cache"))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(range(256)) * 5000)
-    first = _gguf_cache_dir(gguf)
+    first = gguf_cache_dir(gguf)
     os.utime(gguf, ns=(1, 1))  # reinstalled: same bytes, another time
-    assert _gguf_cache_dir(gguf) == first and first.parent == tmp_path / "cache" / "gguf"
+    assert gguf_cache_dir(gguf) == first and first.parent == tmp_path / "cache" / "gguf"
     gguf.write_bytes(b"GGUF" + bytes(range(255)) * 5000)  # other content, same name
-    assert _gguf_cache_dir(gguf) != first and _gguf_cache_dir(gguf).name.startswith("m-sha1-")
+    assert gguf_cache_dir(gguf) != first and gguf_cache_dir(gguf).name.startswith("m-sha1-")
 
 
 def test_conversions_under_the_old_key_are_removed_and_nothing_else(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from daemon.engine.completer import Completer
 from daemon.engine.loop import EngineConfig
-from daemon.runtime.model import load_runtime
+from daemon.runtime.loading import load_runtime
 from daemon.protocol.requests import CompletionRequest
 
 # Frozen copies of two of the project's files: real code that later refactors cannot move.

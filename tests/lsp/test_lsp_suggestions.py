@@ -176,7 +176,7 @@ def test_fim_prompts_are_told_as_the_daemon_builds_them():
     """The LSP's FIM token families are daemon/engine/prompt.py's (which it cannot import: torch), and
     the daemon's own prompts for the test models are told apart."""
     from daemon.engine import prompt
-    from daemon.runtime.model import load_runtime
+    from daemon.runtime.loading import load_runtime
 
     assert items.FIM_FAMILIES == prompt._FIM_FAMILIES
     text = "def f(x):\n    return g(x)\n"

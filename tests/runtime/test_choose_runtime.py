@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from daemon.runtime import model
-from daemon.runtime.model import ModelLoadError, choose_runtime
+from daemon.runtime import loading
+from daemon.runtime.loading import ModelLoadError, choose_runtime, runs_on_cpu
 
 
 @pytest.fixture
@@ -31,11 +31,30 @@ def test_auto_runs_the_rest_on_torch(llama_installed, spec):
     assert choose_runtime(spec, "cpu") == "torch"
 
 
-def test_auto_runs_a_gguf_on_torch_for_cuda(llama_installed, monkeypatch, tmp_path):
+def test_auto_runs_a_gguf_on_torch_for_cuda(llama_installed, tmp_path):
+    assert choose_runtime(str(tmp_path / "m.gguf"), "cuda") == "torch"
+    assert choose_runtime(str(tmp_path / "m.gguf"), "cuda:1") == "torch"
+
+
+def test_auto_is_the_cpu_without_asking_torch_where_no_gpu_device_exists(monkeypatch, tmp_path):
+    monkeypatch.setattr(loading.sys, "platform", "linux")
+    monkeypatch.setattr(loading, "_GPU_NODES", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setitem(loading.sys.modules, "torch", None)  # `import torch` would raise
+    assert runs_on_cpu("auto") and runs_on_cpu("cpu") and not runs_on_cpu("cuda")
+    with pytest.raises(ModelLoadError, match="unknown device"):
+        runs_on_cpu("tpu")
+
+
+def test_auto_asks_torch_where_a_gpu_device_exists(monkeypatch, tmp_path):
     import torch
 
-    monkeypatch.setattr(model, "resolve_device", lambda device: (torch.device("cuda"), torch.float32))
-    assert choose_runtime(str(tmp_path / "m.gguf"), "cuda") == "torch"
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.setattr(loading, "_GPU_NODES", (str(node),))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not runs_on_cpu("auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runs_on_cpu("auto")
 
 
 def test_auto_without_llamacpp_falls_back_to_torch_and_says_why(monkeypatch, tmp_path, caplog):
@@ -57,4 +76,4 @@ def test_a_named_runtime_is_taken_as_asked_and_an_unknown_one_refused():
 ])
 def test_llamacpp_refuses_what_it_cannot_run(spec, device, says):
     with pytest.raises(ModelLoadError, match=says):
-        model.load_runtime(spec, device, "llamacpp")
+        loading.load_runtime(spec, device, "llamacpp")

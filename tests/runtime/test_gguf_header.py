@@ -60,7 +60,7 @@ def test_other_files_and_cut_files_are_errors(gguf_file, tmp_path):
 
 
 def test_the_embedded_models_split_is_read():
-    from daemon.runtime.model import embedded_gguf_path
+    from daemon.runtime.loading import embedded_gguf_path
 
     try:
         path = embedded_gguf_path()

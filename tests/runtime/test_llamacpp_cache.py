@@ -19,7 +19,7 @@ def ids(llama_rt):
 
 
 def _run(rt, cache, ids, keep_last=None):
-    logits = rt.forward_pass(ids, cache, keep_last=keep_last).numpy()
+    logits = rt.forward_pass(ids, cache, keep_last=keep_last)  # numpy: [rows, vocab]
     cache.extended(ids)
     return logits
 
