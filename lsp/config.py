@@ -7,7 +7,7 @@ LSP-style camelCase names:
     maxTokens    int    1..1024   tokens a completion may have             (64)
     multiline    bool             allow completions past the current line  (true)
     temperature  float  0, or 1e-4..100 (the daemon's rule,
-                                  ``daemon.protocol.requests.check_temperature``);
+                                  ``ngramd.daemon.protocol.requests.check_temperature``);
                                   0 is greedy                              (0)
     debounceMs   int    0..2000   wait after a keystroke before asking     (50)
     timeoutMs    int    100..600000  a daemon answer later than this gives
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from daemon.protocol.requests import check_temperature  # torch-free: the daemon's own rule
+from ngramd.daemon.protocol.requests import check_temperature  # torch-free: the daemon's own rule
 
 _FIELDS = {
     # camelCase -> (attribute, type, min, max)

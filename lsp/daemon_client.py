@@ -27,10 +27,10 @@ import logging
 import re
 from typing import Any, Callable
 
-from daemon.protocol import rpc
-from daemon.protocol.connect import connect_unix_async
-from daemon.protocol.peer import ForeignPeer
-from daemon.protocol.rpc import DaemonUnavailable
+from ngramd.daemon.protocol import rpc
+from ngramd.daemon.protocol.connect import connect_unix_async
+from ngramd.daemon.protocol.peer import ForeignPeer
+from ngramd.daemon.protocol.rpc import DaemonUnavailable
 
 log = logging.getLogger(__name__)
 

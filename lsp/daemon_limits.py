@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.protocol import rpc
-from daemon.protocol.rpc import DEFAULT_MAX_DOCUMENT_CHARS
+from ngramd.daemon.protocol import rpc
+from ngramd.daemon.protocol.rpc import DEFAULT_MAX_DOCUMENT_CHARS
 
 # How much longer than its smallest a packed request can be for the same params: the msgid
 # (msgpack int, up to 9 bytes) and the header of its long string (up to 5).

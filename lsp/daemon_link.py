@@ -44,10 +44,10 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from daemon.protocol.paths import EXIT_ALREADY_RUNNING, lock_holder
-from daemon.protocol.peer import ForeignPeer
-from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
-from lsp.spawn import log_path, log_size, log_tail, spawn_daemon
+from ngramd.daemon.protocol.paths import EXIT_ALREADY_RUNNING, lock_holder
+from ngramd.daemon.protocol.peer import ForeignPeer
+from ngramd.lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from ngramd.lsp.spawn import log_path, log_size, log_tail, spawn_daemon
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
-from lsp import items, positions
-from lsp.daemon_client import DaemonError, DaemonUnavailable
-from lsp.server import NgramdServer
+from ngramd.lsp import items, positions
+from ngramd.lsp.daemon_client import DaemonError, DaemonUnavailable
+from ngramd.lsp.server import NgramdServer
 
 log = logging.getLogger(__name__)
 

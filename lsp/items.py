@@ -32,8 +32,8 @@ import re
 
 from lsprotocol import types
 
-from daemon.protocol.lines import LINE_BREAK
-from lsp import positions
+from ngramd.daemon.protocol.lines import LINE_BREAK
+from ngramd.lsp import positions
 
 _WORD_TAIL = re.compile(r"\w*\Z")
 

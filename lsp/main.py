@@ -14,11 +14,11 @@ import logging
 import os
 import sys
 
-from daemon.protocol.paths import resolve_socket_path
-from lsp.config import Settings
-from lsp.handlers import register
-from lsp.server import NgramdServer
-from lsp.stdio import start_io
+from ngramd.daemon.protocol.paths import resolve_socket_path
+from ngramd.lsp.config import Settings
+from ngramd.lsp.handlers import register
+from ngramd.lsp.server import NgramdServer
+from ngramd.lsp.stdio import start_io
 
 
 def build_server(socket: str | None = None, model: str | None = None, device: str = "auto",

@@ -30,7 +30,7 @@ UTF-16 units.
 
 from __future__ import annotations
 
-from daemon.protocol.lines import LINE_BREAK
+from ngramd.daemon.protocol.lines import LINE_BREAK
 
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"
 ENCODINGS = (UTF8, UTF16, UTF32)

@@ -8,7 +8,7 @@ Five things pygls 2.1 does not do the way ngramd needs:
    naming the bad field, and the server carries on.
 2. pygls applies ``didChange`` edits before any handler runs, so the handler can no
    longer turn an edit's range into character offsets of the text it applied to.
-   Here each edit is converted with the server's ``range_of`` (``lsp.positions``, the
+   Here each edit is converted with the server's ``range_of`` (``ngramd.lsp.positions``, the
    one position helper) on the text before it, applied to pygls' document (which stays the only copy of
    the text), and the offsets are handed to the server for the daemon.
 3. pygls runs a ``workspace/executeCommand`` handler as a task of its own, which the

@@ -39,16 +39,16 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
-from daemon.protocol import rpc
-from daemon.protocol.paths import resolve_socket_path
-from daemon.protocol.requests import FINISHED_EDIT_STOPS
-from lsp import items, positions
-from lsp.config import Settings
-from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
-from lsp.daemon_limits import DaemonLimits, message_fits
-from lsp.deadline import CompletionDeadline
-from lsp.daemon_link import SPAWN_BACKOFF_S, DaemonLink
-from lsp.protocol import NgramdProtocol, is_parse_error
+from ngramd.daemon.protocol import rpc
+from ngramd.daemon.protocol.paths import resolve_socket_path
+from ngramd.daemon.protocol.requests import FINISHED_EDIT_STOPS
+from ngramd.lsp import items, positions
+from ngramd.lsp.config import Settings
+from ngramd.lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from ngramd.lsp.daemon_limits import DaemonLimits, message_fits
+from ngramd.lsp.deadline import CompletionDeadline
+from ngramd.lsp.daemon_link import SPAWN_BACKOFF_S, DaemonLink
+from ngramd.lsp.protocol import NgramdProtocol, is_parse_error
 
 log = logging.getLogger(__name__)
 

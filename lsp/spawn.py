@@ -15,8 +15,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from daemon.protocol.client import serve_command
-from daemon.protocol.paths import prepare_socket_dir
+from ngramd.daemon.protocol.client import serve_command
+from ngramd.daemon.protocol.paths import prepare_socket_dir
 
 # The daemon's log lines start with logging's ``%(asctime)s`` (daemon/cli/serve_cmd.py): a
 # reason that quoted it would differ each start, and the user be told the same one again.

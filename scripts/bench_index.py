@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_index.py [--tokens 5000000] [--json]
 
-Measures, with SmolLM2's tokenizer (``daemon.runtime.gguf_tokenizer.load_tokenizer_only``):
+Measures, with SmolLM2's tokenizer (``ngramd.daemon.runtime.gguf_tokenizer.load_tokenizer_only``):
 - tokenizer throughput, and index build throughput with tokens cached
   (install + suffix sorting + merges), over ~--tokens tokens of stdlib *.py;
 - lookup latency (propose) p50/p99 at that size, with and without a 20k-token
@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.runtime.gguf_tokenizer import load_tokenizer_only  # noqa: E402
-from index import IndexConfig, NgramIndex  # noqa: E402
-from index.document import Document  # noqa: E402
+from ngramd.daemon.runtime.gguf_tokenizer import load_tokenizer_only  # noqa: E402
+from ngramd.index import IndexConfig, NgramIndex  # noqa: E402
+from ngramd.index.document import Document  # noqa: E402
 
 CACHE = Path("/tmp/ngramd_bench_tokens.pkl")
 WS = Path("/tmp/ngramd_bench_ws")

@@ -89,15 +89,15 @@ def main() -> int:
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
 
-    from daemon.bench.llamacpp_peer import LlamaCppPeers
-    from daemon.bench.llamacpp_typing import LlamaPeerCompleter
-    from daemon.bench.typing_engines import CompleterEngine
-    from daemon.bench.typing_replay import UserModel, replay, summarize
-    from daemon.engine.completer import Completer
-    from daemon.engine.loop import EngineConfig
-    from daemon.protocol.requests import CompletionRequest
-    from daemon.runtime.loading import load_runtime
-    from index.store import IndexConfig, NgramIndex
+    from ngramd.daemon.bench.llamacpp_peer import LlamaCppPeers
+    from ngramd.daemon.bench.llamacpp_typing import LlamaPeerCompleter
+    from ngramd.daemon.bench.typing_engines import CompleterEngine
+    from ngramd.daemon.bench.typing_replay import UserModel, replay, summarize
+    from ngramd.daemon.engine.completer import Completer
+    from ngramd.daemon.engine.loop import EngineConfig
+    from ngramd.daemon.protocol.requests import CompletionRequest
+    from ngramd.daemon.runtime.loading import load_runtime
+    from ngramd.index.store import IndexConfig, NgramIndex
 
     functions = choose(args.modules.split(","), args.functions, 3, args.lines, args.seed)
     runtime = load_runtime(None, "cpu", args.runtime)

@@ -27,11 +27,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.engine.policy import AdaptiveConfig  # noqa: E402
-from daemon.engine.completer import Completer  # noqa: E402
-from daemon.engine.loop import EngineConfig  # noqa: E402
-from daemon.runtime.loading import load_runtime  # noqa: E402
-from daemon.protocol.requests import CompletionRequest  # noqa: E402
+from ngramd.daemon.engine.policy import AdaptiveConfig  # noqa: E402
+from ngramd.daemon.engine.completer import Completer  # noqa: E402
+from ngramd.daemon.engine.loop import EngineConfig  # noqa: E402
+from ngramd.daemon.runtime.loading import load_runtime  # noqa: E402
+from ngramd.daemon.protocol.requests import CompletionRequest  # noqa: E402
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
@@ -112,7 +112,7 @@ def main() -> int:
             Path(args.json).write_text(json.dumps({"runtime": getattr(rt, "kind", "torch"), "curve": curve}, indent=1))
         return 0
 
-    from index.store import NgramIndex
+    from ngramd.index.store import NgramIndex
 
     index = NgramIndex(rt.tokenize_batch)
     index.index_workspace(str(ROOT / "index"))

@@ -153,7 +153,7 @@ def _first_prefill(model: Any, ids: Any, device: str, times: list[float]) -> tup
 def _prefilled(model: Any, ids: Any, device: str, times: list[float], kind: str) -> Any:
     """A cache of ``kind`` ("inplace" or "dynamic") holding ``ids``; its prefill time appended to ``times``."""
     if kind == "inplace":
-        from daemon.runtime.kv_cache import InPlaceCache as make_cache
+        from ngramd.daemon.runtime.kv_cache import InPlaceCache as make_cache
     else:
         from transformers import DynamicCache as make_cache
     cache = make_cache()
@@ -180,7 +180,7 @@ def runtime_for(model: Any, device: str, name: str) -> Any:
     after the cost curve)."""
     import torch
 
-    from daemon.runtime.model import ModelRuntime
+    from ngramd.daemon.runtime.model import ModelRuntime
 
     return ModelRuntime(model=model, tokenizer=_NoTokenizer(), device=torch.device(device),
                         dtype=next(model.parameters()).dtype, name=name)
@@ -207,7 +207,7 @@ def pass_exactness(rt: Any, k: int, ctx: int, sequences: int) -> dict[str, Any]:
         ids = torch.randint(0, rt.vocab_size, (ctx + k,), generator=gen).tolist()
         diff, gap, same = drift_at(rt, ids, k)
         worst, closest, agrees = max(worst, diff), min(closest, gap), agrees + same
-    return {"k": k, "context": ctx, "sequences": sequences, "path": "daemon.runtime.model.ModelRuntime.forward",
+    return {"k": k, "context": ctx, "sequences": sequences, "path": "ngramd.daemon.runtime.model.ModelRuntime.forward",
             "max_abs_logit_diff": worst, "min_top2_gap": closest, "argmax_agrees": agrees == sequences,
             "sequences_argmax_agrees": agrees}
 
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         models = {k: v for k, v in models.items() if k in args.models.split(",")}
     ctxs, sizes = (DRY_CTX, DRY_SIZES) if args.dry_run else (CTX, SIZES)
     dtype = torch.float32  # as the daemon runs every model (daemon/runtime/model.py resolve_device: bf16 is not exact)
-    from daemon.runtime.model import exact_float32
+    from ngramd.daemon.runtime.model import exact_float32
 
     exact_float32()  # as the daemon sets it at load: no TF32
     repeats = 1 if args.dry_run else args.repeats

@@ -5,8 +5,10 @@
 #   scripts/gpu_bench.sh --dry-run  # anywhere: tiny model, small contexts, CPU allowed (a check of the script)
 #
 # No venv, no install: the python that has torch and transformers (python3, or $PYTHON; for
-# --dry-run the development .venv when there is one) runs the source tree with PYTHONPATH=
-# the repo root. (A venv made from the GPU image's python3, itself a venv's, would not see its torch.)
+# --dry-run the development .venv when there is one) runs the source tree through a package
+# ngramd in a temp folder whose __path__ is the repo root (ngramd.daemon is daemon/ there, as
+# pyproject's package-dir maps it). (A venv made from the GPU image's python3, itself a venv's,
+# would not see its torch.)
 # 1. scripts/gpu_bench.py: per random-weight fp32 model shaped like Qwen2.5-Coder 1.5B and 7B,
 #    the verify-cost curve, an exactness check (one k-token pass against k one-token passes
 #    through the daemon's forward) and speedups projected from the CPU traces in
@@ -48,7 +50,12 @@ elif [ -n "$DRY" ] && [ -x "$ROOT/.venv/bin/python" ]; then
 else
   PY=python3
 fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+SOURCE_SHIM=$(mktemp -d "${TMPDIR:-/tmp}/ngramd_src.XXXXXX")
+trap 'rm -rf "$SOURCE_SHIM"' EXIT
+mkdir "$SOURCE_SHIM/ngramd"
+printf '__path__ = [r"""%s"""]  # the source tree: ngramd.daemon is daemon/ there\n' "$ROOT" \
+  > "$SOURCE_SHIM/ngramd/__init__.py"
+export PYTHONPATH="$SOURCE_SHIM${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NGRAMD_CACHE_DIR=${NGRAMD_CACHE_DIR:-${TMPDIR:-/tmp}/ngramd_gpu_cache}  # not under $OUT: 8 files come back
 
 if ! command -v "$PY" >/dev/null; then
@@ -108,7 +115,7 @@ if [ "$HAVE_MODEL" = yes ] && [ "$(seconds_left)" -lt 30 ]; then
   echo "gpu_bench: $(seconds_left) s of the ${BUDGET} s budget left: the real-model bench is skipped" >&2
 elif [ "$HAVE_MODEL" = yes ]; then
   LIMIT=$(seconds_left); [ "$LIMIT" -le 150 ] || LIMIT=150
-  bounded "$LIMIT" "$PY" -m daemon.cli bench --cases bench/cases/stdlib.jsonl --device cuda \
+  bounded "$LIMIT" "$PY" -m ngramd.daemon.cli bench --cases bench/cases/stdlib.jsonl --device cuda \
     ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} --repeat 3 --json > "$OUTDIR/bench_gpu.json" 2> "$OUTDIR/bench_gpu.log"
   BENCH_RC=$?
   # how far a multi-token pass's logits drift from one-token passes on the GPU (README: exactness)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.protocol.client import Client, spawn_daemon, wait_ready  # noqa: E402
+from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready  # noqa: E402
 
 
 def rss(c: Client) -> float:

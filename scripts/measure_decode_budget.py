@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import asyncio, collections, json, sys
 from pathlib import Path
-from daemon.service.server import Server
+from ngramd.daemon.service.server import Server
 
 class Stub:
     errors = collections.Counter()

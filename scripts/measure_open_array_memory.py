@@ -18,7 +18,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.protocol.rpc import FrameReader  # noqa: E402
+from ngramd.daemon.protocol.rpc import FrameReader  # noqa: E402
 
 
 def main() -> int:

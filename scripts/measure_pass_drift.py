@@ -21,8 +21,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.runtime.kv_cache import KVCache  # noqa: E402
-from daemon.runtime.loading import load_runtime  # noqa: E402
+from ngramd.daemon.runtime.kv_cache import KVCache  # noqa: E402
+from ngramd.daemon.runtime.loading import load_runtime  # noqa: E402
 
 DEFAULT_FILES = ("daemon/engine/loop.py", "index/store.py", "daemon/engine/completer.py", "lsp/server.py")
 

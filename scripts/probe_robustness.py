@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from daemon.protocol.client import Client, spawn_daemon, wait_ready  # noqa: E402
+from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready  # noqa: E402
 
 WAIT_S = 10.0  # the longest wait for one answer
 MAX_BURST = 5000
@@ -70,7 +70,7 @@ def lsp_cases() -> dict[str, tuple[bytes, object]]:
 class LspProcess:
     def __init__(self, sock: str) -> None:
         env = dict(os.environ, NGRAMD_LSP_NO_SPAWN="1", NGRAMD_LSP_LOG="critical")
-        self.proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "lsp", "--socket", sock],
+        self.proc = subprocess.Popen([sys.executable, "-m", "ngramd.daemon.cli", "lsp", "--socket", sock],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, cwd=str(REPO), env=env)
         self.answers: queue.Queue = queue.Queue()

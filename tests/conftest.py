@@ -9,8 +9,8 @@ import pytest
 @pytest.fixture(scope="session")
 def llama_rt():
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llamacpp.sh)")
-    from daemon.runtime.llamacpp import load_llamacpp
-    from daemon.runtime.loading import embedded_gguf_path
+    from ngramd.daemon.runtime.llamacpp import load_llamacpp
+    from ngramd.daemon.runtime.loading import embedded_gguf_path
 
     runtime = load_llamacpp(embedded_gguf_path())
     yield runtime

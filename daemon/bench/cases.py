@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from daemon.protocol.lines import LINE_BREAK
-from index.workspace import SkipFile, read_text
+from ngramd.daemon.protocol.lines import LINE_BREAK
+from ngramd.index.workspace import SkipFile, read_text
 
 KINDS = ("ordinary", "repeat", "norepeat")
 MODES = ("complete", "edit")

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.bench.cases import BenchCaseError, case_id_prefix, line_starts, workspace_python_files
-from daemon.protocol.lines import LINE_BREAK
-from index.workspace import SkipFile, read_text
+from ngramd.daemon.bench.cases import BenchCaseError, case_id_prefix, line_starts, workspace_python_files
+from ngramd.daemon.protocol.lines import LINE_BREAK
+from ngramd.index.workspace import SkipFile, read_text
 
 KINDS = ("hints", "rename-parameter", "rename-variable")
 NEW_NAMES = ("value", "item", "result", "data", "entry", "current", "target")

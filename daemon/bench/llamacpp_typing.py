@@ -16,12 +16,12 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from daemon.bench.llamacpp_peer import counted_evals
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig, GenerationOutput
-from daemon.engine.prompt import ForcedPrefix
-from daemon.engine.stops import StopChecker
-from daemon.protocol.requests import GenerationStats, SamplingParams
+from ngramd.daemon.bench.llamacpp_peer import counted_evals
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig, GenerationOutput
+from ngramd.daemon.engine.prompt import ForcedPrefix
+from ngramd.daemon.engine.stops import StopChecker
+from ngramd.daemon.protocol.requests import GenerationStats, SamplingParams
 
 
 class LlamaPeerCompleter(Completer):

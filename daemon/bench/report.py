@@ -56,9 +56,9 @@ import statistics
 import warnings
 from typing import Any, TextIO
 
-from daemon.bench.cases import KINDS
-from daemon.protocol.lines import LINE_BREAK
-from daemon.protocol.requests import FINISHED_EDIT_STOPS
+from ngramd.daemon.bench.cases import KINDS
+from ngramd.daemon.protocol.lines import LINE_BREAK
+from ngramd.daemon.protocol.requests import FINISHED_EDIT_STOPS
 
 TARGETS = {
     "ordinary": {"vs_plain": 2.0, "vs_hf": 1.4},

@@ -65,12 +65,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from daemon.bench.cases import BenchCase
-from daemon.bench.followed import followed
-from daemon.bench.llamacpp_peer import PEERS, LlamaCppPeers
-from daemon.bench.report import changed_lines, still_compiles
-from daemon.edit.indent import line_before
-from daemon.protocol.requests import CompletionRequest, CompletionResult, EditRequest
+from ngramd.daemon.bench.cases import BenchCase
+from ngramd.daemon.bench.followed import followed
+from ngramd.daemon.bench.llamacpp_peer import PEERS, LlamaCppPeers
+from ngramd.daemon.bench.report import changed_lines, still_compiles
+from ngramd.daemon.edit.indent import line_before
+from ngramd.daemon.protocol.requests import CompletionRequest, CompletionResult, EditRequest
 
 HF_PROMPT_LOOKUP_TOKENS = 10
 VARIANTS = ("spec", "plain", "hf")
@@ -317,7 +317,7 @@ class BenchRunner:
     def index_for(self, workspace: Path) -> Any:
         """The workspace's index, built once per run of the bench."""
         if workspace not in self._indexes:
-            from index.store import IndexConfig, NgramIndex
+            from ngramd.index.store import IndexConfig, NgramIndex
 
             cfg = self.index_config if self.index_config is not None else IndexConfig()
             idx = NgramIndex(self.rt.tokenize_batch, cfg)
@@ -336,8 +336,8 @@ class BenchRunner:
         if self._completer is None:
             import dataclasses
 
-            from daemon.edit.session import EditingCompleter
-            from daemon.engine.loop import EngineConfig
+            from ngramd.daemon.edit.session import EditingCompleter
+            from ngramd.daemon.engine.loop import EngineConfig
 
             cfg = self.engine_config if self.engine_config is not None else EngineConfig()
             # a prepared run needs the cache its prepare filled; every run drops the document's first.
@@ -524,7 +524,7 @@ class BenchRunner:
         ids = prompt_ids_from_plain(plain.passes, list(plain.result.token_ids))
         if ids is not None:
             return ids
-        from daemon.runtime.tokenizer import encode_template  # the prompt's text holds its template's special tokens
+        from ngramd.daemon.runtime.tokenizer import encode_template  # the prompt's text holds its template's special tokens
 
         return encode_template(self.rt.tokenizer, plain.result.prompt)
 

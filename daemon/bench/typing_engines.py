@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from daemon.bench.typing_replay import Answer
-from daemon.engine.completer import Completer
-from daemon.protocol.requests import CompletionRequest, CompletionResult
+from ngramd.daemon.bench.typing_replay import Answer
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.protocol.requests import CompletionRequest, CompletionResult
 
 
 @dataclass

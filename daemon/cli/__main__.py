@@ -1,7 +1,7 @@
-"""``python -m daemon.cli``: the ``ngramd`` console script without its wrapper."""
+"""``python -m ngramd.daemon.cli``: the ``ngramd`` console script without its wrapper."""
 
 import sys
 
-from daemon.cli.main import main
+from ngramd.daemon.cli.main import main
 
 sys.exit(main())

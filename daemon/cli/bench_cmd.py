@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from daemon.bench.cases import BenchCaseError, dump_cases, load_cases, make_cases
+from ngramd.daemon.bench.cases import BenchCaseError, dump_cases, load_cases, make_cases
 
 
 # Options of one use of `ngramd bench` each: given to the other, they would be silently ignored.
@@ -62,7 +62,7 @@ def run(args: Any) -> int:
         print(f"ngramd bench: {exc}", file=sys.stderr)
         return 2
     if args.plot:  # before the run, not after half an hour of it
-        from daemon.bench.report import PlotUnavailable, check_plot_path
+        from ngramd.daemon.bench.report import PlotUnavailable, check_plot_path
 
         try:
             check_plot_path(args.plot)
@@ -73,7 +73,7 @@ def run(args: Any) -> int:
     if rows_problem:  # before the model's load, not after it: the file itself is opened after that
         print(f"ngramd bench: cannot write --rows {args.rows}: {rows_problem}", file=sys.stderr)
         return 2
-    from daemon.runtime.loading import ModelLoadError
+    from ngramd.daemon.runtime.loading import ModelLoadError
 
     print(f"ngramd bench: loading model {args.model or '(embedded SmolLM2-135M)'}", file=sys.stderr, flush=True)
     try:  # before --rows is opened: a bad model leaves no empty file behind
@@ -111,11 +111,11 @@ def run(args: Any) -> int:
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
     else:
-        from daemon.bench.report import render_text
+        from ngramd.daemon.bench.report import render_text
 
         render_text(report, sys.stdout)
     if args.plot:
-        from daemon.bench.report import PlotUnavailable, plot
+        from ngramd.daemon.bench.report import PlotUnavailable, plot
 
         try:
             plot(report, args.plot)
@@ -129,7 +129,7 @@ def run(args: Any) -> int:
 
 def load_runtime(model: str | None, device: str, runtime: str = "auto") -> Any:
     """The model the run measures (daemon/runtime/loading.py ``load_runtime``; a seam for the CLI's tests)."""
-    from daemon.runtime.loading import load_runtime as load
+    from ngramd.daemon.runtime.loading import load_runtime as load
 
     return load(model, device, runtime)
 
@@ -161,7 +161,7 @@ def _make(args: Any) -> int:
     seed = 0 if args.seed is None else args.seed
     try:
         if args.mode == "edit":
-            from daemon.bench.edit_cases import make_edit_cases
+            from ngramd.daemon.bench.edit_cases import make_edit_cases
 
             cases = make_edit_cases(args.make_cases, n=n, seed=seed)
         else:
@@ -202,15 +202,15 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
     import torch
     import transformers
 
-    from daemon.bench.report import build_report
-    from daemon.bench.runner import BenchRunner
+    from ngramd.daemon.bench.report import build_report
+    from ngramd.daemon.bench.runner import BenchRunner
 
     def log(msg: str) -> None:
         if progress:
             print(f"ngramd bench: {msg}", file=sys.stderr, flush=True)
 
     if runtime is None:
-        from daemon.runtime.loading import load_runtime
+        from ngramd.daemon.runtime.loading import load_runtime
 
         log(f"loading model {model or '(embedded SmolLM2-135M)'}")
         runtime = load_runtime(model, device)

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.inputs import InputError, check_generation_args, make_index, offset_of, read_source
-from daemon.protocol.requests import CompletionRequest, SamplingParams
+from ngramd.daemon.cli.inputs import InputError, check_generation_args, make_index, offset_of, read_source
+from ngramd.daemon.protocol.requests import CompletionRequest, SamplingParams
 
 
 def run(args: Any) -> int:
@@ -30,8 +30,8 @@ def run(args: Any) -> int:
     except InputError as exc:
         print(f"ngramd complete: error: {exc}", file=sys.stderr)
         return 2
-    from daemon.engine.completer import Completer
-    from daemon.runtime.loading import ModelLoadError, load_runtime
+    from ngramd.daemon.engine.completer import Completer
+    from ngramd.daemon.runtime.loading import ModelLoadError, load_runtime
 
     try:
         runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))

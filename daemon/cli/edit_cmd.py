@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.inputs import InputError, check_generation_args, make_index, offset_of, read_source
-from daemon.protocol.requests import FINISHED_EDIT_STOPS
+from ngramd.daemon.cli.inputs import InputError, check_generation_args, make_index, offset_of, read_source
+from ngramd.daemon.protocol.requests import FINISHED_EDIT_STOPS
 
 _POS = re.compile(r"\s*(-?\d+)\s*:\s*(-?\d+)\s*")  # a negative one is said to be outside the file
 EXIT_UNFINISHED = 3
@@ -83,15 +83,15 @@ def run(args: Any) -> int:
     if not args.instruction.strip():
         return _error("--instruction is empty")
 
-    from daemon.runtime.loading import ModelLoadError, load_runtime
-    from daemon.protocol.requests import EditRequest, SamplingParams
+    from ngramd.daemon.runtime.loading import ModelLoadError, load_runtime
+    from ngramd.daemon.protocol.requests import EditRequest, SamplingParams
 
     try:
         runtime = load_runtime(args.model, device=args.device, runtime=getattr(args, "runtime", "auto"))
     except ModelLoadError as exc:
         return _error(str(exc))
     index = make_index(runtime, [])
-    from daemon.edit.session import EditingCompleter
+    from ngramd.daemon.edit.session import EditingCompleter
 
     completer = EditingCompleter(runtime, index)
     req = EditRequest(uri=path.resolve().as_uri(), text=text, start=start, end=end,

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.protocol.rpc import DEFAULT_MAX_DOCUMENT_CHARS
-from daemon.protocol.lines import LINE_BREAK
-from daemon.protocol.requests import SamplingParams, check_sampling
+from ngramd.daemon.protocol.rpc import DEFAULT_MAX_DOCUMENT_CHARS
+from ngramd.daemon.protocol.lines import LINE_BREAK
+from ngramd.daemon.protocol.requests import SamplingParams, check_sampling
 
 
 class InputError(ValueError):
@@ -82,7 +82,7 @@ def check_generation_args(max_tokens: int | None, temperature: float, top_p: flo
 
 def make_index(runtime: Any, workspaces: list[str]) -> Any:
     """An n-gram index over ``workspaces`` (the Completer adds the document itself)."""
-    from index.store import NgramIndex
+    from ngramd.index.store import NgramIndex
 
     index = NgramIndex(runtime.tokenize_batch)
     for root in workspaces:

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from daemon import package_version
+from ngramd.daemon import package_version
 
 DESCRIPTION = ("ngramd: local code completion. A code model verifies drafts from an n-gram index "
                "of your workspace and buffers; the output is exactly the model's own.")
@@ -22,13 +22,13 @@ EXIT_BROKEN_PIPE = 141  # and for SIGPIPE: the output's reader went away
 # subcommand -> "module:function"; the function takes the parsed argparse.Namespace
 # and returns a process exit code.
 COMMANDS = {
-    "serve": "daemon.cli.serve_cmd:run_serve",
-    "status": "daemon.cli.serve_cmd:run_status",
-    "stop": "daemon.cli.serve_cmd:run_stop",
-    "lsp": "lsp.main:run",
-    "complete": "daemon.cli.complete_cmd:run",
-    "edit": "daemon.cli.edit_cmd:run",
-    "bench": "daemon.cli.bench_cmd:run",
+    "serve": "ngramd.daemon.cli.serve_cmd:run_serve",
+    "status": "ngramd.daemon.cli.serve_cmd:run_status",
+    "stop": "ngramd.daemon.cli.serve_cmd:run_stop",
+    "lsp": "ngramd.lsp.main:run",
+    "complete": "ngramd.daemon.cli.complete_cmd:run",
+    "edit": "ngramd.daemon.cli.edit_cmd:run",
+    "bench": "ngramd.daemon.cli.bench_cmd:run",
 }
 
 

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.protocol.paths import (EXIT_ALREADY_RUNNING, UNRESOLVABLE, AlreadyRunning, SocketLock, claim_socket,
+from ngramd.daemon.protocol.paths import (EXIT_ALREADY_RUNNING, UNRESOLVABLE, AlreadyRunning, SocketLock, claim_socket,
                           resolve_socket_path, socket_is_live)
-from daemon.protocol.rpc import DEFAULT_MAX_MESSAGE_BYTES
+from ngramd.daemon.protocol.rpc import DEFAULT_MAX_MESSAGE_BYTES
 
 # The least --max-message-bytes: a negative limit breaks msgpack's reader (every connection
 # dies inside a daemon that looks ready), and a few hundred bytes refuse all but the smallest
@@ -76,9 +76,9 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, sock: Path, workspaces: list[Path], lock: SocketLock) -> int:
-    from daemon.runtime.loading import ModelLoadError
-    from daemon.service.methods import Service
-    from daemon.service.server import Server
+    from ngramd.daemon.runtime.loading import ModelLoadError
+    from ngramd.daemon.service.methods import Service
+    from ngramd.daemon.service.server import Server
 
     try:  # a broken torch fails in here, on the torch path only (llama.cpp's never imports it)
         completer, index, rt = _build_engine(args)
@@ -111,11 +111,11 @@ def _load_failed(exc: Exception) -> int:
 
 
 def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from daemon.edit.session import EditingCompleter
-    from daemon.engine.loop import EngineConfig
-    from daemon.runtime.loading import load_runtime
-    from daemon.workspace.priority import lower_this_thread
-    from index.store import NgramIndex
+    from ngramd.daemon.edit.session import EditingCompleter
+    from ngramd.daemon.engine.loop import EngineConfig
+    from ngramd.daemon.runtime.loading import load_runtime
+    from ngramd.daemon.workspace.priority import lower_this_thread
+    from ngramd.index.store import NgramIndex
 
     rt = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))
     # its restore thread is background work, as the scans are: the model's cores first
@@ -125,7 +125,7 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 
 def _index_config(args: argparse.Namespace) -> Any:
-    from index.store import IndexConfig
+    from ngramd.index.store import IndexConfig
 
     # evicted files read back on a thread of their own, not on those that mirror documents (clients wait on those)
     limit = getattr(args, "max_indexed_tokens", None)
@@ -148,9 +148,9 @@ def _max_message_bytes(args: argparse.Namespace) -> int:
 # -- status / stop --------------------------------------------------------------------------
 
 def run_status(args: argparse.Namespace) -> int:
-    from daemon.protocol.client import Client, DaemonUnavailable
+    from ngramd.daemon.protocol.client import Client, DaemonUnavailable
 
-    from daemon.protocol.rpc import RpcError
+    from ngramd.daemon.protocol.rpc import RpcError
 
     sock = resolve_socket_path(args.socket)
     try:
@@ -168,9 +168,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from daemon.protocol.client import Client, DaemonUnavailable
+    from ngramd.daemon.protocol.client import Client, DaemonUnavailable
 
-    from daemon.protocol.rpc import RpcError
+    from ngramd.daemon.protocol.rpc import RpcError
 
     sock = resolve_socket_path(args.socket)
     try:
@@ -196,7 +196,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def _unavailable(sock: Path, exc: BaseException, as_json: bool) -> int:
     """No answer on ``sock``: say why in one line (or one JSON object), exit 1."""
-    from daemon.protocol.paths import is_socket, lock_holder, socket_path_problem
+    from ngramd.daemon.protocol.paths import is_socket, lock_holder, socket_path_problem
 
     holder = lock_holder(sock)
     starting = holder is not None and not is_socket(sock)  # the socket appears once the model is loaded

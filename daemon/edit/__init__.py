@@ -2,5 +2,5 @@
 draft (``editor``, ``proposer``), its prompt, indentation, byte re-synchronisation and renames;
 ``session.EditingCompleter`` is the engine's Completer with edits on top.
 
-May import: ``daemon.engine``, ``daemon.runtime``, ``daemon.protocol``, ``index``.
+May import: ``ngramd.daemon.engine``, ``ngramd.daemon.runtime``, ``ngramd.daemon.protocol``, ``ngramd.index``.
 """

@@ -31,18 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from daemon.engine.policy import DraftPolicy, best_count, cut_branches, ema_acceptance
-from daemon.engine.context_lookup import ContextLookup, prompt_lookup
-from daemon.edit.indent import frame_of, line_before, split_layout
-from daemon.edit.prompt import EditPrompt, build_edit_prompt, check_range
-from daemon.edit.proposer import EditProposer, EditProposerConfig
-from daemon.engine.prompt import model_positions
-from daemon.engine.proposer import IndexProposer, NullProposer
-from daemon.engine.completer import Completer, edit_cache_key
-from daemon.protocol.requests import (FINISHED_EDIT_STOPS, CompletionResult, EditRequest, Prepared, check_instruction,
+from ngramd.daemon.engine.policy import DraftPolicy, best_count, cut_branches, ema_acceptance
+from ngramd.daemon.engine.context_lookup import ContextLookup, prompt_lookup
+from ngramd.daemon.edit.indent import frame_of, line_before, split_layout
+from ngramd.daemon.edit.prompt import EditPrompt, build_edit_prompt, check_range
+from ngramd.daemon.edit.proposer import EditProposer, EditProposerConfig
+from ngramd.daemon.engine.prompt import model_positions
+from ngramd.daemon.engine.proposer import IndexProposer, NullProposer
+from ngramd.daemon.engine.completer import Completer, edit_cache_key
+from ngramd.daemon.protocol.requests import (FINISHED_EDIT_STOPS, CompletionResult, EditRequest, Prepared, check_instruction,
                              check_sampling)
-from daemon.engine.stops import StopChecker, StopConfig
-from index.draft import Draft, Source
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
+from ngramd.index.draft import Draft, Source
 
 
 MAX_TOKENS_CAP = 4096

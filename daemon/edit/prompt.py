@@ -78,9 +78,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.edit.indent import IndentFrame, frame_of, layout_of, split_layout
-from daemon.runtime.tokenizer import encode_template
-from daemon.engine.stops import FenceNesting, bare_short_lines
+from ngramd.daemon.edit.indent import IndentFrame, frame_of, layout_of, split_layout
+from ngramd.daemon.runtime.tokenizer import encode_template
+from ngramd.daemon.engine.stops import FenceNesting, bare_short_lines
 
 SELECTION = "<selection/>"
 SYSTEM = ("You are a careful code editor. The user selects code in a file and gives an "

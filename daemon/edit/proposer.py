@@ -71,11 +71,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daemon.edit.byte_sync import byte_resync, placement_cost, token_starts
-from daemon.edit.substitutions import Words, apply_substitution, learnable, whole_word_span
-from daemon.engine.proposer import Proposer
-from daemon.engine.token_runs import follow, occurrences
-from index.draft import NO_DRAFT, Branch, Draft, Source
+from ngramd.daemon.edit.byte_sync import byte_resync, placement_cost, token_starts
+from ngramd.daemon.edit.substitutions import Words, apply_substitution, learnable, whole_word_span
+from ngramd.daemon.engine.proposer import Proposer
+from ngramd.daemon.engine.token_runs import follow, occurrences
+from ngramd.index.draft import NO_DRAFT, Branch, Draft, Source
 
 # ---------------------------------------------------------------- pure core
 

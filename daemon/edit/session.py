@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from daemon.edit.editor import LengthBound, prepare_edit, run_edit
-from daemon.engine.completer import Completer
-from daemon.protocol.requests import CompletionResult, EditRequest, Prepared
+from ngramd.daemon.edit.editor import LengthBound, prepare_edit, run_edit
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.protocol.requests import CompletionResult, EditRequest, Prepared
 
 
 class EditingCompleter(Completer):

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from daemon.engine.token_runs import occurrences
+from ngramd.daemon.engine.token_runs import occurrences
 
 MAX_TOKENS = 4  # tokens on either side of a learnt rename, at most
 _NOT_A_VARIABLE_AFTER = (b".", b"\\", b"%")  # an attribute, an escape, a format: the word is not the name

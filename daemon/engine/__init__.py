@@ -4,6 +4,6 @@ fill-in-the-middle view), the draft-size policy and its cost model, the prompt, 
 and the ``Completer``: the session object that holds a runtime, its KV caches and the policy,
 shared by completion and by edits.
 
-May import: ``daemon.runtime``, ``daemon.protocol``, ``index``. Never ``edit``, ``service``,
+May import: ``ngramd.daemon.runtime``, ``ngramd.daemon.protocol``, ``ngramd.index``. Never ``edit``, ``service``,
 ``workspace``, ``bench`` or ``cli``.
 """

@@ -52,7 +52,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from daemon.runtime.base import Logits
+    from ngramd.daemon.runtime.base import Logits
 
 # Sampling imports torch where it runs (``import torch`` in each function): a greedy request on
 # llama.cpp, whose logits are numpy, never does, and the daemon starts a second sooner.

@@ -26,7 +26,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
-from daemon.engine.stops import StopChecker
+from ngramd.daemon.engine.stops import StopChecker
 
 ANSWERS_PER_DOCUMENT = 4  # the last answers and a prefetched one; older ones are rarely typed through
 

@@ -30,19 +30,19 @@ import threading
 import time
 from typing import Any, Hashable, Sequence
 
-from daemon.engine.answer_cache import AnswerCache, AnswerParams
-from daemon.engine.engine_lock import EngineLock
-from daemon.engine.policy import CostModel, DraftPolicy
-from daemon.engine.context_lookup import ContextLookup, prompt_lookup
-from daemon.engine.loop import EngineConfig, GenerationOutput, generate, prefill
-from daemon.runtime.base import Runtime
-from daemon.runtime.cache_pool import KVPool, common_prefix_len
-from daemon.engine.fim_view import PrefixView
-from daemon.engine.prompt import ForcedPrefix, Prompt, PromptConfig, build_prompt, fim_tokens, model_positions, within_positions
-from daemon.engine.proposer import IndexProposer, NullProposer, ProbeBackoff, Proposer
-from daemon.protocol.requests import (CompletionRequest, CompletionResult, GenerationStats, Prepared,
+from ngramd.daemon.engine.answer_cache import AnswerCache, AnswerParams
+from ngramd.daemon.engine.engine_lock import EngineLock
+from ngramd.daemon.engine.policy import CostModel, DraftPolicy
+from ngramd.daemon.engine.context_lookup import ContextLookup, prompt_lookup
+from ngramd.daemon.engine.loop import EngineConfig, GenerationOutput, generate, prefill
+from ngramd.daemon.runtime.base import Runtime
+from ngramd.daemon.runtime.cache_pool import KVPool, common_prefix_len
+from ngramd.daemon.engine.fim_view import PrefixView
+from ngramd.daemon.engine.prompt import ForcedPrefix, Prompt, PromptConfig, build_prompt, fim_tokens, model_positions, within_positions
+from ngramd.daemon.engine.proposer import IndexProposer, NullProposer, ProbeBackoff, Proposer
+from ngramd.daemon.protocol.requests import (CompletionRequest, CompletionResult, GenerationStats, Prepared,
                              SamplingParams, check_sampling)
-from daemon.engine.stops import StopConfig, StopChecker
+from ngramd.daemon.engine.stops import StopConfig, StopChecker
 
 log = logging.getLogger("ngramd.completer")
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.engine.proposer import NullProposer, Proposer
-from index.draft import Branch, Draft, Source
+from ngramd.daemon.engine.proposer import NullProposer, Proposer
+from ngramd.index.draft import Branch, Draft, Source
 
 
 def longest_recent_match(context: np.ndarray, start: int, min_n: int, max_n: int) -> tuple[int, int]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.engine.proposer import Proposer
-from index.draft import Draft
+from ngramd.daemon.engine.proposer import Proposer
+from ngramd.index.draft import Draft
 
 
 class PrefixView:

@@ -32,15 +32,15 @@ from typing import Sequence
 
 import numpy as np
 
-from daemon.engine.acceptance import position_noise, sample_token, target_probs
-from daemon.engine.policy import AdaptiveConfig, DraftPolicy
-from daemon.runtime.base import Device, KVCache, Logits, Runtime
-from daemon.engine.prompt import ForcedPrefix, PromptConfig
-from daemon.engine.proposer import Proposer
-from daemon.protocol.requests import GenerationStats, SamplingParams
-from daemon.engine.stops import StopChecker
-from daemon.runtime.tree import DraftTree, build_tree
-from index.draft import NO_DRAFT, Source
+from ngramd.daemon.engine.acceptance import position_noise, sample_token, target_probs
+from ngramd.daemon.engine.policy import AdaptiveConfig, DraftPolicy
+from ngramd.daemon.runtime.base import Device, KVCache, Logits, Runtime
+from ngramd.daemon.engine.prompt import ForcedPrefix, PromptConfig
+from ngramd.daemon.engine.proposer import Proposer
+from ngramd.daemon.protocol.requests import GenerationStats, SamplingParams
+from ngramd.daemon.engine.stops import StopChecker
+from ngramd.daemon.runtime.tree import DraftTree, build_tree
+from ngramd.index.draft import NO_DRAFT, Source
 
 
 @dataclass(frozen=True)

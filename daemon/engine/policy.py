@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from index.draft import Branch, Draft
+from ngramd.index.draft import Branch, Draft
 
 log = logging.getLogger("ngramd.adaptive")
 
@@ -134,7 +134,7 @@ class CostModel:
 
         The environment variable NGRAMD_RECALIBRATE=1 also forces a new measurement.
         """
-        from daemon.runtime.loading import cache_root
+        from ngramd.daemon.runtime.loading import cache_root
 
         # v5: packed weights (daemon/runtime/fast_linear.py) made passes of 3+ tokens cheaper
         # v6: packed calls padded to fixed row counts (a pass of 5 costs what one of 6 does)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from daemon.runtime.base import Logits
+    from ngramd.daemon.runtime.base import Logits
 
 GRID_CHARS = 1024  # the prefix window moves in steps of this many characters
 CHARS_PER_TOKEN = 3  # a generous estimate for code, to size the text before tokenizing

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from index.draft import NO_DRAFT, Draft
+from ngramd.index.draft import NO_DRAFT, Draft
 
 
 class Proposer(Protocol):

@@ -39,7 +39,7 @@ import codecs
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from daemon.engine.repetition import RepetitionGuard
+from ngramd.daemon.engine.repetition import RepetitionGuard
 
 
 def _indent(line: str) -> int:

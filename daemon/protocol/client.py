@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from daemon.protocol.connect import connect_unix
-from daemon.protocol.paths import resolve_socket_path
-from daemon.protocol.peer import ForeignPeer
-from daemon.protocol.rpc import (
+from ngramd.daemon.protocol.connect import connect_unix
+from ngramd.daemon.protocol.paths import resolve_socket_path
+from ngramd.daemon.protocol.peer import ForeignPeer
+from ngramd.daemon.protocol.rpc import (
     DaemonUnavailable, FrameReader, Notification, Response, RpcError, decode, pack_notification, pack_request,
 )
 
@@ -170,7 +170,7 @@ def serve_command(socket_path: str | os.PathLike[str] | None = None, *, model: s
                   device: str = "auto", workspaces: Sequence[str | os.PathLike[str]] = (),
                   extra_args: Sequence[str] = (), python: str = sys.executable) -> list[str]:
     """``ngramd serve`` through ``python`` (this interpreter: no PATH lookup needed)."""
-    cmd = [python, "-m", "daemon.cli", "serve", "--device", device]
+    cmd = [python, "-m", "ngramd.daemon.cli", "serve", "--device", device]
     if socket_path is not None:
         cmd += ["--socket", str(socket_path)]
     if model:

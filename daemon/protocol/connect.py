@@ -24,7 +24,7 @@ import socket
 import time
 from typing import Iterator
 
-from daemon.protocol.peer import check_server
+from ngramd.daemon.protocol.peer import check_server
 
 CONNECT_RETRY_S = 10.0
 CONNECT_BACKOFF_S = 0.005

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Hashable
 
-from daemon.protocol.rpc import INTERNAL_ERROR, RpcError
+from ngramd.daemon.protocol.rpc import INTERNAL_ERROR, RpcError
 
 DECODE_WAIT_S = 10.0  # how long a connection waits for the budget before it is refused
 FREE_BYTES = 64 * 1024  # bytes of each connection's message in progress that are not counted

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import platformdirs
 
-from daemon.protocol.peer import private_socket_path, socket_folder_problem
+from ngramd.daemon.protocol.peer import private_socket_path, socket_folder_problem
 
 SOCKET_NAME = "ngramd.sock"
 # sockaddr_un.sun_path holds 108 bytes on Linux (104 on macOS), the final NUL included

@@ -25,7 +25,7 @@ import struct
 import sys
 from pathlib import Path
 
-from daemon.protocol.rpc import DaemonUnavailable
+from ngramd.daemon.protocol.rpc import DaemonUnavailable
 
 
 class ForeignPeer(DaemonUnavailable):

@@ -5,7 +5,7 @@ de-quantized) with its explicit KV cache (``kv_cache``) and fast CPU kernels (``
 ``fast_attention``). Both read token ids through ``tokenizer`` (a GGUF's: ``gguf_tokenizer``);
 the engine keeps their caches in ``cache_pool``; ``tree`` lays out a draft tree in one pass.
 
-May import: ``daemon.protocol``, torch, transformers, numpy; only ``model``, ``kv_cache`` and
+May import: ``ngramd.daemon.protocol``, torch, transformers, numpy; only ``model``, ``kv_cache`` and
 the fast kernels import torch, so the llama.cpp path never loads it. Nothing above the seam
 (``engine``, ``edit``, ``service``) knows which runtime runs.
 """

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from daemon.runtime.tree import DraftTree
+    from ngramd.daemon.runtime.tree import DraftTree
 
 # A pass's logits, [rows, vocab] fp32: a torch tensor on the torch runtime (on its device), a
 # numpy array on llama.cpp. The engine reads them through what both have (indexing, ``argmax``).

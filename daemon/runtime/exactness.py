@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daemon.runtime.base import Exactness
+from ngramd.daemon.runtime.base import Exactness
 
 # Real code as the check's prompt: a few dozen tokens of context, then the rows compared.
 CHECK_TEXT = '''def merge_sorted(left, right):

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from daemon.runtime.loading import cache_root, embedded_gguf_path, progress
+from ngramd.daemon.runtime.loading import cache_root, embedded_gguf_path, progress
 
 log = logging.getLogger("ngramd.tokenizer")
 
@@ -32,7 +32,7 @@ _DIGITS_FIRST = ("smollm",)
 
 def gguf_pre_tokenizer_name(path: Path) -> str | None:
     """The file's ``tokenizer.ggml.pre`` (None when absent), read from its header alone."""
-    from daemon.runtime.gguf_header import read_gguf_string
+    from ngramd.daemon.runtime.gguf_header import read_gguf_string
 
     return read_gguf_string(path, "tokenizer.ggml.pre")
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from daemon.runtime.cache_pool import common_prefix_len
+from ngramd.daemon.runtime.cache_pool import common_prefix_len
 
 MIN_CAPACITY = 256  # entries; a 135M model spends ~46 KB of fp32 K+V per entry over all layers
 

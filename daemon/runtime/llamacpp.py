@@ -36,10 +36,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daemon.runtime.base import CPU, NOT_CHECKED, Exactness
-from daemon.runtime.cache_pool import common_prefix_len
-from daemon.runtime.loading import ModelLoadError
-from daemon.runtime.tokenizer import TokenizerMethods
+from ngramd.daemon.runtime.base import CPU, NOT_CHECKED, Exactness
+from ngramd.daemon.runtime.cache_pool import common_prefix_len
+from ngramd.daemon.runtime.loading import ModelLoadError
+from ngramd.daemon.runtime.tokenizer import TokenizerMethods
 
 log = logging.getLogger("ngramd.llamacpp")
 
@@ -349,8 +349,8 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
     self-check (daemon/runtime/exactness.py) and the tokenizers' agreement on a sample, and say
     what they found in the log. ``ModelLoadError`` when llama-cpp-python is missing or the file
     cannot be loaded."""
-    from daemon.runtime.exactness import check_exactness
-    from daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
+    from ngramd.daemon.runtime.exactness import check_exactness
+    from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
 
     path = Path(os.path.expanduser(str(path)))
     if not path.is_file():

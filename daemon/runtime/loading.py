@@ -109,9 +109,9 @@ def choose_runtime(spec: str | None, device: str = "auto", runtime: str = "auto"
 def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "auto") -> Any:
     """Load a model and tokenizer (``spec``: the module docstring). ``runtime``: "torch",
     "llamacpp" (a GGUF file, on the CPU), or "auto" (``choose_runtime``). Returns a
-    daemon.runtime.base.Runtime."""
+    ngramd.daemon.runtime.base.Runtime."""
     if choose_runtime(spec, device, runtime) != "llamacpp":
-        from daemon.runtime.model import load_torch
+        from ngramd.daemon.runtime.model import load_torch
 
         return load_torch(spec, device)
     if not runs_on_cpu(device):
@@ -119,7 +119,7 @@ def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "
     path = embedded_gguf_path() if spec is None else Path(os.path.expanduser(spec))
     if path.suffix != ".gguf":
         raise ModelLoadError(f"the llama.cpp runtime loads GGUF files; {spec!r} is not one (use --runtime torch)")
-    from daemon.runtime.llamacpp import load_llamacpp
+    from ngramd.daemon.runtime.llamacpp import load_llamacpp
 
     t0 = time.perf_counter()
     try:

@@ -32,12 +32,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from daemon.runtime.base import NOT_CHECKED, Exactness
-from daemon.runtime.gguf_tokenizer import gguf_cache_dir, load_tokenizer_only
-from daemon.runtime.kv_cache import KVCache
-from daemon.runtime.loading import TEST_MODELS, ModelLoadError, check_device_name, embedded_gguf_path, progress
-from daemon.runtime.tokenizer import TokenizerMethods
-from daemon.runtime.tree import DraftTree, tree_visibility
+from ngramd.daemon.runtime.base import NOT_CHECKED, Exactness
+from ngramd.daemon.runtime.gguf_tokenizer import gguf_cache_dir, load_tokenizer_only
+from ngramd.daemon.runtime.kv_cache import KVCache
+from ngramd.daemon.runtime.loading import TEST_MODELS, ModelLoadError, check_device_name, embedded_gguf_path, progress
+from ngramd.daemon.runtime.tokenizer import TokenizerMethods
+from ngramd.daemon.runtime.tree import DraftTree, tree_visibility
 
 log = logging.getLogger("ngramd.model")
 
@@ -73,13 +73,13 @@ class ModelRuntime(TokenizerMethods):
     def padded_pass_rows(self) -> tuple[int, ...]:
         """Row counts a pass of 3+ tokens is padded to (daemon/fast_linear.PACK_BUCKETS) where
         the fast paths will use packed weights; () where a pass runs as it comes (GPU, big models)."""
-        from daemon.runtime import fast_linear
+        from ngramd.daemon.runtime import fast_linear
 
         return fast_linear.pass_row_buckets(self.model) if self.fast_paths else ()
 
     def memory_figures(self) -> dict[str, int]:
         """For ``ngramd status``: the bytes of the CPU's packed weight copies (daemon/runtime/fast_linear.py)."""
-        from daemon.runtime.fast_linear import packed_bytes
+        from ngramd.daemon.runtime.fast_linear import packed_bytes
 
         return {"packed_weights_bytes": packed_bytes(self.model)}
 
@@ -122,8 +122,8 @@ class ModelRuntime(TokenizerMethods):
         """
         assert input_ids.dim() == 2 and input_ids.shape[0] == 1, input_ids.shape
         if self.fast_paths and not self._fast_installed:
-            from daemon.runtime import fast_attention
-            from daemon.runtime import fast_linear
+            from ngramd.daemon.runtime import fast_attention
+            from ngramd.daemon.runtime import fast_linear
 
             fast_linear.install(self.model, self.model.get_output_embeddings())
             fast_attention.install(self.model)

@@ -2,6 +2,6 @@
 validation (``methods``, docs/rpc.md), the open documents, and the one model worker thread.
 It reaches the model through the typed ``model_port.ModelPort`` only.
 
-May import: ``daemon.workspace``, ``daemon.protocol``, ``index``. Never torch, ``runtime``,
+May import: ``ngramd.daemon.workspace``, ``ngramd.daemon.protocol``, ``ngramd.index``. Never torch, ``runtime``,
 ``engine`` or ``edit``.
 """

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from daemon.protocol.rpc import CONTENT_MODIFIED, DEFAULT_MAX_DOCUMENT_CHARS, DOCUMENT_NOT_OPEN, INVALID_PARAMS, RpcError
+from ngramd.daemon.protocol.rpc import CONTENT_MODIFIED, DEFAULT_MAX_DOCUMENT_CHARS, DOCUMENT_NOT_OPEN, INVALID_PARAMS, RpcError
 
 
 @dataclass

@@ -32,17 +32,17 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
-from daemon import package_version
-from daemon.service.documents import DocumentStore, parse_changes
-from daemon.service.keyed_executor import KeyedExecutor
-from daemon.service.model_port import ModelPort
-from daemon.protocol.requests import (
+from ngramd.daemon import package_version
+from ngramd.daemon.service.documents import DocumentStore, parse_changes
+from ngramd.daemon.service.keyed_executor import KeyedExecutor
+from ngramd.daemon.service.model_port import ModelPort
+from ngramd.daemon.protocol.requests import (
     CompletionRequest, EditRequest, GenerationStats, SamplingParams, check_instruction, check_sampling,
 )
-from daemon.protocol.paths import UNRESOLVABLE
-from daemon.protocol.rpc import DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, RpcError
-from daemon.workspace.watcher import WorkspaceWatcher
-from daemon.service.worker import PREFETCH, PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
+from ngramd.daemon.protocol.paths import UNRESOLVABLE
+from ngramd.daemon.protocol.rpc import DEFAULT_MAX_MESSAGE_BYTES, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, RpcError
+from ngramd.daemon.workspace.watcher import WorkspaceWatcher
+from ngramd.daemon.service.worker import PREFETCH, PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 log = logging.getLogger("ngramd.service")
 
@@ -96,7 +96,7 @@ class Service:
         self._open_paths: dict[Path, int] = {}  # file path -> number of open uris naming it
         self._uri_paths: dict[str, Path] = {}  # open uri -> the file path counted for it at its open
         self._trim_queued = False  # a release of freed memory is queued (``_give_back_memory``)
-        self._edit_bound: Any = self._length_bound()  # daemon.edit.editor.LengthBound of the model (False: none)
+        self._edit_bound: Any = self._length_bound()  # ngramd.daemon.edit.editor.LengthBound of the model (False: none)
         self._handlers: dict[str, Callable[..., Any]] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("_m_")
         }

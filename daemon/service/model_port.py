@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol, runtime_checkable
 
-from daemon.protocol.requests import CompletionRequest, CompletionResult, EditRequest, Prepared
+from ngramd.daemon.protocol.requests import CompletionRequest, CompletionResult, EditRequest, Prepared
 
 
 @runtime_checkable

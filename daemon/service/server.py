@@ -52,14 +52,14 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from daemon.protocol.decode_budget import DecodeBudget
-from daemon.protocol.paths import AlreadyRunning, prepare_socket_dir
-from daemon.protocol.peer import foreign_peer
-from daemon.protocol.rpc import (
+from ngramd.daemon.protocol.decode_budget import DecodeBudget
+from ngramd.daemon.protocol.paths import AlreadyRunning, prepare_socket_dir
+from ngramd.daemon.protocol.peer import foreign_peer
+from ngramd.daemon.protocol.rpc import (
     DEFAULT_MAX_MESSAGE_BYTES, ERROR_NOTICE, EXITING, INTERNAL_ERROR, Notification, Request, Response,
     RpcError, decode, msgid_of, pack_notification, pack_response, FrameReader,
 )
-from daemon.protocol.rpc import MAX_MESSAGE_OBJECTS
+from ngramd.daemon.protocol.rpc import MAX_MESSAGE_OBJECTS
 
 log = logging.getLogger("ngramd.server")
 READ_CHUNK = 64 * 1024
@@ -116,8 +116,8 @@ class Connection:
 
 
 class Server:
-    """Serve ``service`` (a daemon.service.methods.Service) on ``socket_path``; ``lock`` (a
-    daemon.protocol.paths.SocketLock, None in tests) is taken again if its file is removed."""
+    """Serve ``service`` (a ngramd.daemon.service.methods.Service) on ``socket_path``; ``lock`` (a
+    ngramd.daemon.protocol.paths.SocketLock, None in tests) is taken again if its file is removed."""
 
     def __init__(self, service: Any, socket_path: Path,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, lock: Any = None,

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from daemon.protocol.rpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, RpcError
+from ngramd.daemon.protocol.rpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, RpcError
 
 log = logging.getLogger("ngramd.worker")
 _ids = itertools.count(1)

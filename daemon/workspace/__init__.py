@@ -2,5 +2,5 @@
 ignore rules (``ignorer``, ``folder_git``, ``excludes_watch``), and the lowered priority of
 background work.
 
-May import: ``daemon.protocol``, ``index``, watchdog, pathspec. Never torch or the engine.
+May import: ``ngramd.daemon.protocol``, ``ngramd.index``, watchdog, pathspec. Never torch or the engine.
 """

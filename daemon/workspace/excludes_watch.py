@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 
-from index.workspace import user_excludes_file
+from ngramd.index.workspace import user_excludes_file
 
 
 class _FileCollector(FileSystemEventHandler):

@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from daemon.workspace.ignorer import Ignorer
-from daemon.workspace.priority import lower_this_thread
+from ngramd.daemon.workspace.ignorer import Ignorer
+from ngramd.daemon.workspace.priority import lower_this_thread
 
 log = logging.getLogger("ngramd.watcher")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pathspec
 
-from index.workspace import (git_exclude_rules, git_index, gitignored, ignore_file_bytes, ignore_spec_of,
+from ngramd.index.workspace import (git_exclude_rules, git_index, gitignored, ignore_file_bytes, ignore_spec_of,
                              tracked_ignored, nested_repositories)
 
 log = logging.getLogger("ngramd.watcher")

@@ -74,12 +74,12 @@ from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, Fi
                              FileSystemEvent, FileSystemEventHandler)
 from watchdog.observers import Observer
 
-from daemon.workspace.excludes_watch import ExcludesFileWatch
-from daemon.workspace.folder_git import FolderGit
-from daemon.workspace.ignorer import Ignorer
-from daemon.workspace.overflow_alarm import OverflowAlarm
-from daemon.workspace.priority import lower_this_thread
-from index.workspace import links_outside
+from ngramd.daemon.workspace.excludes_watch import ExcludesFileWatch
+from ngramd.daemon.workspace.folder_git import FolderGit
+from ngramd.daemon.workspace.ignorer import Ignorer
+from ngramd.daemon.workspace.overflow_alarm import OverflowAlarm
+from ngramd.daemon.workspace.priority import lower_this_thread
+from ngramd.index.workspace import links_outside
 
 # watchdog's inotify warns (with the whole watch table: KBs to MBs) when a recursive watch adds an
 # inotify watch it holds already: a folder made with folders in it (``git init``, ``mkdir -p``) is

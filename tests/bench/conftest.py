@@ -76,6 +76,6 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_runtime():
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.runtime.loading import load_runtime
 
     return load_runtime("tiny", "cpu")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.bench.cases import load_cases
-from daemon.cli.bench_cmd import bench
-from daemon.cli.main import main
+from ngramd.daemon.bench.cases import load_cases
+from ngramd.daemon.cli.bench_cmd import bench
+from ngramd.daemon.cli.main import main
 
 ROW_KEYS = {"id", "kind", "mode", "status", "prompt", "prompt_tokens", "text", "token_ids", "generated",
             "ms", "plain_ms", "hf_prompt_lookup_ms", "first_token_ms", "forward_passes", "plain_forward_passes",
@@ -101,7 +101,7 @@ def test_a_prepared_answer_unlike_plain_makes_the_case_not_identical_and_shows_w
     runs agree, the case is reported not identical, with the prepared answer and where it departs."""
     import dataclasses
 
-    from daemon.bench.runner import BenchRunner
+    from ngramd.daemon.bench.runner import BenchRunner
 
     real = BenchRunner._engine_run
 
@@ -157,7 +157,7 @@ def test_cli_rejects_a_malformed_cases_file(tmp_path, capsys):
 def test_the_bench_puts_each_case_buffer_in_the_index_once_per_case_document(tiny_runtime, cases_file, monkeypatch):
     """The case's buffer is opened by ``case_document`` alone (warm-up, then the case): the engine's
     own buffer sync would re-tokenize it inside the first timed run that syncs."""
-    from index.store import NgramIndex
+    from ngramd.index.store import NgramIndex
 
     opened = []
     real = NgramIndex.open_buffer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.bench.cases import (BenchCaseError, load_cases, parse_case, resolve_workspace, stdlib_root,
+from ngramd.daemon.bench.cases import (BenchCaseError, load_cases, parse_case, resolve_workspace, stdlib_root,
                                 workspace_ref_for)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,7 +167,7 @@ def test_a_byte_order_mark_is_not_part_of_the_text_nor_counted_in_offsets(tmp_pa
 
 def test_a_stdlib_folder_whose_name_is_no_module_name_is_written_as_its_path(tmp_path, monkeypatch):
     """--make-cases on config-3.11-x86_64-linux-gnu wrote "stdlib:config-3.11-...", which the loader refuses."""
-    import daemon.bench.cases as bench_cases
+    import ngramd.daemon.bench.cases as bench_cases
 
     odd = tmp_path / "config-3.11-x86_64-linux-gnu"
     odd.mkdir()

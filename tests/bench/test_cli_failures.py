@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon.cli import bench_cmd
-from daemon.bench.report import build_report
-from daemon.cli.main import main
+from ngramd.daemon.cli import bench_cmd
+from ngramd.daemon.bench.report import build_report
+from ngramd.daemon.cli.main import main
 
 SMOKE = "bench/cases/smoke.jsonl"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from daemon.bench.followed import followed
-from daemon.bench.report import build_report, render_text, summarize
+from ngramd.daemon.bench.followed import followed
+from ngramd.daemon.bench.report import build_report, render_text, summarize
 
 METHOD = '''def get(self, msg, default=None):
         """Look msg up."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from daemon.runtime.loading import cache_root
+from ngramd.daemon.runtime.loading import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -78,7 +78,7 @@ def test_dry_run_on_cpu_measures_and_projects(gpu_bench, tmp_path, capsys):
     measured = "CPU" if json.loads(out.read_text())["device"] == "cpu" else "GPU"
     assert f"{measured} cost curve above" in printed  # the heading names what was measured
     exact = res["exactness"]
-    assert exact["path"] == "daemon.runtime.model.ModelRuntime.forward" and exact["k"] == 8
+    assert exact["path"] == "ngramd.daemon.runtime.model.ModelRuntime.forward" and exact["k"] == 8
     assert 0 <= exact["max_abs_logit_diff"] < 1e-3 and exact["min_top2_gap"] > 0
     assert exact["argmax_agrees"] is True  # fp32 on the CPU, the tiny model: far below its top-2 gaps
     assert "max |logit diff|" in printed
@@ -130,7 +130,7 @@ def test_a_failed_model_is_recorded_and_the_next_one_measured(gpu_bench, tmp_pat
 
 def tiny_model_failing(gpu_bench, error, when):
     """The dry-run model, whose forward raises ``error`` for the in-place cache where ``when(input_ids)``."""
-    from daemon.runtime.kv_cache import InPlaceCache
+    from ngramd.daemon.runtime.kv_cache import InPlaceCache
 
     model = gpu_bench.build_model(gpu_bench.DRY_MODELS["tiny-dry-run"], "cpu", torch.float32)
     real = model.forward
@@ -188,10 +188,12 @@ printf '%s\\n' "$*" >> "$FAKE_CALLS"
 case "$*" in
   *scripts/gpu_bench.py*)
     echo "env PYTHONPATH=$PYTHONPATH NGRAMD_CACHE_DIR=$NGRAMD_CACHE_DIR" >> "$FAKE_CALLS"
+    # what the image's python imports there, with no site-packages (so no install) at all
+    "$FAKE_REAL_PYTHON" -S -c 'import ngramd.daemon.cli.main as m; print("imports", m.__file__)' >> "$FAKE_CALLS"
     echo "fake cost table"; echo "fake gpu_bench warning" >&2
     [ -z "${FAKE_GPU_SLEEP:-}" ] || exec sleep "$FAKE_GPU_SLEEP"
     exit "${FAKE_GPU_RC:-0}";;
-  "-m daemon.cli bench"*)
+  "-m ngramd.daemon.cli bench"*)
     printf '%s\\n' "$@" > "$FAKE_ARGS"
     exit "${FAKE_BENCH_RC:-0}";;
 esac
@@ -209,7 +211,8 @@ def run_script(tmp_path, python=None, args=(), **env):
     calls = tmp_path / "calls.txt"
     full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NGRAMD_CACHE_DIR", "OUT")}
     full_env.update(PYTHON=str(python), OUT=str(tmp_path / "out"), FAKE_CALLS=str(calls),
-                    FAKE_ARGS=str(tmp_path / "args.txt"), TMPDIR=str(tmp_path), **env)
+                    FAKE_ARGS=str(tmp_path / "args.txt"), TMPDIR=str(tmp_path),
+                    FAKE_REAL_PYTHON=sys.executable, **env)
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_bench.sh"), *args], env=full_env,
                           capture_output=True, text=True, timeout=120)
     return proc, calls.read_text().splitlines() if calls.exists() else []
@@ -227,10 +230,11 @@ def test_shell_script_runs_the_images_python_first_the_cost_curve_and_logs(tmp_p
     proc, calls = run_script(tmp_path, NGRAMD_GPU_MODEL="some/model")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not any("venv" in c or "pip" in c for c in calls), calls  # no venv, no install: PYTHON itself
-    steps = [i for i, c in enumerate(calls) if "scripts/gpu_bench.py" in c or c.startswith("-m daemon.cli bench")]
-    assert "scripts/gpu_bench.py" in calls[steps[0]] and calls[steps[1]].startswith("-m daemon.cli bench")
+    steps = [i for i, c in enumerate(calls) if "scripts/gpu_bench.py" in c or c.startswith("-m ngramd.daemon.cli bench")]
+    assert "scripts/gpu_bench.py" in calls[steps[0]] and calls[steps[1]].startswith("-m ngramd.daemon.cli bench")
     env = next(c for c in calls if c.startswith("env "))
-    assert f"PYTHONPATH={REPO} " in env  # the source tree, nothing installed
+    assert f"PYTHONPATH={tmp_path}/ngramd_src." in env  # the source tree as ngramd, nothing installed
+    assert f"imports {REPO}/daemon/cli/main.py" in calls
     assert f"NGRAMD_CACHE_DIR={tmp_path}/" in env and "/out/" not in env  # set (no platformdirs there), not in $OUT
     log = (tmp_path / "out" / "gpu_bench.log").read_text()
     assert "fake cost table" in log and "fake gpu_bench warning" in log
@@ -239,7 +243,7 @@ def test_shell_script_runs_the_images_python_first_the_cost_curve_and_logs(tmp_p
 def test_shell_script_exit_status_is_gpu_bench_pys_when_it_fails(tmp_path):
     proc, calls = run_script(tmp_path, NGRAMD_GPU_MODEL="some/model", FAKE_GPU_RC="1", FAKE_BENCH_RC="0")
     assert proc.returncode == 1
-    assert any(c.startswith("-m daemon.cli bench") for c in calls)  # the other step still ran
+    assert any(c.startswith("-m ngramd.daemon.cli bench") for c in calls)  # the other step still ran
 
 
 def test_shell_script_stops_a_step_at_the_budget_with_status_3(tmp_path):
@@ -247,7 +251,7 @@ def test_shell_script_stops_a_step_at_the_budget_with_status_3(tmp_path):
                              FAKE_GPU_SLEEP="60")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "stopped after 1 s" in proc.stdout  # the log's pipe carries stderr too
-    assert not any(c.startswith("-m daemon.cli bench") for c in calls)  # no time left for it
+    assert not any(c.startswith("-m ngramd.daemon.cli bench") for c in calls)  # no time left for it
 
 
 def test_shell_script_says_what_the_python_lacks(tmp_path):

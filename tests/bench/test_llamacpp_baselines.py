@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from daemon.bench.cases import load_cases
-from daemon.bench.report import build_report, render_text, summarize
-from daemon.cli.bench_cmd import bench
+from ngramd.daemon.bench.cases import load_cases
+from ngramd.daemon.bench.report import build_report, render_text, summarize
+from ngramd.daemon.cli.bench_cmd import bench
 
 PEER_KEYS = {f"{pre}{peer}_{field}" for pre in ("", "prepared_") for peer in ("llamacpp_plain", "llamacpp_pld")
              for field in ("ms", "first_token_ms", "identical")}

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.protocol.requests import CompletionRequest
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.protocol.requests import CompletionRequest
 
 SOURCE = ("import math\n\n\ndef circle_area(radius):\n    return math.pi * radius ** 2\n\n\n"
           "def circle_circumference(radius):\n    retu")
@@ -18,8 +18,8 @@ SOURCE = ("import math\n\n\ndef circle_area(radius):\n    return math.pi * radiu
 
 @pytest.fixture(scope="module")
 def peer(llama_rt):
-    from daemon.bench.llamacpp_peer import LlamaCppPeers
-    from daemon.bench.llamacpp_typing import LlamaPeerCompleter
+    from ngramd.daemon.bench.llamacpp_peer import LlamaCppPeers
+    from ngramd.daemon.bench.llamacpp_typing import LlamaPeerCompleter
 
     peers = LlamaCppPeers(llama_rt)
     yield LlamaPeerCompleter(llama_rt, peers.llm("llamacpp_plain"))

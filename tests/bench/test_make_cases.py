@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from daemon.bench.cases import BenchCaseError, load_cases, make_cases, overlap_score, _grams
-from daemon.cli.main import main
+from ngramd.daemon.bench.cases import BenchCaseError, load_cases, make_cases, overlap_score, _grams
+from ngramd.daemon.cli.main import main
 
 
 def enclosing_function(text: str, offset: int):

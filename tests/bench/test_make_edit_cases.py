@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from daemon.bench.cases import BenchCaseError, load_cases
-from daemon.bench.edit_cases import KINDS, MAX_LINES, MIN_LINES, make_edit_cases
-from daemon.cli.main import main
+from ngramd.daemon.bench.cases import BenchCaseError, load_cases
+from ngramd.daemon.bench.edit_cases import KINDS, MAX_LINES, MIN_LINES, make_edit_cases
+from ngramd.daemon.cli.main import main
 
 MODULE = textwrap.dedent('''\
     """Shapes."""
@@ -150,7 +150,7 @@ def test_made_edit_cases_load_back_whatever_the_line_endings(tmp_path, newline):
 
 
 def candidates(source: str) -> dict[str, list[str]]:
-    from daemon.bench.edit_cases import _candidates_in
+    from ngramd.daemon.bench.edit_cases import _candidates_in
 
     out: dict[str, list[str]] = {}
     for offers in _candidates_in(source, "m.py"):

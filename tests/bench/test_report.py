@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from daemon.bench.report import (PlotUnavailable, build_report, changed_lines, markdown_table, plot, render_text,
+from ngramd.daemon.bench.report import (PlotUnavailable, build_report, changed_lines, markdown_table, plot, render_text,
                                  still_compiles,
                                  summarize)
 
@@ -216,8 +216,8 @@ def test_edit_groups_count_the_applied_answers_that_still_compile():
 
 
 def test_bench_plot_without_matplotlib_fails_before_running(monkeypatch, capsys):
-    from daemon.cli import bench_cmd
-    from daemon.cli.main import main
+    from ngramd.daemon.cli import bench_cmd
+    from ngramd.daemon.cli.main import main
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
 

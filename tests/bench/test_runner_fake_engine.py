@@ -11,9 +11,9 @@ import types
 import pytest
 import torch
 
-from daemon.bench.cases import load_cases
-from daemon.bench.runner import BenchRunner, Pass, decode_trace, prompt_ids_from_plain
-from daemon.protocol.requests import CompletionResult, GenerationStats
+from ngramd.daemon.bench.cases import load_cases
+from ngramd.daemon.bench.runner import BenchRunner, Pass, decode_trace, prompt_ids_from_plain
+from ngramd.daemon.protocol.requests import CompletionResult, GenerationStats
 
 
 class FakeIndex:
@@ -96,7 +96,7 @@ def two_cases(tmp_path, workspace):
 
 @pytest.mark.parametrize("diverge", [False, True])
 def test_runner_reports_every_field_and_the_identical_flag(monkeypatch, tiny_runtime, two_cases, diverge):
-    monkeypatch.setitem(sys.modules, "daemon.edit.session",
+    monkeypatch.setitem(sys.modules, "ngramd.daemon.edit.session",
                         types.SimpleNamespace(EditingCompleter=make_fake_completer(diverge)))
     runner = BenchRunner(tiny_runtime)
     index = FakeIndex(files=[two_cases[0].path])
@@ -141,7 +141,7 @@ def test_prompt_recovery_and_trace_on_hand_written_passes():
 
 
 def test_a_failed_warm_up_is_tried_again_on_the_next_case(tmp_path):
-    from daemon.bench.cases import BenchCase
+    from ngramd.daemon.bench.cases import BenchCase
 
     runner = BenchRunner(runtime=None, hf=False)
     index = FakeIndex()
@@ -168,9 +168,9 @@ def test_a_failed_warm_up_is_tried_again_on_the_next_case(tmp_path):
 def test_a_case_on_a_file_the_index_ignores_leaves_it_out_of_the_index(tmp_path):
     """case_document puts back only what the index held: a .gitignored file stays out
     (else later cases would draft from it, and results would depend on case order)."""
-    from daemon.bench.cases import parse_case
-    from daemon.bench.runner import case_document
-    from index.store import NgramIndex
+    from ngramd.daemon.bench.cases import parse_case
+    from ngramd.daemon.bench.runner import case_document
+    from ngramd.index.store import NgramIndex
 
     (tmp_path / ".gitignore").write_text("ignored.py\n")
     (tmp_path / "a.py").write_text("def a():\n    return 1\n")
@@ -197,13 +197,13 @@ def test_hf_is_not_timed_on_a_case_where_plain_decoding_made_no_token(monkeypatc
             return CompletionResult(text="", token_ids=[], prompt=req.text[:req.offset], stats=GenerationStats(),
                                     stop_reason="eos")
 
-    monkeypatch.setitem(sys.modules, "daemon.edit.session", types.SimpleNamespace(EditingCompleter=EmptyCompleter))
+    monkeypatch.setitem(sys.modules, "ngramd.daemon.edit.session", types.SimpleNamespace(EditingCompleter=EmptyCompleter))
     hf_lengths = []
 
     def fake_hf(model, prompt_ids, max_new_tokens, eos_token_id, device="cpu"):
         hf_lengths.append(max_new_tokens)
         return [1] * max(1, max_new_tokens), 1.0, 1.0
-    monkeypatch.setattr("daemon.bench.runner.hf_prompt_lookup", fake_hf)
+    monkeypatch.setattr("ngramd.daemon.bench.runner.hf_prompt_lookup", fake_hf)
     runner = BenchRunner(tiny_runtime)
     runner._indexes[two_cases[0].workspace] = FakeIndex(files=[two_cases[0].path])
     row = runner.run_case(two_cases[0], repeat=2)
@@ -214,9 +214,9 @@ def test_hf_is_not_timed_on_a_case_where_plain_decoding_made_no_token(monkeypatc
 
 def test_at_repeat_1_the_variants_take_turns_across_cases(monkeypatch, tiny_runtime, two_cases):
     """Each case's round runs the variants in the next of the orders: none always goes first."""
-    import daemon.bench.runner as bench_runner
+    import ngramd.daemon.bench.runner as bench_runner
 
-    monkeypatch.setitem(sys.modules, "daemon.edit.session",
+    monkeypatch.setitem(sys.modules, "ngramd.daemon.edit.session",
                         types.SimpleNamespace(EditingCompleter=make_fake_completer(False)))
     runner = BenchRunner(tiny_runtime)
     runner._indexes[two_cases[0].workspace] = FakeIndex(files=[two_cases[0].path])

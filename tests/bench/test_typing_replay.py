@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from daemon.bench.typing_replay import Answer, UserModel, percentile, replay, summarize
+from ngramd.daemon.bench.typing_replay import Answer, UserModel, percentile, replay, summarize
 
 TEXT = "def f(x):\n    return x + 1\n\n"
 START, END = TEXT.index("    return"), len(TEXT) - 1

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.protocol.client import Client, spawn_daemon, wait_ready
-from daemon.protocol.requests import CompletionResult, GenerationStats, Prepared
+from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready
+from ngramd.daemon.protocol.requests import CompletionResult, GenerationStats, Prepared
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ class FakeCompleter:
 
     def edit_length_bound(self) -> Any:
         """As the real EditingCompleter's: the bound of ``runtime``, once a test sets one."""
-        from daemon.edit.session import EditingCompleter
+        from ngramd.daemon.edit.session import EditingCompleter
 
         return EditingCompleter.edit_length_bound(self) if getattr(self, "runtime", None) is not None else None
 
@@ -89,7 +89,7 @@ class FakeCompleter:
 
 def real_index():
     """The real NgramIndex over one token per character (texts read back with ``chr``)."""
-    from index import IndexConfig, NgramIndex
+    from ngramd.index import IndexConfig, NgramIndex
 
     return NgramIndex(lambda texts: [[ord(c) for c in t] for t in texts], IndexConfig(min_n=2, max_match=8))
 
@@ -158,7 +158,7 @@ class FakeIndex:
 
     def index_workspace(self, root: Path, progress: Any = None, stop_event: Any = None) -> dict:
         """Like NgramIndex's: the scan is the truth for ``root`` (files ignored since leave)."""
-        from daemon.workspace.ignorer import Ignorer
+        from ngramd.daemon.workspace.ignorer import Ignorer
 
         ignorer = Ignorer(Path(root))
         found = [p for p in sorted(Path(root).rglob("*.py")) if not ignorer.ignored(p)]
@@ -182,8 +182,8 @@ class InProcessDaemon:
     """The real Server and Service on a temp socket, in a thread, with fakes inside."""
 
     def __init__(self, sock: Path, max_message_bytes: int = 1 << 20) -> None:
-        from daemon.service.server import Server
-        from daemon.service.methods import Service
+        from ngramd.daemon.service.server import Server
+        from ngramd.daemon.service.methods import Service
 
         self.sock = sock
         self.completer = FakeCompleter()
@@ -240,7 +240,7 @@ class RealDaemon:
         return Client(self.sock, timeout=timeout)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "daemon.cli", *args], env=self.env,
+        return subprocess.run([sys.executable, "-m", "ngramd.daemon.cli", *args], env=self.env,
                               cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
     def log(self) -> str:

@@ -5,7 +5,7 @@ freed heap). scripts/measure_closed_document_memory.py measures it with the real
 import sys
 from pathlib import Path
 
-import daemon.service.methods as methods
+import ngramd.daemon.service.methods as methods
 
 sys.path.insert(0, str(Path(__file__).parent))
 from daemon_helpers import wait_until  # noqa: E402

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.service.documents import DocumentStore, apply_change, apply_changes, parse_changes
-from daemon.protocol.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
+from ngramd.daemon.service.documents import DocumentStore, apply_change, apply_changes, parse_changes
+from ngramd.daemon.protocol.rpc import CONTENT_MODIFIED, INVALID_PARAMS, RpcError
 
 
 def test_apply_change_range_and_full():
@@ -96,7 +96,7 @@ def test_apply_changes_equals_applying_them_one_by_one_for_any_edits(edits, asce
 
 
 def test_many_edits_out_of_order_are_refused_past_the_copy_bound(monkeypatch):
-    from daemon.service import documents
+    from ngramd.daemon.service import documents
 
     monkeypatch.setattr(documents, "MAX_COPIED_CHARS", 1000)
     text = "x" * 100
@@ -218,8 +218,8 @@ def test_the_services_refusal_of_an_unknown_document_begins_with_the_shared_word
     wording (lsp/server.py ``_is_out_of_date``): the real service must use it."""
     import asyncio
 
-    from daemon.protocol import rpc
-    from daemon.service.methods import Service
+    from ngramd.daemon.protocol import rpc
+    from ngramd.daemon.service.methods import Service
 
     service = Service(None, None)
     try:

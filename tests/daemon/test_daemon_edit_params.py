@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from daemon_helpers import wait_until
 
-from daemon.protocol.rpc import INVALID_PARAMS
+from ngramd.daemon.protocol.rpc import INVALID_PARAMS
 
 
 def test_an_invalid_edit_does_not_supersede_the_running_request(inproc):
@@ -52,12 +52,12 @@ def test_an_edit_too_long_for_the_model_is_refused_before_it_supersedes_the_runn
 def test_the_edit_length_bound_is_found_when_the_service_is_built_not_on_the_first_edit():
     """Reading every token's bytes takes ~0.15 s on the real vocabulary: done before the
     event loop runs, not inside the first edit's handler on the loop."""
-    from daemon.service.methods import Service
+    from ngramd.daemon.service.methods import Service
 
     reads = []
     model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64), modules=lambda: [])
     runtime = SimpleNamespace(model=model, vocab_size=3, token_bytes=lambda i: reads.append(i) or b"ab"[:i])
-    from daemon.edit.session import EditingCompleter
+    from ngramd.daemon.edit.session import EditingCompleter
 
     completer = SimpleNamespace(runtime=runtime)
     completer.edit_length_bound = lambda: EditingCompleter.edit_length_bound(completer)

@@ -3,7 +3,7 @@ editor can tell a requested stop (start a daemon at the next request) from a cra
 
 from __future__ import annotations
 
-from daemon.protocol.rpc import EXITING
+from ngramd.daemon.protocol.rpc import EXITING
 
 
 def test_every_client_hears_exiting_before_a_requested_shutdown(inproc):

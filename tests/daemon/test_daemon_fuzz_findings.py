@@ -10,10 +10,10 @@ import threading
 import msgpack
 import pytest
 
-from daemon.protocol import rpc
-from daemon.service import server as server_module
-from daemon.service.documents import DocumentStore, parse_changes
-from daemon.protocol.rpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from ngramd.daemon.protocol import rpc
+from ngramd.daemon.service import server as server_module
+from ngramd.daemon.service.documents import DocumentStore, parse_changes
+from ngramd.daemon.protocol.rpc import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from daemon_helpers import wait_until
 
 pytestmark = pytest.mark.process

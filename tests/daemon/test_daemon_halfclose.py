@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from daemon_helpers import RealDaemon, wait_until
 
-from daemon.protocol.rpc import EXITING, REQUEST_CANCELLED, FrameReader, Notification, Response, decode, pack_request
+from ngramd.daemon.protocol.rpc import EXITING, REQUEST_CANCELLED, FrameReader, Notification, Response, decode, pack_request
 
 pytestmark = pytest.mark.process
 
-pytest.importorskip("index.store", reason="the n-gram index (index/store.py) is not there yet")
-pytest.importorskip("daemon.engine.completer")
+pytest.importorskip("ngramd.index.store", reason="the n-gram index (index/store.py) is not there yet")
+pytest.importorskip("ngramd.daemon.engine.completer")
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"
 

@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from daemon.runtime.kv_cache import KVCache
+from ngramd.daemon.runtime.kv_cache import KVCache
 
-from daemon.runtime.cache_pool import KVPool
-from daemon.protocol.rpc import INTERNAL_ERROR, RpcError
-from daemon.service.worker import Job, Worker, is_out_of_memory
+from ngramd.daemon.runtime.cache_pool import KVPool
+from ngramd.daemon.protocol.rpc import INTERNAL_ERROR, RpcError
+from ngramd.daemon.service.worker import Job, Worker, is_out_of_memory
 
 
 class OutOfMemoryError(RuntimeError):
@@ -65,9 +65,9 @@ def test_a_job_out_of_memory_gives_the_caches_back_and_the_next_one_runs():
 
 
 def test_the_completer_gives_its_caches_back():
-    from daemon.edit.session import EditingCompleter
-    from daemon.engine.loop import EngineConfig
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.edit.session import EditingCompleter
+    from ngramd.daemon.engine.loop import EngineConfig
+    from ngramd.daemon.runtime.loading import load_runtime
 
     completer = EditingCompleter(load_runtime("tiny", "cpu"), None, EngineConfig(calibrate=False))
     completer.pool.get("file:///a.py")
@@ -106,7 +106,7 @@ def test_a_failure_in_telling_a_jobs_outcome_fails_that_job_alone(monkeypatch):
 
 def test_the_daemon_gives_its_completers_memory_back():
     """The service hands the worker its completer's ``release_memory``."""
-    from daemon.service.methods import Service
+    from ngramd.daemon.service.methods import Service
 
     class Completer:
         def release_memory(self):

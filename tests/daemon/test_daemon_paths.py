@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from daemon.protocol.paths import AlreadyRunning, claim_socket, default_socket_path, resolve_socket_path
+from ngramd.daemon.protocol.paths import AlreadyRunning, claim_socket, default_socket_path, resolve_socket_path
 
 
 def test_default_path_under_xdg_runtime_dir(tmp_path, monkeypatch):
@@ -58,7 +58,7 @@ def test_a_lock_file_removed_while_locking_is_not_taken(tmp_path, monkeypatch):
     """The race the removal could open: B opens the lock file, A exits (removes it and
     unlocks), C claims a new file; B's flock on the removed file then succeeds, but B
     must see it no longer names the path and fail against C rather than run beside it."""
-    import daemon.protocol.paths as paths
+    import ngramd.daemon.protocol.paths as paths
 
     sock = tmp_path / "s.sock"
     first = claim_socket(sock)
@@ -114,7 +114,7 @@ def test_live_socket_is_refused_even_without_lock(tmp_path):
 @pytest.mark.parametrize("make", ["file", "dir", "link"])
 def test_claim_never_removes_what_is_not_a_socket(tmp_path, make):
     """The daemon never writes to user files: a file at the socket's path is left alone."""
-    from daemon.protocol.paths import NotASocket
+    from ngramd.daemon.protocol.paths import NotASocket
 
     sock = tmp_path / "precious.txt"
     target = tmp_path / "target.txt"
@@ -132,14 +132,14 @@ def test_claim_never_removes_what_is_not_a_socket(tmp_path, make):
 
 
 def test_claim_refuses_a_socket_path_too_long_for_unix_sockets(tmp_path):
-    from daemon.protocol.paths import NotASocket
+    from ngramd.daemon.protocol.paths import NotASocket
 
     with pytest.raises(NotASocket, match="shorter --socket"):
         claim_socket(tmp_path / ("d" * 120) / "s.sock")
 
 
 def test_status_without_a_daemon_says_so_in_one_line(tmp_path, capsys):
-    from daemon.cli.main import main
+    from ngramd.daemon.cli.main import main
 
     sock = tmp_path / "s.sock"
     assert main(["status", "--socket", str(sock)]) == 1
@@ -160,7 +160,7 @@ def test_status_and_stop_of_something_else_on_the_socket_say_so_in_one_line(tmp_
 
     import msgpack
 
-    from daemon.cli.main import main
+    from ngramd.daemon.cli.main import main
 
     sock = tmp_path / "s.sock"
     server = socket.socket(socket.AF_UNIX)
@@ -196,7 +196,7 @@ def test_status_and_stop_of_something_else_on_the_socket_say_so_in_one_line(tmp_
 
 
 def test_status_on_a_path_no_daemon_can_serve_says_why(tmp_path, capsys):
-    from daemon.cli.main import main
+    from ngramd.daemon.cli.main import main
 
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["status", "--socket", str(tmp_path / "notes.txt")]) == 1
@@ -207,7 +207,7 @@ def test_status_on_a_path_no_daemon_can_serve_says_why(tmp_path, capsys):
 
 
 def test_status_text_shows_the_packed_weight_copies_and_the_prepares():
-    from daemon.cli.serve_cmd import format_status
+    from ngramd.daemon.cli.serve_cmd import format_status
 
     gen = {"forward_passes": 1, "generated": 1, "drafted": 0, "accepted": 0, "acceptance": 0, "tokens_per_pass": 1}
     status = {"daemon": {"version": "0", "pid": 1, "uptime_s": 1, "socket": "/s", "clients": []},
@@ -231,7 +231,7 @@ def test_a_status_probe_never_makes_a_starting_daemon_fail(tmp_path, monkeypatch
     import fcntl
     import threading
 
-    import daemon.protocol.paths as paths
+    import ngramd.daemon.protocol.paths as paths
 
     sock = tmp_path / "s.sock"
     sock.with_name(sock.name + ".lock").touch()  # left by an earlier daemon: the probe opens it
@@ -288,7 +288,7 @@ def test_a_stale_socket_removed_while_it_is_checked_is_not_called_a_non_socket(t
 def test_a_lock_path_holding_the_users_file_or_a_link_is_never_written(tmp_path):
     """`--socket ./Cargo` would make `./Cargo.lock` the lock: a file ngramd did not write is
     refused, not truncated (and then removed at exit); a symbolic link is not followed."""
-    from daemon.protocol.paths import NotASocket
+    from ngramd.daemon.protocol.paths import NotASocket
 
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\nline 2\n")
@@ -311,14 +311,14 @@ def test_a_lock_path_holding_the_users_file_or_a_link_is_never_written(tmp_path)
 
 
 def test_status_probe_of_a_socket_under_a_file_finds_no_daemon(tmp_path):
-    from daemon.protocol.paths import lock_holder
+    from ngramd.daemon.protocol.paths import lock_holder
 
     (tmp_path / "afile").write_text("hi")
     assert lock_holder(tmp_path / "afile" / "x.sock") is None
 
 
 def test_status_probe_of_a_lock_that_is_a_link_loop_finds_no_daemon(tmp_path):
-    from daemon.protocol.paths import lock_holder
+    from ngramd.daemon.protocol.paths import lock_holder
 
     (tmp_path / "l.sock.lock").symlink_to(tmp_path / "l.sock.lock")
     assert lock_holder(tmp_path / "l.sock") is None

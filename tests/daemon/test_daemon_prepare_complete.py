@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from daemon_helpers import wait_until
 
-from daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
+from ngramd.daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
 
 
 def test_prepare_complete_answers_what_it_prefilled(inproc):

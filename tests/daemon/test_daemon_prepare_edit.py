@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from daemon_helpers import wait_until
 
-from daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
+from ngramd.daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
 
 
 def test_prepare_edit_answers_what_it_prefilled(inproc):

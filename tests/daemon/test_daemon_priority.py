@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from daemon.workspace.priority import LOWEST, lower_this_thread
+from ngramd.daemon.workspace.priority import LOWEST, lower_this_thread
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
@@ -35,8 +35,8 @@ def test_only_the_calling_thread_and_its_children_are_lowered():
 
 PROBE = """
 import os, threading, time
-from daemon.runtime.loading import load_runtime
-from daemon.workspace.priority import lower_this_thread
+from ngramd.daemon.runtime.loading import load_runtime
+from ngramd.daemon.workspace.priority import lower_this_thread
 rt = load_runtime("tiny", device="cpu")
 lowered = []
 t = threading.Thread(target=lambda: (lowered.append(threading.get_native_id()), lower_this_thread(),

@@ -1,4 +1,4 @@
-"""The real daemon process: ``python -m daemon.cli.main serve --model tiny`` on a temp socket.
+"""The real daemon process: ``python -m ngramd.daemon.cli.main serve --model tiny`` on a temp socket.
 
 Started once for the module (loading even the tiny model's tokenizer costs seconds).
 The tests run in file order; the last one stops the daemon with ``ngramd stop``.
@@ -23,16 +23,16 @@ from daemon_helpers import REPO, RealDaemon, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.protocol.client import Client, DaemonUnavailable
-from daemon.protocol.rpc import (
+from ngramd.daemon.protocol.client import Client, DaemonUnavailable
+from ngramd.daemon.protocol.rpc import (
     CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
     PARSE_ERROR, REQUEST_CANCELLED, RpcError, pack_request,
 )
 
 pytestmark = pytest.mark.process
 
-pytest.importorskip("index.store", reason="the n-gram index (index/store.py) is not there yet")
-pytest.importorskip("daemon.engine.completer")
+pytest.importorskip("ngramd.index.store", reason="the n-gram index (index/store.py) is not there yet")
+pytest.importorskip("ngramd.daemon.engine.completer")
 
 SOURCE = '''def fibonacci(n):
     """Return the n-th Fibonacci number."""
@@ -275,7 +275,7 @@ def test_killed_client_mid_request_leaves_the_daemon_serving(daemon):
         expected = _answer(c, "mem://k2", SOURCE, 40)
         script = (
             "import sys, time\n"
-            "from daemon.protocol.client import Client\n"
+            "from ngramd.daemon.protocol.client import Client\n"
             f"c = Client({str(daemon.sock)!r})\n"
             "c.send('complete', {'uri': 'mem://killed', 'text': 'z', 'offset': 1, "
             "'requestId': 'victim', 'maxTokens': 3000})\n"
@@ -399,7 +399,7 @@ def test_fuzz_garbage_bytes_and_oversized_messages(daemon, baseline):
 def test_a_wiped_socket_folder_is_made_again_and_the_same_daemon_answers(daemon):
     """A runtime dir wiped (socket and lock file gone): the daemon binds its socket again (in
     the 2 s of its check) and takes the lock anew, instead of running on unreachable."""
-    from daemon.protocol.paths import lock_holder, socket_is_live
+    from ngramd.daemon.protocol.paths import lock_holder, socket_is_live
 
     shutil.rmtree(daemon.sock.parent)
     wait_until(lambda: socket_is_live(daemon.sock, timeout=5), timeout=60)

@@ -11,8 +11,8 @@ import msgpack
 import pytest
 from daemon_helpers import wait_until
 
-from daemon.protocol.client import Client, DaemonUnavailable
-from daemon.protocol.rpc import (
+from ngramd.daemon.protocol.client import Client, DaemonUnavailable
+from ngramd.daemon.protocol.rpc import (
     CONTENT_MODIFIED, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
     REQUEST_CANCELLED, FrameReader, FrameTooLarge, RpcError, decode, msgid_of, pack_notification, pack_request,
 )

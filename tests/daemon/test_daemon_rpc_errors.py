@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.protocol.rpc import PARSE_ERROR, FrameReader, RpcError
+from ngramd.daemon.protocol.rpc import PARSE_ERROR, FrameReader, RpcError
 
 
 @pytest.mark.parametrize("data", [b"\xc1", b"\x91\xc1"])  # 0xc1 is never used by msgpack

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.protocol.requests import CompletionResult, GenerationStats
-from daemon.protocol.rpc import REQUEST_CANCELLED, pack_notification, pack_request
-from daemon.service.server import Connection, Server
+from ngramd.daemon.protocol.requests import CompletionResult, GenerationStats
+from ngramd.daemon.protocol.rpc import REQUEST_CANCELLED, pack_notification, pack_request
+from ngramd.daemon.service.server import Connection, Server
 from daemon_helpers import FakeCompleter
 
 HELD = "file:///held.py"
@@ -73,9 +73,9 @@ def test_a_connection_closed_at_shutdown_first_sends_what_it_holds_to_a_client_t
     """``drain`` returns below the high-water mark, not once all is sent: aborted with bytes still
     unsent, a connection lost the ``exiting`` notice it sent last, and its client took the
     exit for a crash. (A grace far longer than a loaded machine needs: the old code aborted at once.)"""
-    import daemon.service.server
+    import ngramd.daemon.service.server
 
-    monkeypatch.setattr(daemon.service.server, "CLOSE_GRACE_S", 10.0)
+    monkeypatch.setattr(ngramd.daemon.service.server, "CLOSE_GRACE_S", 10.0)
     held = bytes(range(256)) * 4096  # 1 MiB: more than the socket itself holds
     ours, theirs = socket.socketpair(socket.AF_UNIX)
     received = bytearray()

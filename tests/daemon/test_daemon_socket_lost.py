@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from daemon_helpers import FakeCompleter, FakeIndex, wait_until
 
-from daemon.protocol.client import Client
-from daemon.protocol.paths import AlreadyRunning, claim_socket, lock_holder, socket_is_live
-from daemon.protocol.rpc import EXITING
+from ngramd.daemon.protocol.client import Client
+from ngramd.daemon.protocol.paths import AlreadyRunning, claim_socket, lock_holder, socket_is_live
+from ngramd.daemon.protocol.rpc import EXITING
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc, flock and pidfd semantics")
 
@@ -29,8 +29,8 @@ class LockedDaemon:
     """What ``ngramd serve`` runs, in a thread: claim the socket, serve, release the lock."""
 
     def __init__(self, sock: Path, check_s: float) -> None:
-        from daemon.service.server import Server
-        from daemon.service.methods import Service
+        from ngramd.daemon.service.server import Server
+        from ngramd.daemon.service.methods import Service
 
         self.sock = sock
         self.lock = claim_socket(sock)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.protocol.rpc import INVALID_PARAMS, RpcError
+from ngramd.daemon.protocol.rpc import INVALID_PARAMS, RpcError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_a_workspace_folder_whose_path_loops_is_invalid_params(inproc, loop, key
 
 
 def test_serve_refuses_a_workspace_whose_path_loops(loop, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "daemon.cli", "serve", "--model", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "ngramd.daemon.cli", "serve", "--model", "tiny",
                            "--socket", str(tmp_path / "s.sock"), "--workspace", str(loop)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

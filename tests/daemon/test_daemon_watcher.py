@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import FakeIndex, real_index, wait_until
 
-from daemon.workspace.ignorer import Ignorer
-from daemon.workspace.watcher import WorkspaceWatcher
+from ngramd.daemon.workspace.ignorer import Ignorer
+from ngramd.daemon.workspace.watcher import WorkspaceWatcher
 
 # watchdog's harmless "Callback ... already exists" (see daemon/workspace/watcher.py, whose filter pytest resets
 # around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
@@ -433,7 +433,7 @@ def test_events_the_kernel_dropped_are_made_up_for_by_a_rescan(watched):
     indexed by the rescan the warning brings."""
     import logging
 
-    from daemon.workspace.overflow_alarm import WATCHDOG_INOTIFY_LOGGER
+    from ngramd.daemon.workspace.overflow_alarm import WATCHDOG_INOTIFY_LOGGER
 
     w, index, root, _ = watched
     (root / "lost.py").write_text("lost = 1\n")
@@ -608,7 +608,7 @@ def test_a_file_under_a_folder_link_out_of_the_folder_is_not_indexed(watched, tm
 
 def test_a_failing_folder_check_does_not_stop_file_events(watched, monkeypatch):
     """The flusher checks every folder every GONE_POLL_S; an error there must not end it."""
-    import daemon.workspace.watcher as watcher_module
+    import ngramd.daemon.workspace.watcher as watcher_module
 
     w, index, root, _ = watched
     calls = []
@@ -772,7 +772,7 @@ def _repo_with_forced_files(tmp_path):
 def test_a_failed_git_ls_files_leaves_the_tracked_ignored_files_indexed(tmp_path, git_home, monkeypatch):
     """git failing once (a timeout, no fork) is no answer: the files it listed before stay indexed,
     and the next check asks again (it took the failure for "none tracked" and removed them all)."""
-    import daemon.workspace.ignorer as ignorer_module
+    import ngramd.daemon.workspace.ignorer as ignorer_module
     root, forced = _repo_with_forced_files(tmp_path)
     index = real_index()
     w = WorkspaceWatcher(index, lambda p: False, debounce_s=0.1)
@@ -826,7 +826,7 @@ def test_one_file_that_fails_to_index_does_not_lose_the_others_git_added(tmp_pat
 def test_a_gitignore_reaches_the_folders_it_can_change_only():
     """A .gitignore event makes git be asked again only by the folders whose rules it is part of:
     its own folder and those below (their own rules), and the folder it is in if above (git's)."""
-    from daemon.workspace.watcher import _rules_reach
+    from ngramd.daemon.workspace.watcher import _rules_reach
 
     root = Path("/w/proj")
     assert _rules_reach(Path("/w/proj"), root) and _rules_reach(Path("/w/proj/sub"), root)
@@ -837,7 +837,7 @@ def test_a_gitignore_reaches_the_folders_it_can_change_only():
 def _hang_git_ls_files(monkeypatch, release: threading.Event) -> threading.Event:
     """From now on ``git ls-files -ci`` as the watcher runs it hangs until ``release`` is set (a
     locked index, a network filesystem); the Event returned is set once the watcher called it."""
-    import daemon.workspace.ignorer as ignorer_module
+    import ngramd.daemon.workspace.ignorer as ignorer_module
 
     real, asked = ignorer_module.tracked_ignored, threading.Event()
 
@@ -891,7 +891,7 @@ def test_reading_git_rules_that_fails_is_an_answer_not_a_loop(tmp_path, git_home
     """Rules that cannot be read (an exception, not an unreadable file) keep the last ones: the
     paths waiting on them are applied. They were put back to wait and git asked again at once,
     forever (2,000 git runs in 5 s, the edit never indexed)."""
-    import daemon.workspace.ignorer as ignorer_module
+    import ngramd.daemon.workspace.ignorer as ignorer_module
 
     w, index, root, forced = _watch_repo_with_forced_files(tmp_path)
     try:

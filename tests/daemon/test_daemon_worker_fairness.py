@@ -9,8 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
-from daemon.protocol.rpc import RpcError
-from daemon.service.worker import PREFETCH, PREPARE_COMPLETE, Job, Worker
+from ngramd.daemon.protocol.rpc import RpcError
+from ngramd.daemon.service.worker import PREFETCH, PREPARE_COMPLETE, Job, Worker
 
 sys.path.insert(0, str(Path(__file__).parent))
 from daemon_helpers import wait_until  # noqa: E402
@@ -87,7 +87,7 @@ def test_a_flooding_client_is_refused_but_cannot_starve_another():
 
 
 def test_status_reports_each_clients_queue_waits(inproc):
-    from daemon.cli.serve_cmd import format_status
+    from ngramd.daemon.cli.serve_cmd import format_status
 
     with inproc.client() as a, inproc.client() as b:
         blocked = a.send("complete", {"uri": "x", "text": "BLOCK", "offset": 0})

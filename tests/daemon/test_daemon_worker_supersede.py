@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
-from daemon.service.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
+from ngramd.daemon.protocol.rpc import REQUEST_CANCELLED, RpcError
+from ngramd.daemon.service.worker import PREPARE_COMPLETE, PREPARE_EDIT, Job, Worker
 
 
 async def _outcomes(kinds_and_uris, max_queued: int | None = None):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.protocol.decode_budget import DecodeBudget
-from daemon.protocol.rpc import ERROR_NOTICE, RpcError, pack_request
+from ngramd.daemon.protocol.decode_budget import DecodeBudget
+from ngramd.daemon.protocol.rpc import ERROR_NOTICE, RpcError, pack_request
 
 sys.path.insert(0, str(Path(__file__).parent))
 from daemon_helpers import wait_until  # noqa: E402

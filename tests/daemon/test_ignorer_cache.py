@@ -8,8 +8,8 @@ import time
 import pathspec
 import pytest
 
-import daemon.workspace.ignorer
-from daemon.workspace.ignorer import Ignorer
+import ngramd.daemon.workspace.ignorer
+from ngramd.daemon.workspace.ignorer import Ignorer
 
 OLD_RULES, NEW_RULES = "*.log\n", "*.tmp\n"  # the same size
 
@@ -42,8 +42,8 @@ def _set_mtime_back(path, before):
 
 def _reads_counted(monkeypatch):
     reads = []
-    read = daemon.workspace.ignorer.ignore_file_bytes
-    monkeypatch.setattr(daemon.workspace.ignorer, "ignore_file_bytes", lambda path: reads.append(path) or read(path))
+    read = ngramd.daemon.workspace.ignorer.ignore_file_bytes
+    monkeypatch.setattr(ngramd.daemon.workspace.ignorer, "ignore_file_bytes", lambda path: reads.append(path) or read(path))
     return reads
 
 
@@ -71,7 +71,7 @@ def test_a_changed_gitignore_given_its_old_mtime_back_is_read_again(tmp_path, ch
 def test_a_settled_gitignore_is_read_once_until_its_ctime_tells_a_change(tmp_path, monkeypatch):
     """Changed long ago (every file, here), its stat is trusted: read once for many paths; rewritten in
     place at the same size with its mtime set back, its ctime alone tells the change."""
-    monkeypatch.setattr(daemon.workspace.ignorer, "_SETTLED_NS", 0)
+    monkeypatch.setattr(ngramd.daemon.workspace.ignorer, "_SETTLED_NS", 0)
     reads = _reads_counted(monkeypatch)
     gitignore = tmp_path / ".gitignore"
     gitignore.write_text(OLD_RULES)
@@ -88,7 +88,7 @@ def test_a_settled_gitignore_is_read_once_until_its_ctime_tells_a_change(tmp_pat
 def test_a_gitignore_changed_just_now_is_read_again_though_its_stat_is_the_same(tmp_path, monkeypatch):
     """Rewritten in place at the same size within one tick of the filesystem's clock, every field of
     its stat stays as it was (here: the signature made equal); a file that recent is read again."""
-    monkeypatch.setattr(daemon.workspace.ignorer, "_file_signature", lambda st: ("the same stat",))
+    monkeypatch.setattr(ngramd.daemon.workspace.ignorer, "_file_signature", lambda st: ("the same stat",))
     gitignore = tmp_path / ".gitignore"
     gitignore.write_text(OLD_RULES)
     ignorer = Ignorer(tmp_path)
@@ -125,7 +125,7 @@ def test_a_gitignore_changed_just_now_is_compiled_again_only_when_its_bytes_chan
     """A file that recent is read at every look-up (its stat may not tell its next change), but
     compiled again only when its bytes differ: compiled for every path during a checkout, it
     made 2000 look-ups take 4 s, not 1."""
-    monkeypatch.setattr(daemon.workspace.ignorer, "_SETTLED_NS", 10**18)  # every file changed just now
+    monkeypatch.setattr(ngramd.daemon.workspace.ignorer, "_SETTLED_NS", 10**18)  # every file changed just now
     gitignore = tmp_path / ".gitignore"
     gitignore.write_text(OLD_RULES)
     ignorer = Ignorer(tmp_path)

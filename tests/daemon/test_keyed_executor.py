@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from daemon.service.keyed_executor import KeyedExecutor
+from ngramd.daemon.service.keyed_executor import KeyedExecutor
 
 
 def test_one_keys_jobs_run_in_order_one_at_a_time():
@@ -88,7 +88,7 @@ def test_the_daemon_syncs_a_document_while_another_big_one_is_being_indexed():
     thread for all held every client's keystrokes behind a big document's tokenizing."""
     import asyncio
 
-    from daemon.service.methods import Service
+    from ngramd.daemon.service.methods import Service
 
     index = _SlowOpenIndex()
     service = Service(None, index)
@@ -125,7 +125,7 @@ def test_a_cancelled_jobs_callback_may_call_the_executor_at_shutdown():
 
     script = """
 import threading
-from daemon.service.keyed_executor import KeyedExecutor
+from ngramd.daemon.service.keyed_executor import KeyedExecutor
 ex = KeyedExecutor(1, "t")
 release = threading.Event()
 ex.submit("k", release.wait, 10)

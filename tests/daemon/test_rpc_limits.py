@@ -10,9 +10,9 @@ import msgpack
 import pytest
 from daemon_helpers import InProcessDaemon
 
-from daemon.protocol import rpc
-from daemon.protocol.client import DaemonUnavailable
-from daemon.protocol.rpc import (
+from ngramd.daemon.protocol import rpc
+from ngramd.daemon.protocol.client import DaemonUnavailable
+from ngramd.daemon.protocol.rpc import (
     INTERNAL_ERROR, INVALID_REQUEST, MAX_MESSAGE_OBJECTS, FrameReader, FrameTooLarge, RpcError, decode,
     pack_request,
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.protocol.client import Client, spawn_daemon, wait_ready
+from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready
 
 pytestmark = [pytest.mark.process, pytest.mark.real_model]
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from daemon.protocol import connect, peer
-from daemon.protocol.client import Client
-from daemon.protocol.paths import UnsafeSocketFolder, claim_socket, resolve_socket_path
-from daemon.protocol.peer import ForeignPeer
-from daemon.protocol.rpc import DaemonUnavailable, pack_request
+from ngramd.daemon.protocol import connect, peer
+from ngramd.daemon.protocol.client import Client
+from ngramd.daemon.protocol.paths import UnsafeSocketFolder, claim_socket, resolve_socket_path
+from ngramd.daemon.protocol.peer import ForeignPeer
+from ngramd.daemon.protocol.rpc import DaemonUnavailable, pack_request
 
 pytestmark = pytest.mark.process
 
@@ -60,7 +60,7 @@ def test_a_folder_others_can_write_to_is_refused(folder):
 
 def test_serve_refuses_a_world_writable_folder_before_loading_anything(folder):
     os.chmod(folder, 0o777)
-    done = subprocess.run([sys.executable, "-m", "daemon.cli", "serve", "--socket", str(folder / "s.sock"),
+    done = subprocess.run([sys.executable, "-m", "ngramd.daemon.cli", "serve", "--socket", str(folder / "s.sock"),
                            "--model", "/nonexistent"], capture_output=True, text=True, timeout=120,
                           cwd=str(Path(__file__).resolve().parents[2]))
     assert done.returncode == 1

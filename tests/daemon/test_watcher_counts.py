@@ -4,7 +4,7 @@ event storm they showed the first scan's, though the index was right."""
 import pytest
 from daemon_helpers import real_index, wait_until
 
-from daemon.workspace.watcher import WorkspaceWatcher
+from ngramd.daemon.workspace.watcher import WorkspaceWatcher
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Callback with id .* already exists:RuntimeWarning:watchdog.observers.inotify")

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from daemon_helpers import real_index, wait_until
 
-from daemon.workspace.watcher import WorkspaceWatcher
+from ngramd.daemon.workspace.watcher import WorkspaceWatcher
 
 # watchdog's harmless "Callback ... already exists" (see daemon/workspace/watcher.py, whose filter pytest resets
 # around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf
@@ -80,7 +80,7 @@ def test_git_lists_an_untracked_nested_repository_as_one_entry(tmp_path):
     """``nested_repositories`` is git's ``name/`` entry, and the scan counts it as the walk does."""
     from collections import Counter
 
-    from index.workspace import discover, nested_repositories
+    from ngramd.index.workspace import discover, nested_repositories
 
     root = _outer_with_untracked_repo(tmp_path)
     out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
@@ -245,7 +245,7 @@ def test_a_tracked_folder_that_becomes_a_repository_keeps_its_tracked_files_foll
         out = subprocess.run(["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
                              capture_output=True, text=True, check=True).stdout.split()
         assert "sub/new.py" in out and "sub/" not in out  # as git lists it: no repository named
-        from index.workspace import nested_repositories
+        from ngramd.index.workspace import nested_repositories
 
         assert nested_repositories(root) == frozenset()
     finally:
@@ -255,7 +255,7 @@ def test_a_tracked_folder_that_becomes_a_repository_keeps_its_tracked_files_foll
 def test_a_repository_is_what_git_takes_for_one(tmp_path):
     """``holds_repository``, which the walk after a git failure skips as git does: a ``.git``
     folder with a ``HEAD`` or a ``gitdir:`` file; an empty ``.git`` folder or a stray file is none."""
-    from index.workspace import holds_repository
+    from ngramd.index.workspace import holds_repository
 
     cases = {"repo": None, "link": "gitdir: ../x/.git/modules/link\n", "empty": "dir", "stray": "not a link\n"}
     for name, dot_git in cases.items():
@@ -276,7 +276,7 @@ def test_git_lists_a_submodule_as_one_gitlink_and_the_scan_indexes_none_of_its_f
     the scan lists neither folder (not as a file either) and counts both as ``nested_repo``."""
     from collections import Counter
 
-    from index.workspace import discover, nested_repositories
+    from ngramd.index.workspace import discover, nested_repositories
 
     root = _repo_with_nested_repo_and_submodule(tmp_path)
     assert nested_repositories(root) == {root / "inner", root / "sub"}
@@ -305,8 +305,8 @@ def test_events_skip_the_files_of_a_submodule_as_the_scan_does(tmp_path):
 def test_a_failing_git_listing_is_asked_again_by_the_periodic_check_not_by_each_path(tmp_path, monkeypatch):
     """While ``git ls-files`` fails, ``ignored`` runs it once per state of git's index file (each
     file event would wait on git else); ``tracked_changes`` (the periodic check) asks again."""
-    import daemon.workspace.ignorer as ignorer_module
-    from daemon.workspace.ignorer import Ignorer
+    import ngramd.daemon.workspace.ignorer as ignorer_module
+    from ngramd.daemon.workspace.ignorer import Ignorer
 
     root = _outer_with_untracked_repo(tmp_path)
     _git(root, "add", "a.py")

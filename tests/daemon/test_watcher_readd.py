@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from daemon_helpers import FakeIndex, real_index, wait_until
 
-import daemon.workspace.watcher as watcher_module
-from daemon.workspace.watcher import WorkspaceWatcher
+import ngramd.daemon.workspace.watcher as watcher_module
+from ngramd.daemon.workspace.watcher import WorkspaceWatcher
 
 # watchdog's harmless "Callback ... already exists" (see daemon/workspace/watcher.py, whose filter pytest resets
 # around each test); under -W error it would kill watchdog's inotify reader and leave the test deaf

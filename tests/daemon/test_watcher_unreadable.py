@@ -12,7 +12,7 @@ import pathlib
 import pytest
 from daemon_helpers import real_index, wait_until
 
-from daemon.workspace.watcher import WorkspaceWatcher
+from ngramd.daemon.workspace.watcher import WorkspaceWatcher
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Callback with id .* already exists:RuntimeWarning:watchdog.observers.inotify")

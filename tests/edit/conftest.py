@@ -10,8 +10,8 @@ import pytest
 @pytest.fixture(scope="session")
 def tok_runtime():
     """The embedded model's tokenizer behind the runtime's tokenizer API (no model weights)."""
-    from daemon.runtime.tokenizer import encode_plain
-    from daemon.runtime.gguf_tokenizer import load_tokenizer_only
+    from ngramd.daemon.runtime.tokenizer import encode_plain
+    from ngramd.daemon.runtime.gguf_tokenizer import load_tokenizer_only
 
     tok = load_tokenizer_only()
     return SimpleNamespace(
@@ -25,6 +25,6 @@ def tok_runtime():
 
 @pytest.fixture(scope="session")
 def tiny_runtime():
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.runtime.loading import load_runtime
 
     return load_runtime("tiny", device="cpu")

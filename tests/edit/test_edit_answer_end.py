@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.edit.prompt import build_edit_prompt, draft_text
-from daemon.engine.stops import StopChecker, StopConfig, bare_short_lines
+from ngramd.daemon.edit.prompt import build_edit_prompt, draft_text
+from ngramd.daemon.engine.stops import StopChecker, StopConfig, bare_short_lines
 
 
 def rewrite(runtime, text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py",

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.edit.byte_sync import ByteMatchConfig, byte_resync, placement_cost, token_starts
-from daemon.edit.proposer import EditProposer, EditProposerConfig
+from ngramd.daemon.edit.byte_sync import ByteMatchConfig, byte_resync, placement_cost, token_starts
+from ngramd.daemon.edit.proposer import EditProposer, EditProposerConfig
 
 from edit_sim import HandVocab, simulate
 

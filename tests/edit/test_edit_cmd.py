@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.cli.main import main
-from daemon.cli.edit_cmd import PositionError, parse_position, position_to_offset, resolve_range
+from ngramd.daemon.cli.main import main
+from ngramd.daemon.cli.edit_cmd import PositionError, parse_position, position_to_offset, resolve_range
 
 TEXT = "ab\ncdé\n\nx"
 
@@ -96,7 +96,7 @@ def test_cli_selection_too_long_for_the_model_is_a_clear_error(tmp_path, capsys)
 def test_cli_rewrite_cut_at_its_token_limit_warns_and_exits_3(tmp_path, capsys):
     """The text is still printed, but a rewrite that did not finish must not pass for one:
     it lacks the range's tail (a script that applies it on status 0 would delete it)."""
-    from daemon.cli.edit_cmd import EXIT_UNFINISHED
+    from ngramd.daemon.cli.edit_cmd import EXIT_UNFINISHED
 
     f = tmp_path / "t.py"
     f.write_text("def f(x):\n    y = x + 1\n    return y\n")
@@ -114,7 +114,7 @@ def test_cli_rewrite_stopped_in_a_loop_warns_and_exits_3(tmp_path, capsys, monke
     """The random tiny model loops on this range (as in test_edit_engine.py): the loop guard ends
     the answer, and raising --max-tokens would not help, so the advice says something else;
     with --no-loop-stop it runs to its token limit."""
-    from daemon.cli.edit_cmd import EXIT_UNFINISHED
+    from ngramd.daemon.cli.edit_cmd import EXIT_UNFINISHED
 
     from test_edit_engine import SRC, short_loops
 

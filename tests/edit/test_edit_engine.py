@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from daemon.edit.editor import run_edit
-from daemon.engine.completer import edit_cache_key
-from daemon.edit.prompt import EditRangeError
-from daemon.protocol.requests import EditRequest, SamplingParams
+from ngramd.daemon.edit.editor import run_edit
+from ngramd.daemon.engine.completer import edit_cache_key
+from ngramd.daemon.edit.prompt import EditRangeError
+from ngramd.daemon.protocol.requests import EditRequest, SamplingParams
 
 SRC = '''def mean(values):
     """Arithmetic mean."""
@@ -31,8 +31,8 @@ END = SRC.index("\n\n\ndef spread") + 1
 
 @pytest.fixture(scope="module")
 def tiny_completer(tiny_runtime):
-    from daemon.edit.session import EditingCompleter
-    from daemon.engine.loop import EngineConfig
+    from ngramd.daemon.edit.session import EditingCompleter
+    from ngramd.daemon.engine.loop import EngineConfig
 
     return EditingCompleter(tiny_runtime, None, EngineConfig(calibrate=False))
 
@@ -72,8 +72,8 @@ def test_tiny_identical_on_a_method_selected_from_its_def(tiny_completer):
 def short_loops(monkeypatch):
     """The loop guard with a 48-token span: on the range from ``lo =`` to the end, the random
     tiny model's answer repeats itself within 300 tokens, but not 96 tokens at a stretch."""
-    from daemon.engine import stops
-    from daemon.engine.repetition import RepetitionGuard
+    from ngramd.daemon.engine import stops
+    from ngramd.daemon.engine.repetition import RepetitionGuard
 
     monkeypatch.setattr(stops, "RepetitionGuard", functools.partial(RepetitionGuard, min_span=48))
 
@@ -171,8 +171,8 @@ def test_an_answer_ended_by_eos_without_its_fence_keeps_the_original_trailing_ne
     selection's final line break must stay (else the next line is glued onto the last one).
     The answer is in the shown frame (the selection dedented), and indented back; the line
     break after it is the file's (its layout), whatever the answer's own was."""
-    from daemon.engine.loop import GenerationOutput
-    from daemon.protocol.requests import GenerationStats
+    from ngramd.daemon.engine.loop import GenerationOutput
+    from ngramd.daemon.protocol.requests import GenerationStats
 
     monkeypatch.setattr(tiny_completer, "decode",
                         lambda *a, **k: (GenerationOutput([1], answer, "eos"), GenerationStats()))
@@ -186,8 +186,8 @@ def test_an_answer_ended_by_eos_without_its_fence_keeps_the_original_trailing_ne
 def test_the_length_bound_refuses_only_edits_that_cannot_fit(tiny_runtime):
     """LengthBound (checked before queueing, from characters) is a lower bound: what it refuses
     the exact check refuses too, even for text made of the vocabulary's longest tokens."""
-    from daemon.edit.editor import LengthBound, fit_positions
-    from daemon.edit.prompt import build_edit_prompt
+    from ngramd.daemon.edit.editor import LengthBound, fit_positions
+    from ngramd.daemon.edit.prompt import build_edit_prompt
 
     bound = LengthBound.of(tiny_runtime)
     assert bound.positions == 4096 and bound.longest_token == max(
@@ -209,7 +209,7 @@ def test_the_length_bound_refuses_only_edits_that_cannot_fit(tiny_runtime):
 def test_the_length_bound_judges_the_selection_as_shown_dedented():
     """A deeply indented selection that fits only once its indentation is taken off passes;
     the same characters without indentation to take off are refused."""
-    from daemon.edit.editor import LengthBound
+    from ngramd.daemon.edit.editor import LengthBound
 
     body = "".join(" " * 40 + f"x{i} = {i}\n" for i in range(100))  # 100 lines of 40 + 8ish chars
     text = "if a:\n" + body
@@ -230,7 +230,7 @@ def test_a_huge_instruction_is_refused_before_it_is_tokenized(tiny_completer):
 
 def test_a_document_named_like_an_edit_key_keeps_its_own_kv_cache(tiny_completer):
     """Edit prompts' KV caches are keyed apart from every document's, whatever its name."""
-    from daemon.protocol.requests import CompletionRequest
+    from ngramd.daemon.protocol.requests import CompletionRequest
 
     uri = "file:///w/named.py"
     tiny_completer.complete(CompletionRequest(uri=uri + "#edit", text=SRC, offset=START + 4, max_tokens=2))

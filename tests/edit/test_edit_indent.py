@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.edit.indent import IndentFrame, frame_of
+from ngramd.daemon.edit.indent import IndentFrame, frame_of
 
 CLASS_SRC = '''class Mailbox:
 
@@ -149,7 +149,7 @@ def test_an_unchanged_answer_gives_back_the_original_and_the_frame_is_taken_off(
 
 @pytest.mark.parametrize("start_text", ["def display_name", "    @property\n    def display_name"])
 def test_the_prompt_shows_the_dedented_method_and_drafts_it(tok_runtime, start_text):
-    from daemon.edit.prompt import build_edit_prompt
+    from ngramd.daemon.edit.prompt import build_edit_prompt
 
     start = CLASS_SRC.index(start_text)
     ep = build_edit_prompt(tok_runtime, CLASS_SRC, start, METHOD_END, "Add type hints.", uri="file:///w/m.py")

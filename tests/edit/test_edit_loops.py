@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.edit.prompt import build_edit_prompt
-from daemon.engine.repetition import MIN_SPAN, RepetitionGuard
+from ngramd.daemon.edit.prompt import build_edit_prompt
+from ngramd.daemon.engine.repetition import MIN_SPAN, RepetitionGuard
 
 ROW = "            [0, 0, 0, 0],\n"
 
@@ -17,7 +17,7 @@ def _source(rows: int) -> str:
 
 @pytest.fixture(scope="module")
 def token_bytes(tok_runtime):
-    from daemon.runtime.tokenizer import _build_byte_table
+    from ngramd.daemon.runtime.tokenizer import _build_byte_table
 
     table = _build_byte_table(tok_runtime.tokenizer, len(tok_runtime.tokenizer))
     return table.__getitem__

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.edit.editor import EditDraftPolicy
-from index.draft import Branch, Draft, Source
+from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from ngramd.daemon.edit.editor import EditDraftPolicy
+from ngramd.index.draft import Branch, Draft, Source
 
 # the measured 2-thread CPU curve (docs/benchmarks.md at 53c478e, Forward pass cost)
 COST = CostModel(sizes=[1, 2, 4, 8, 16, 32], ms=[34.5, 37.7, 48.8, 80.7, 111.5, 144.9])

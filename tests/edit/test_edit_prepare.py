@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon.edit.editor import instruction_free_prefix, prepare_edit, run_edit
-from daemon.engine.completer import edit_cache_key
-from daemon.edit.prompt import EditRangeError, build_edit_prompt
-from daemon.protocol.requests import EditRequest
+from ngramd.daemon.edit.editor import instruction_free_prefix, prepare_edit, run_edit
+from ngramd.daemon.engine.completer import edit_cache_key
+from ngramd.daemon.edit.prompt import EditRangeError, build_edit_prompt
+from ngramd.daemon.protocol.requests import EditRequest
 
 SRC = '''import math
 
@@ -30,8 +30,8 @@ INSTRUCTIONS = ["rename s to total", "Add type hints.", "x", "  use sum() ", "'q
 
 @pytest.fixture
 def completer(tiny_runtime):
-    from daemon.edit.session import EditingCompleter
-    from daemon.engine.loop import EngineConfig
+    from ngramd.daemon.edit.session import EditingCompleter
+    from ngramd.daemon.engine.loop import EngineConfig
 
     return EditingCompleter(tiny_runtime, None, EngineConfig(calibrate=False))
 
@@ -146,7 +146,7 @@ def test_bad_ranges_and_prompts_too_long_are_clear_errors(completer, tiny_runtim
 def test_a_prepare_runs_in_short_passes_so_that_a_request_waits_behind_one_at_most(
         tiny_runtime, completer, monkeypatch):
     """It is cancelled between passes when a request comes: the pass bounds the wait."""
-    from daemon.engine.completer import PREPARE_CHUNK
+    from ngramd.daemon.engine.completer import PREPARE_CHUNK
 
     rows = []
     forward = tiny_runtime.forward
@@ -159,7 +159,7 @@ def test_a_prepare_runs_in_short_passes_so_that_a_request_waits_behind_one_at_mo
 
 def test_the_default_room_for_an_answer_lets_an_empty_selection_get_new_code():
     """Twice an empty selection's few draft tokens would cut a new function off in its docstring."""
-    from daemon.edit.editor import MAX_TOKENS_CAP, MIN_DEFAULT_MAX_TOKENS, default_max_tokens
+    from ngramd.daemon.edit.editor import MAX_TOKENS_CAP, MIN_DEFAULT_MAX_TOKENS, default_max_tokens
 
     assert default_max_tokens(5) == MIN_DEFAULT_MAX_TOKENS
     assert default_max_tokens(500) == 2 * 500 + 32

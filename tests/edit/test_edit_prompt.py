@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.edit.prompt import (SELECTION, EditRangeError, build_edit_prompt, check_range,
+from ngramd.daemon.edit.prompt import (SELECTION, EditRangeError, build_edit_prompt, check_range,
                                 clean_answer, draft_text, excerpt, fence_for, language_of)
-from daemon.runtime.tokenizer import encode_template
+from ngramd.daemon.runtime.tokenizer import encode_template
 
 SRC = '''import os
 
@@ -67,7 +67,7 @@ def test_clean_answer_cuts_at_the_closing_fence_without_the_answers_line_breaks(
 
 def _edit(text: str, start: int, end: int, answer: str, uri: str = "file:///w/m.py") -> str:
     """The file after the rewrite of text[start:end] by the model's finished ``answer``."""
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.runtime.loading import load_runtime
 
     ep = build_edit_prompt(load_runtime("tiny", device="cpu"), text, start, end, "change it", uri)
     return text[:start] + ep.replacement(answer, True) + text[end:]
@@ -134,7 +134,7 @@ def test_a_markdown_answer_ends_at_the_fence_that_closes_no_block_of_its_own(tok
     """The model's answer, streamed through the stop rules as generation does: the fence line
     after ```sh opens a block, the next bare one closes it, the one after closes the answer
     (three backticks, as the embedded model writes them); what follows it is not kept."""
-    from daemon.engine.stops import StopChecker, StopConfig
+    from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
     text = "# Tool\n\nInstall with pip.\n\nThen run it.\n"
     ep = build_edit_prompt(tok_runtime, text, text.index("Install"), len(text), "add the command",
@@ -161,7 +161,7 @@ _LINE = st.tuples(st.sampled_from(["", " ", "    ", "\t", "        "]),
 def test_an_answer_that_repeats_the_draft_gives_back_the_original(tok_runtime, uri, lines, data):
     """Whatever the file and the range: the model repeating what it was shown changes nothing,
     streamed through the stop rules as generation does, whether it then ends with eos or goes on."""
-    from daemon.engine.stops import StopChecker, StopConfig
+    from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
     text = "".join(indent + body + end for indent, body, end in lines)
     start = data.draw(st.integers(0, len(text)))
@@ -240,7 +240,7 @@ def test_bad_ranges_and_instruction(tok_runtime):
 
 def _excerpt_of_whole_text(text, start, end):
     """``excerpt`` as first written, splitting the whole text: the windowed one must agree."""
-    from daemon.edit.prompt import CONTEXT_CHARS, CONTEXT_LINES_AFTER, CONTEXT_LINES_BEFORE, SELECTION
+    from ngramd.daemon.edit.prompt import CONTEXT_CHARS, CONTEXT_LINES_AFTER, CONTEXT_LINES_BEFORE, SELECTION
 
     before = "\n".join(text[:start].split("\n")[-CONTEXT_LINES_BEFORE:])[-CONTEXT_CHARS:]
     after = "\n".join(text[end:].split("\n")[:CONTEXT_LINES_AFTER])[:CONTEXT_CHARS]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.edit.proposer import (EditProposer, EditProposerConfig, adapt_k, follow,
+from ngramd.daemon.edit.proposer import (EditProposer, EditProposerConfig, adapt_k, follow,
                                   occurrences, resync)
-from index.draft import NO_DRAFT, Branch, Draft, Source
+from ngramd.index.draft import NO_DRAFT, Branch, Draft, Source
 
 from edit_sim import simulate
 

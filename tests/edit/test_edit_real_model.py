@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.protocol.requests import EditRequest
+from ngramd.daemon.protocol.requests import EditRequest
 
 SRC = '''import math
 
@@ -53,9 +53,9 @@ class Vector:
     (CLASS_SRC, "def scale", "\n    def norm", "Rename the parameter x to factor."),
 ])
 def test_real_model_edit_identical_and_fewer_passes(src, first, after, instruction):
-    from daemon.edit.session import EditingCompleter
-    from daemon.engine.loop import EngineConfig
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.edit.session import EditingCompleter
+    from ngramd.daemon.engine.loop import EngineConfig
+    from ngramd.daemon.runtime.loading import load_runtime
 
     rt = load_runtime(None, device="cpu")
     completer = EditingCompleter(rt, None, EngineConfig(calibrate=False))
@@ -81,9 +81,9 @@ def test_real_model_a_looping_answer_is_stopped_early_and_identically():
     repeated 96 tokens the prompt does not hold, at the same token with and without speculation."""
     import wsgiref
 
-    from daemon.edit.session import EditingCompleter
-    from daemon.engine.loop import EngineConfig
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.edit.session import EditingCompleter
+    from ngramd.daemon.engine.loop import EngineConfig
+    from ngramd.daemon.runtime.loading import load_runtime
 
     path = Path(wsgiref.__file__).parent / "simple_server.py"
     text = path.read_text()

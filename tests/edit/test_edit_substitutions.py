@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.edit.proposer import EditProposer, EditProposerConfig
-from daemon.edit.substitutions import Words, apply_substitution, joins, learnable, whole_word_span
+from ngramd.daemon.edit.proposer import EditProposer, EditProposerConfig
+from ngramd.daemon.edit.substitutions import Words, apply_substitution, joins, learnable, whole_word_span
 
 from edit_sim import HandVocab, simulate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp.deadline import CEILING_S, MARGIN, CompletionDeadline
+from ngramd.lsp.deadline import CEILING_S, MARGIN, CompletionDeadline
 
 
 def stats(ms: float, first_token_ms: float, forward_passes: int) -> dict:

@@ -122,9 +122,9 @@ def real_lsp(tmp_path: Path):
     if not (ROOT / "lsp" / "main.py").is_file():
         pytest.skip("lsp/main.py is not there yet")
     sock = tmp_path / "d" / "ngramd.sock"
-    yield [sys.executable, "-m", "daemon.cli", "lsp", "--model", "tiny", "--socket", str(sock)]
+    yield [sys.executable, "-m", "ngramd.daemon.cli", "lsp", "--model", "tiny", "--socket", str(sock)]
     if sock.exists():
-        subprocess.run([sys.executable, "-m", "daemon.cli", "stop", "--socket", str(sock)],
+        subprocess.run([sys.executable, "-m", "ngramd.daemon.cli", "stop", "--socket", str(sock)],
                        cwd=ROOT, capture_output=True, timeout=60)
 
 

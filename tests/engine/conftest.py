@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.runtime.loading import load_runtime
-from index.draft import NO_DRAFT, Branch, Draft, Source
+from ngramd.daemon.runtime.loading import load_runtime
+from ngramd.index.draft import NO_DRAFT, Branch, Draft, Source
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from daemon.engine.acceptance import greedy_accept, position_noise, sample_token, target_probs
+from ngramd.daemon.engine.acceptance import greedy_accept, position_noise, sample_token, target_probs
 
 
 def test_greedy_worked_examples():

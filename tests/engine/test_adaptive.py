@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from index.draft import Branch, Draft, Source
+from ngramd.index.draft import Branch, Draft, Source
 
-from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
 
 
 def test_observations_pull_the_curve_to_the_measured_costs():
@@ -42,8 +42,8 @@ def test_policy_drafts_less_when_passes_of_several_tokens_turn_out_expensive():
 def test_padded_passes_cost_their_bucket_and_the_policy_fills_the_bucket():
     """With packed weights a pass of 17 tokens runs as one of 20 (daemon/runtime/fast_linear.py): the
     cost model says so, and a draft that pays for 20 rows uses them."""
-    from daemon.engine.policy import best_count
-    from daemon.runtime.fast_linear import PACK_BUCKETS
+    from ngramd.daemon.engine.policy import best_count
+    from ngramd.daemon.runtime.fast_linear import PACK_BUCKETS
 
     plain = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False)
     padded = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False, pad_to=PACK_BUCKETS)
@@ -59,8 +59,8 @@ def test_padded_passes_cost_their_bucket_and_the_policy_fills_the_bucket():
 def test_a_draft_that_spills_past_the_calibrated_sizes_pays_for_its_padded_rows():
     """A draft of 64 is a pass of 65, padded to 80 rows: not free at the 64-token price. At the
     prior curve even an edit accepted at 0.99 per token stays within the 64 calibrated rows."""
-    from daemon.engine.policy import best_count
-    from daemon.runtime.fast_linear import PACK_BUCKETS
+    from ngramd.daemon.engine.policy import best_count
+    from ngramd.daemon.runtime.fast_linear import PACK_BUCKETS
 
     cost = CostModel(online=False, pad_to=PACK_BUCKETS)  # the prior: 70 ms at 1, 260 ms at 64
     assert cost(65) == cost(80) > cost(64) == cost(57)
@@ -72,7 +72,7 @@ def test_a_rate_driven_below_what_pays_is_tried_again_after_a_few_declined_draft
     """Rates are learnt from verified drafts only: without relaxing toward the prior, a key
     that a run of rejections drove below break-even (here long buffer matches) would never be
     drafted again, in any later request either."""
-    from daemon.engine.policy import AcceptanceTracker
+    from ngramd.daemon.engine.policy import AcceptanceTracker
 
     draft = Draft((Branch(tokens=np.arange(10, 26, dtype=np.int32), count=1, source=Source.BUFFER,
                           match_len=14),))
@@ -93,7 +93,7 @@ def test_a_rate_driven_below_what_pays_is_tried_again_after_a_few_declined_draft
 
 
 def test_relaxing_moves_a_rate_toward_its_prior_from_either_side_and_leaves_unseen_keys():
-    from daemon.engine.policy import AcceptanceTracker
+    from ngramd.daemon.engine.policy import AcceptanceTracker
 
     tracker = AcceptanceTracker(relax=0.5)
     prior = tracker.rate(0, 14)
@@ -118,7 +118,7 @@ def test_the_calibration_on_disk_is_per_chip(tmp_path, monkeypatch):
 
     import torch
 
-    import daemon.engine.policy as adaptive
+    import ngramd.daemon.engine.policy as adaptive
 
     measured = []
     monkeypatch.setattr(adaptive.CostModel, "calibrate",
@@ -134,7 +134,7 @@ def test_the_calibration_on_disk_is_per_chip(tmp_path, monkeypatch):
 def test_the_cpu_is_named():
     import torch
 
-    from daemon.engine.policy import hardware_name
+    from ngramd.daemon.engine.policy import hardware_name
 
     name = hardware_name(torch.device("cpu"))
     assert isinstance(name, str) and name.strip()
@@ -144,7 +144,7 @@ def test_on_a_near_linear_curve_a_draft_too_short_to_pay_even_accepted_is_declin
     """llama.cpp on the CPU: passes of 1, 2, 4 tokens cost 14, 24, 37 ms. A 1-token draft accepted
     gains at most 1.17x; rejected it costs 1.7x: declined however likely it looks. A long draft
     accepted at 0.95 a token still pays."""
-    from daemon.engine.policy import MIN_CEILING, best_count
+    from ngramd.daemon.engine.policy import MIN_CEILING, best_count
 
     cost = CostModel(sizes=[1, 2, 4, 8, 16, 32, 64], ms=[14.0, 24.0, 37.0, 63.0, 109.0, 205.0, 400.0], online=False)
     assert 2 * cost(1) / cost(2) < MIN_CEILING

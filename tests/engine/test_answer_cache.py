@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine.answer_cache import AnswerCache, AnswerParams
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.engine.prompt import build_prompt
-from daemon.engine.stops import StopChecker, StopConfig
-from daemon.protocol.requests import CompletionRequest, SamplingParams
+from ngramd.daemon.engine.answer_cache import AnswerCache, AnswerParams
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.engine.prompt import build_prompt
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
+from ngramd.daemon.protocol.requests import CompletionRequest, SamplingParams
 
 RUNTIME = Path(__file__).resolve().parents[2] / "daemon" / "runtime"
 CACHE, POOL = (RUNTIME / "kv_cache.py").read_text(), (RUNTIME / "cache_pool.py").read_text()

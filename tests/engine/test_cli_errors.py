@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.cli import main as cli
-from daemon.runtime import loading as model
-from daemon.runtime.loading import ModelLoadError
+from ngramd.daemon.cli import main as cli
+from ngramd.daemon.runtime import loading as model
+from ngramd.daemon.runtime.loading import ModelLoadError
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_an_unknown_name_says_nothing_is_downloaded(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, source, capsys):
-    from daemon.cli import complete_cmd
+    from ngramd.daemon.cli import complete_cmd
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -106,7 +106,7 @@ def test_output_whose_reader_went_away_exits_141_without_a_traceback():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "bench", "--make-cases", "index", "--n", "20"],
+    proc = subprocess.Popen([sys.executable, "-m", "ngramd.daemon.cli", "bench", "--make-cases", "index", "--n", "20"],
                             cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # before the command has written anything (it is still importing)
     err = proc.stderr.read().decode()
@@ -169,7 +169,7 @@ def test_the_daemon_reads_evicted_files_back_off_its_index_thread():
     on the index thread, every client's document sync waited on the disk meanwhile."""
     import argparse
 
-    from daemon.cli.serve_cmd import _index_config
+    from ngramd.daemon.cli.serve_cmd import _index_config
 
     for limit in (None, 1000):
         cfg = _index_config(argparse.Namespace(max_indexed_tokens=limit))
@@ -181,11 +181,11 @@ def test_serve_lowers_the_priority_of_its_index_restore_thread(monkeypatch):
     import argparse
     import types
 
-    import daemon.edit.session
-    from daemon.cli import serve_cmd
-    from daemon.workspace.priority import lower_this_thread
+    import ngramd.daemon.edit.session
+    from ngramd.daemon.cli import serve_cmd
+    from ngramd.daemon.workspace.priority import lower_this_thread
 
     monkeypatch.setattr(model, "load_runtime", lambda spec, device, runtime="auto": types.SimpleNamespace(tokenize_batch=None))
-    monkeypatch.setattr(daemon.edit.session, "EditingCompleter", lambda rt, index, cfg: None)
+    monkeypatch.setattr(ngramd.daemon.edit.session, "EditingCompleter", lambda rt, index, cfg: None)
     _, index, _ = serve_cmd._build_engine(argparse.Namespace(model=None, device="cpu", max_indexed_tokens=None))
     assert index._restorer is not None and index._restorer._setup is lower_this_thread

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.cli.inputs import InputError, check_generation_args, offset_of
-from lsp.positions import UTF32, offset_at
+from ngramd.daemon.cli.inputs import InputError, check_generation_args, offset_of
+from ngramd.lsp.positions import UTF32, offset_at
 
 
 @pytest.mark.parametrize("text", ["a\nbc\n", "a\r\nbc\r\n", "a\rbc\r", "a\r\nbc\nd\re", "", "no break"])
@@ -25,7 +25,7 @@ def test_crlf_line_ends_before_the_carriage_return():
 
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf"), 1e-40, -1.0, 101.0])
 def test_unusable_temperatures_are_refused_with_the_rule(temperature):
-    """The RPC's rule (daemon.protocol.requests.check_temperature): 0 for greedy, else finite in [1e-4, 100]."""
+    """The RPC's rule (ngramd.daemon.protocol.requests.check_temperature): 0 for greedy, else finite in [1e-4, 100]."""
     with pytest.raises(InputError, match=r"--temperature must be >= 0 \(0 is greedy; otherwise between 0.0001 and 100\)"):
         check_generation_args(16, temperature, 1.0)
 
@@ -38,7 +38,7 @@ def test_usable_sampling_flags_pass():
 
 
 def test_a_byte_order_mark_is_not_part_of_the_text(tmp_path):
-    from daemon.cli.inputs import read_source
+    from ngramd.daemon.cli.inputs import read_source
 
     path = tmp_path / "bom.py"
     path.write_bytes(b"\xef\xbb\xbfx = 1\ny = 2\n")
@@ -67,8 +67,8 @@ def test_the_readmes_first_completion_is_after_edit_buffers_docstring():
 def test_a_file_longer_than_a_document_or_no_regular_file_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
     from pathlib import Path
 
-    import daemon.cli.inputs as cli_inputs
-    from daemon.cli.inputs import read_source
+    import ngramd.daemon.cli.inputs as cli_inputs
+    from ngramd.daemon.cli.inputs import read_source
 
     monkeypatch.setattr(cli_inputs, "DEFAULT_MAX_DOCUMENT_CHARS", 10)
     (tmp_path / "ok.py").write_text("x = 1\n")

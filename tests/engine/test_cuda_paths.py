@@ -8,17 +8,17 @@ import threading
 
 import torch
 
-from daemon.engine import loop as engine
-from daemon.engine.loop import GenerationStats
-from daemon.runtime.kv_cache import KVCache
-from daemon.runtime.model import ModelRuntime, resolve_device
-from daemon.runtime.loading import load_runtime
+from ngramd.daemon.engine import loop as engine
+from ngramd.daemon.engine.loop import GenerationStats
+from ngramd.daemon.runtime.kv_cache import KVCache
+from ngramd.daemon.runtime.model import ModelRuntime, resolve_device
+from ngramd.daemon.runtime.loading import load_runtime
 
 
 def test_fp32_products_are_set_to_full_precision_at_load(monkeypatch, caplog):
     """TF32 rounds as bf16 does (which broke identical output): whatever a script or an image
     set, loading sets full fp32 back, and warns about the override it cannot switch off."""
-    from daemon.runtime.model import exact_float32
+    from ngramd.daemon.runtime.model import exact_float32
 
     before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
               torch.backends.cudnn.allow_tf32)

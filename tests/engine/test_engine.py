@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.engine import loop as engine
-from daemon.engine.loop import generate, prefill
-from daemon.runtime.kv_cache import KVCache
-from daemon.engine.proposer import NullProposer
-from daemon.protocol.requests import GenerationStats, SamplingParams
-from daemon.engine.stops import StopChecker, StopConfig
+from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from ngramd.daemon.engine import loop as engine
+from ngramd.daemon.engine.loop import generate, prefill
+from ngramd.daemon.runtime.kv_cache import KVCache
+from ngramd.daemon.engine.proposer import NullProposer
+from ngramd.daemon.protocol.requests import GenerationStats, SamplingParams
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
 SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "engine" / "acceptance.py"
 MAX = 24
@@ -92,7 +92,7 @@ def test_speculative_greedy_equals_plain(tiny, reference, scripted, case, rows_a
 def test_speculative_greedy_equals_plain_under_a_forced_prefix(tiny, scripted, case, rows_at_once, monkeypatch):
     """The characters before the cursor the prompt backed off (a forced prefix) mask the rows
     that write them: their token is the masked row's, never the row's own argmax read at once."""
-    from daemon.engine.prompt import ForcedPrefix
+    from ngramd.daemon.engine.prompt import ForcedPrefix
 
     prompt = _prompt(tiny)
     forced = ForcedPrefix(tiny, " self.tokens.ext")
@@ -119,8 +119,8 @@ def test_cache_matches_cold_prefill_after_tree_passes(tiny, reference, scripted)
 
 
 def test_tree_logits_match_chain_logits(tiny, reference):
-    from daemon.runtime.tree import build_tree
-    from daemon.runtime.model import tree_inputs
+    from ngramd.daemon.runtime.tree import build_tree
+    from ngramd.daemon.runtime.model import tree_inputs
 
     prompt, ref = reference
     branches = [[11, 12, 13], [11, 14], [15, 16]]

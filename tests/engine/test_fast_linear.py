@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from daemon.runtime import fast_attention
-from daemon.runtime import fast_linear
-from daemon.runtime.fast_linear import FastLinear, linear_rows
+from ngramd.daemon.runtime import fast_attention
+from ngramd.daemon.runtime import fast_linear
+from ngramd.daemon.runtime.fast_linear import FastLinear, linear_rows
 
 ALL = frozenset(range(1, 64))
 

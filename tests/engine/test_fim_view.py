@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.engine.fim_view import PrefixView
-from daemon.engine.prompt import build_prompt
-from index.draft import NO_DRAFT
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.engine.fim_view import PrefixView
+from ngramd.daemon.engine.prompt import build_prompt
+from ngramd.index.draft import NO_DRAFT
 
 TEXT = "def alpha(x):\n    return x + 1\n\ndef beta(y):\n    return alpha(y) * 2\n\n" * 3
 CURSOR = TEXT.rindex("return alpha(") + len("return al")
@@ -38,7 +38,7 @@ def test_the_inner_proposer_sees_the_prefix_then_the_output():
 def test_a_fim_prompt_drafts_from_the_buffer_as_a_plain_one_does(tiny_fim, tiny):
     """The review's case: keyed on the FIM context's tail (the suffix's end, <fim_middle>) the index
     had no draft at the cursor; seen from the prefix it has the same draft as without FIM."""
-    from index.store import IndexConfig, NgramIndex
+    from ngramd.index.store import IndexConfig, NgramIndex
 
     drafts = {}
     for rt in (tiny_fim, tiny):

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from daemon.engine.completer import Completer
-from daemon.engine.engine_lock import EngineLock
-from daemon.engine.loop import EngineConfig
-from daemon.protocol.requests import CompletionRequest
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.engine_lock import EngineLock
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.protocol.requests import CompletionRequest
 
 TEXT = "def area(radius):\n    return 3.14159 * radius ** 2\n\n\ndef circumference(radius):\n    return"
 URI = "file:///shapes.py"

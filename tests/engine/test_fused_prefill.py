@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.engine.loop import generate, prefill
-from daemon.runtime.kv_cache import KVCache
-from daemon.engine.proposer import NullProposer
-from daemon.protocol.requests import GenerationStats, SamplingParams
-from daemon.engine.stops import StopChecker, StopConfig
+from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from ngramd.daemon.engine.loop import generate, prefill
+from ngramd.daemon.runtime.kv_cache import KVCache
+from ngramd.daemon.engine.proposer import NullProposer
+from ngramd.daemon.protocol.requests import GenerationStats, SamplingParams
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
 SOURCE = Path(__file__).resolve().parents[2] / "daemon" / "engine" / "loop.py"
 MAX = 16

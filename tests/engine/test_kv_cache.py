@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from daemon.runtime.kv_cache import InPlaceCache, KVCache, MIN_CAPACITY
+from ngramd.daemon.runtime.kv_cache import InPlaceCache, KVCache, MIN_CAPACITY
 
-from daemon.runtime.cache_pool import KVPool
+from ngramd.daemon.runtime.cache_pool import KVPool
 
 
 class RefCache:

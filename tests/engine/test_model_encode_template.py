@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemon.runtime.tokenizer import encode_template
+from ngramd.daemon.runtime.tokenizer import encode_template
 
 
 @dataclass(frozen=True)

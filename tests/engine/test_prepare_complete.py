@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine.completer import PREPARE_CHUNK, Completer
-from daemon.engine.loop import EngineConfig
-from daemon.engine.prompt import build_prompt
-from daemon.protocol.requests import CompletionRequest
+from ngramd.daemon.engine.completer import PREPARE_CHUNK, Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.engine.prompt import build_prompt
+from ngramd.daemon.protocol.requests import CompletionRequest
 
 TEXT = (Path(__file__).resolve().parents[2] / "daemon" / "runtime" / "kv_cache.py").read_text()
 CURSOR = TEXT.index("        self.tokens.extend")  # a line's start, after its indentation: where a user starts typing

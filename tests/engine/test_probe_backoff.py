@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from daemon.engine.proposer import ProbeBackoff
-from index.draft import NO_DRAFT, Branch, Draft, Source
+from ngramd.daemon.engine.proposer import ProbeBackoff
+from ngramd.index.draft import NO_DRAFT, Branch, Draft, Source
 
 DRAFT = Draft((Branch(tokens=np.array([5, 6], dtype=np.int32), count=1, source=Source.BUFFER, match_len=4),))
 

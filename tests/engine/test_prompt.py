@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.engine.prompt import MAX_HEAL_CHARS, PromptConfig, build_prompt, fim_tokens
+from ngramd.daemon.engine.prompt import MAX_HEAL_CHARS, PromptConfig, build_prompt, fim_tokens
 
 
 class FakeTokenizer:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import daemon.engine.prompt as prompt_mod
-from daemon.engine.prompt import GRID_CHARS, PromptConfig, build_prompt
+import ngramd.daemon.engine.prompt as prompt_mod
+from ngramd.daemon.engine.prompt import GRID_CHARS, PromptConfig, build_prompt
 
 
 def encode_every_step(runtime, text, start, end, ids, budget):

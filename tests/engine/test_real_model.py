@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.runtime.loading import load_runtime
-from daemon.protocol.requests import CompletionRequest
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.runtime.loading import load_runtime
+from ngramd.daemon.protocol.requests import CompletionRequest
 
 # Frozen copies of two of the project's files: real code that later refactors cannot move.
 DATA = Path(__file__).resolve().parent / "data"
@@ -33,7 +33,7 @@ def _cases():
 
 
 def test_speculative_equals_plain_on_real_files(real):
-    from index.store import NgramIndex
+    from ngramd.index.store import NgramIndex
 
     index = NgramIndex(real.tokenize_batch)
     # every request decoded: with the answer cache on, the second would be served from the first

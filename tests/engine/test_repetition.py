@@ -9,8 +9,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.engine.repetition import MAX_PERIOD, MIN_REPEATS, MIN_SPAN, RepetitionGuard, without_line_edges
-from daemon.engine.stops import StopChecker, StopConfig
+from ngramd.daemon.engine.repetition import MAX_PERIOD, MIN_REPEATS, MIN_SPAN, RepetitionGuard, without_line_edges
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
 
 def _bytes_of(t: int) -> bytes:

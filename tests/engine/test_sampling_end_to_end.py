@@ -18,13 +18,13 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-import daemon.engine.loop as engine
-from daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
-from daemon.engine.loop import generate, prefill
-from daemon.runtime.kv_cache import KVCache
-from daemon.engine.proposer import NullProposer
-from daemon.protocol.requests import GenerationStats, SamplingParams
-from daemon.engine.stops import StopChecker, StopConfig
+import ngramd.daemon.engine.loop as engine
+from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
+from ngramd.daemon.engine.loop import generate, prefill
+from ngramd.daemon.runtime.kv_cache import KVCache
+from ngramd.daemon.engine.proposer import NullProposer
+from ngramd.daemon.protocol.requests import GenerationStats, SamplingParams
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def _homogeneity_pvalue(a, b, greedy_pair):
 
 class ChainProposer:
     def __init__(self, tokens):
-        from index.draft import Branch, Draft, Source
+        from ngramd.index.draft import Branch, Draft, Source
 
         self.draft = Draft((Branch(tokens=np.array(tokens, dtype=np.int32), count=1, source=Source.BUFFER,
                                    match_len=4),))
@@ -139,7 +139,7 @@ class TreeProposer(ChainProposer):
     """Three branches: the greedy continuation, and two that start with other tokens."""
 
     def __init__(self, branches):
-        from index.draft import Branch, Draft, Source
+        from ngramd.index.draft import Branch, Draft, Source
 
         self.draft = Draft(tuple(Branch(tokens=np.array(b, dtype=np.int32), count=1, source=Source.BUFFER,
                                         match_len=4) for b in branches))

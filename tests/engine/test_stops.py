@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.engine.stops import StopChecker, StopConfig
+from ngramd.daemon.engine.stops import StopChecker, StopConfig
 
 
 def _run(pieces, eos=frozenset(), skip=b"", **cfg):
@@ -90,7 +90,7 @@ def test_skip_bytes_are_consumed_not_emitted():
 
 
 def test_fence_nesting_finds_the_line_that_closes_the_answer_as_the_text_streams():
-    from daemon.engine.stops import FenceNesting
+    from ngramd.daemon.engine.stops import FenceNesting
 
     text = "intro\n```python\nx = 1\n```\n\n```\nafter\n"
     whole = FenceNesting("```").closing_line(text)

@@ -7,9 +7,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def real_tokenizer():
-    """SmolLM2's tokenizer (``daemon.runtime.gguf_tokenizer.load_tokenizer_only``: cached, ~7 s the first time)."""
-    from daemon.runtime.loading import ModelLoadError
-    from daemon.runtime.gguf_tokenizer import load_tokenizer_only
+    """SmolLM2's tokenizer (``ngramd.daemon.runtime.gguf_tokenizer.load_tokenizer_only``: cached, ~7 s the first time)."""
+    from ngramd.daemon.runtime.loading import ModelLoadError
+    from ngramd.daemon.runtime.gguf_tokenizer import load_tokenizer_only
 
     try:
         tok = load_tokenizer_only()

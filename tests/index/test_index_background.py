@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from index.background import BackgroundJob
+from ngramd.index.background import BackgroundJob
 
 
 def test_asks_while_it_runs_make_it_run_once_more():
@@ -60,8 +60,8 @@ def test_a_restore_thread_given_the_daemons_setup_runs_at_the_lowest_priority(tm
 
     import pytest
 
-    from daemon.workspace.priority import LOWEST, lower_this_thread
-    from index import IndexConfig, NgramIndex
+    from ngramd.daemon.workspace.priority import LOWEST, lower_this_thread
+    from ngramd.index import IndexConfig, NgramIndex
     from index_helpers import char_tokenize
 
     if not sys.platform.startswith("linux"):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index import chunking
-from index.document import Document
+from ngramd.index import chunking
+from ngramd.index.document import Document
 from index_helpers import char_tokenize, word_tokenize
 
 ALPHABET = ["a", "b", "1", " ", "  ", "\t", "\n", "\n", "\r\n", ".", "x\n", "é"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from index import IndexConfig, NgramIndex
+from ngramd.index import IndexConfig, NgramIndex
 
 _FILES = {
     "queue.py": '''class Queue:

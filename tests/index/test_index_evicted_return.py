@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-import index.evicted
-import index.scans
-from index import IndexConfig, NgramIndex, Source
+import ngramd.index.evicted
+import ngramd.index.scans
+from ngramd.index import IndexConfig, NgramIndex, Source
 from index_helpers import char_tokenize, ids
 
 BOUND = 100
@@ -111,8 +111,8 @@ def test_the_disk_decides_what_comes_back(tmp_path, monkeypatch):
     assert idx.stats()["skipped"] == {"vanished": 1}
     assert _counts(idx) == (1, 1, 60)  # grown waits, with its new size
     reads = []
-    read_text = index.scans.read_text
-    monkeypatch.setattr(index.scans, "read_text", lambda path, n: reads.append(path) or read_text(path, n))
+    read_text = ngramd.index.scans.read_text
+    monkeypatch.setattr(ngramd.index.scans, "read_text", lambda path, n: reads.append(path) or read_text(path, n))
     idx.edit_buffer("u", 0, 1, "")  # 41 tokens of room: still too few
     assert reads == []
     idx.close_buffer("u")
@@ -163,7 +163,7 @@ def test_a_file_indexed_again_while_evicted_is_not_read_twice(tmp_path):
 
 
 def test_how_many_evicted_files_are_remembered_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(index.evicted, "MAX_EVICTED_REMEMBERED", 2)
+    monkeypatch.setattr(ngramd.index.evicted, "MAX_EVICTED_REMEMBERED", 2)
     paths = _files(tmp_path, 4)
     idx = _index()
     for p in paths:
@@ -180,14 +180,14 @@ def test_a_file_event_during_the_read_back_decides(tmp_path, monkeypatch):
     idx = _index()
     idx.index_file(p)
     idx.open_buffer("u", "b" * 100)
-    read_text = index.scans.read_text
+    read_text = ngramd.index.scans.read_text
 
     def read_then_removed(path, max_bytes):
         text = read_text(path, max_bytes)
         idx.remove_file(path)  # the watcher handles a delete meanwhile
         return text
 
-    monkeypatch.setattr(index.scans, "read_text", read_then_removed)
+    monkeypatch.setattr(ngramd.index.scans, "read_text", read_then_removed)
     idx.close_buffer("u")
     assert not idx.has_file(p) and _counts(idx) == (0, 0, 0)
 
@@ -223,8 +223,8 @@ def test_typing_at_the_bound_reads_no_file_back_at_each_backspace(tmp_path, monk
     idx.index_file(p)
     idx.open_buffer("u", "b" * 80)  # exactly the bound
     reads = []
-    read_text = index.scans.read_text
-    monkeypatch.setattr(index.scans, "read_text", lambda path, n: reads.append(path) or read_text(path, n))
+    read_text = ngramd.index.scans.read_text
+    monkeypatch.setattr(ngramd.index.scans, "read_text", lambda path, n: reads.append(path) or read_text(path, n))
     for _ in range(5):
         idx.edit_buffer("u", 0, 0, "b")  # 101 tokens: the file goes
         idx.edit_buffer("u", 0, 1, "")  # 20 tokens of room, less the reserve: it waits
@@ -268,14 +268,14 @@ def test_in_the_background_the_caller_does_not_wait_for_the_disk(tmp_path, monke
         idx.index_file(p)
     idx.open_buffer("u", "b" * 100)
     reading, release = threading.Event(), threading.Event()
-    read_text = index.scans.read_text
+    read_text = ngramd.index.scans.read_text
 
     def slow_read(path, n):
         reading.set()
         assert release.wait(10)
         return read_text(path, n)
 
-    monkeypatch.setattr(index.scans, "read_text", slow_read)
+    monkeypatch.setattr(ngramd.index.scans, "read_text", slow_read)
     idx.close_buffer("u")  # returns with the read blocked
     assert reading.wait(10) and not any(idx.has_file(p) for p in paths)
     assert not idx.wait_restored(0.05)

@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index import IndexConfig, NgramIndex
-from index.keyed import KeyIndex
-from index.ngram import SEP, scan_longest
+from ngramd.index import IndexConfig, NgramIndex
+from ngramd.index.keyed import KeyIndex
+from ngramd.index.ngram import SEP, scan_longest
 
 from index_helpers import word_tokenize
 

@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.draft import NO_DRAFT, Source
-from index.ngram import SEP, build_draft, continuation, rank_best, rank_occurrences, scan_longest
-from index.suffix import StaticSegment
+from ngramd.index.draft import NO_DRAFT, Source
+from ngramd.index.ngram import SEP, build_draft, continuation, rank_best, rank_occurrences, scan_longest
+from ngramd.index.suffix import StaticSegment
 
 
 def arr(*xs):

@@ -8,10 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index import IndexConfig, NgramIndex
-from index.keyed import KeyIndex
-from index.ngram import SEP
-from index.scan_set import ScanSet
+from ngramd.index import IndexConfig, NgramIndex
+from ngramd.index.keyed import KeyIndex
+from ngramd.index.ngram import SEP
+from ngramd.index.scan_set import ScanSet
 
 from index_helpers import char_tokenize, ids
 
@@ -162,7 +162,7 @@ def test_a_set_built_while_a_file_was_removed_is_thrown_away():
 
 
 def test_a_file_installed_during_a_merge_is_counted_once(monkeypatch):
-    import index.files as files
+    import ngramd.index.files as files
 
     idx = _index_with(("/w/a.py", "x = f(1)"))
     real = files.StaticSegment

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index import NO_DRAFT, IndexConfig, NgramIndex, Source
+from ngramd.index import NO_DRAFT, IndexConfig, NgramIndex, Source
 from index_helpers import char_tokenize, ids, text, word_tokenize
 
 
@@ -437,7 +437,7 @@ def test_lookup_sets_are_built_outside_the_lock_and_equal_a_fresh_build(monkeypa
     """The other buffers' and the history's scan sets, stale after a buffer switch or a new
     accepted completion, are built before the lookup takes the lock: other index calls do not
     wait for the build. A writer changing a set meanwhile makes the lookup build it again."""
-    import index.buffers as store
+    import ngramd.index.buffers as store
 
     builds = []  # (documents built, lock held by the builder's thread)
 
@@ -483,7 +483,7 @@ def test_a_lookup_building_while_rebuild_runs_does_not_bring_back_the_old_tokens
     """rebuild() repairs a buffer's tokens without changing its stamp. A lookup that snapshotted
     the other buffers before it, and builds their scan set while it runs, must not install that
     set: its key would still match, and the pre-rebuild tokens would be served until the next edit."""
-    import index.buffers as store
+    import ngramd.index.buffers as store
 
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
     idx.open_buffer("a", "xy1 ab")
@@ -509,7 +509,7 @@ def test_a_lookup_building_while_rebuild_runs_does_not_bring_back_the_old_tokens
 def test_an_older_lookup_build_does_not_replace_a_newer_one(monkeypatch):
     """Two lookups build "others": the first snapshotted before an edit of "b", the second after
     it and installed first. The first one's build is stale and must not replace the current set."""
-    import index.buffers as store
+    import ngramd.index.buffers as store
 
     idx = NgramIndex(char_tokenize, IndexConfig(min_n=2, max_match=8, keyed_min_tokens=4))
     idx.open_buffer("a", "xy1 ab")
@@ -586,7 +586,7 @@ def test_stats_does_not_walk_the_files(tmp_path, monkeypatch):
     """stats() runs under the lock every few seconds (editors poll status): its cost must not
     grow with the number of workspace files. A walk would iterate the files' dict and call
     sys.getsizeof once per path."""
-    import index.store as store
+    import ngramd.index.store as store
 
     class WatchedFiles(dict):
         walks = 0

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from index import IndexConfig, NgramIndex
+from ngramd.index import IndexConfig, NgramIndex
 from index_helpers import char_tokenize
 
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from index import IndexConfig, NgramIndex
-from index.workspace import discover, git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored
+from ngramd.index import IndexConfig, NgramIndex
+from ngramd.index.workspace import discover, git_exclude_rules, git_index, gitignored, read_gitignore, tracked_ignored
 from index_helpers import char_tokenize, ids, text
 
 
@@ -227,7 +227,7 @@ def test_a_work_tree_whose_git_ls_files_fails_is_walked_with_the_rules_git_appli
     """``git ls-files`` timing out (a huge repository) or failing made the scan walk with the
     .gitignore files alone: what info/exclude and the user's excludes file hide (often private)
     was indexed. The walk now applies those rules too, and the failure is counted."""
-    import index.workspace as workspace
+    import ngramd.index.workspace as workspace
 
     _git_home(tmp_path, monkeypatch, global_excludes="*.tmp\n")
     repo = tmp_path / "repo"
@@ -252,7 +252,7 @@ def test_the_walk_after_git_fails_finds_the_rules_through_a_linked_root_and_skip
     """A root that is a link into a repository's subfolder: the rules' top was found from the
     link's spelling and anchored rules (``/ws/secret.py``) matched nothing. A nested repository's
     files, which git never lists, were walked. Rules git cannot give leave the .gitignore files."""
-    import index.workspace as workspace
+    import ngramd.index.workspace as workspace
 
     _git_home(tmp_path, monkeypatch, global_excludes="")
     repo = tmp_path / "repo"
@@ -599,7 +599,7 @@ def test_tracked_files_not_on_disk_are_not_listed(tmp_path):
 
 
 def test_real_paths_agree_with_realpath_through_file_and_folder_links(tmp_path):
-    from index.scans import RealPaths
+    from ngramd.index.scans import RealPaths
 
     (tmp_path / "build" / "sub").mkdir(parents=True)
     (tmp_path / "build" / "sub" / "gen.py").write_text("x\n")
@@ -619,8 +619,8 @@ def test_a_file_swapped_for_a_fifo_after_its_stat_is_skipped_not_waited_on(tmp_p
     """A FIFO opened for reading blocks until a writer comes: the scan thread would hang for ever."""
     import stat as stat_module
 
-    from index import workspace
-    from index.workspace import SkipFile, read_text
+    from ngramd.index import workspace
+    from ngramd.index.workspace import SkipFile, read_text
 
     fifo = tmp_path / "pipe.py"
     os.mkfifo(fifo)

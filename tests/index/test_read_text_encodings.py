@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from index.workspace import SkipFile, read_text
+from ngramd.index.workspace import SkipFile, read_text
 
 
 def test_a_latin1_file_with_a_coding_line_is_read_in_that_encoding(tmp_path):

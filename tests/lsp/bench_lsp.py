@@ -27,7 +27,7 @@ from lsprotocol import types  # noqa: E402
 from pytest_lsp import make_test_lsp_client  # noqa: E402
 
 from lsp_helpers import client_capabilities  # noqa: E402
-from lsp import positions  # noqa: E402
+from ngramd.lsp import positions  # noqa: E402
 from lsp_fake_daemon import FakeDaemon  # noqa: E402
 from lsp_helpers import change, inline_params, open_doc, rng  # noqa: E402
 
@@ -37,7 +37,7 @@ URI = "file:///tmp/bench/a.py"
 async def start(sock: str):
     client = make_test_lsp_client()
     t0 = time.perf_counter()
-    await client.start_io(sys.executable, "-m", "daemon.cli", "lsp", "--socket", sock,
+    await client.start_io(sys.executable, "-m", "ngramd.daemon.cli", "lsp", "--socket", sock,
                           env=dict(os.environ, NGRAMD_LSP_NO_SPAWN="1"), cwd=str(HERE.parents[1]))
     await client.initialize_session(types.InitializeParams(
         capabilities=client_capabilities(), initialization_options={"debounceMs": 0}))

@@ -53,7 +53,7 @@ async def lsp_client():
         env = dict(os.environ, NGRAMD_LSP_LOG=os.environ.get("NGRAMD_LSP_LOG", "warning"))
         if not spawn:
             env["NGRAMD_LSP_NO_SPAWN"] = "1"
-        cmd = [sys.executable, "-m", "daemon.cli", "lsp", "--socket", socket_path]
+        cmd = [sys.executable, "-m", "ngramd.daemon.cli", "lsp", "--socket", socket_path]
         if model:
             cmd += ["--model", model, "--device", "cpu"]
         cmd += list(extra_args)

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from daemon.protocol import rpc  # noqa: E402
+from ngramd.daemon.protocol import rpc  # noqa: E402
 
 
 class FakeDaemon:
@@ -247,11 +247,11 @@ if __name__ == "__main__":
         import time
         from pathlib import Path
 
-        from daemon.protocol.paths import AlreadyRunning, claim_socket
+        from ngramd.daemon.protocol.paths import AlreadyRunning, claim_socket
 
         try:
             lock = claim_socket(Path(opts.socket))  # held until this process exits
         except AlreadyRunning:
-            sys.exit(3)  # daemon.protocol.paths.EXIT_ALREADY_RUNNING
+            sys.exit(3)  # ngramd.daemon.protocol.paths.EXIT_ALREADY_RUNNING
         time.sleep(opts.load)
     asyncio.run(_main(opts.socket, opts.linger))

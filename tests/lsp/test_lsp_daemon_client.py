@@ -8,9 +8,9 @@ import re
 import pytest
 import pytest_asyncio
 
-from daemon.protocol import rpc
-from lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
-from lsp.daemon_link import DaemonLink
+from ngramd.daemon.protocol import rpc
+from ngramd.lsp.daemon_client import DaemonError, DaemonUnavailable, RpcConnection
+from ngramd.lsp.daemon_link import DaemonLink
 
 
 async def test_request_and_error(fake, sock):
@@ -120,7 +120,7 @@ async def test_link_spawn_failure_is_reported(sock, monkeypatch):
     import subprocess
     import sys
 
-    import lsp.daemon_link as dl
+    import ngramd.lsp.daemon_link as dl
 
     spawned = []
 
@@ -144,7 +144,7 @@ async def test_a_failed_start_is_told_once_with_the_daemons_last_words(sock, mon
     import subprocess
     import sys
 
-    import lsp.daemon_link as dl
+    import ngramd.lsp.daemon_link as dl
 
     def fake_spawn(path, model, device):
         with open(path + ".log", "a") as log:
@@ -177,9 +177,9 @@ async def test_failed_starts_whose_log_lines_carry_timestamps_are_shown_once(soc
     import subprocess
     import sys
 
-    import lsp.daemon_link as dl
-    from lsp.config import Settings
-    from lsp.server import NgramdServer
+    import ngramd.lsp.daemon_link as dl
+    from ngramd.lsp.config import Settings
+    from ngramd.lsp.server import NgramdServer
 
     starts = iter(range(10))
 
@@ -210,7 +210,7 @@ async def test_a_failing_on_start_failed_still_fails_the_call_as_unavailable(soc
     import subprocess
     import sys
 
-    import lsp.daemon_link as dl
+    import ngramd.lsp.daemon_link as dl
 
     def fake_spawn(path, model, device):
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
@@ -220,7 +220,7 @@ async def test_a_failing_on_start_failed_still_fails_the_call_as_unavailable(soc
 
     monkeypatch.setattr(dl, "spawn_daemon", fake_spawn)
     link = DaemonLink(sock, spawn=True, start_timeout=10, on_start_failed=closed_transport)
-    with caplog.at_level("ERROR", logger="lsp.daemon_link"):
+    with caplog.at_level("ERROR", logger="ngramd.lsp.daemon_link"):
         with pytest.raises(DaemonUnavailable, match="exited with code 3"):
             await link.call("status", None, 10)
     assert "transport closed" in caplog.text
@@ -279,7 +279,7 @@ def _spawn_fake_daemons(monkeypatch, *options: str) -> list:
     import sys
     from pathlib import Path
 
-    import lsp.daemon_link as dl
+    import ngramd.lsp.daemon_link as dl
 
     procs: list = []
     script = str(Path(__file__).with_name("lsp_fake_daemon.py"))
@@ -409,9 +409,9 @@ async def test_a_connection_the_daemon_refuses_is_not_reconnected_in_a_loop(sock
 
     from lsp_helpers import until
 
-    from daemon.service.server import Server
+    from ngramd.daemon.service.server import Server
 
-    class Service:  # the least daemon.service.methods.Service the server needs
+    class Service:  # the least ngramd.daemon.service.methods.Service the server needs
         errors: collections.Counter = collections.Counter()
 
         def client_connected(self, cid): pass
@@ -506,8 +506,8 @@ async def test_server_status_observe_starts_nothing(sock, fake_daemons):
     reconnect after a loss (which only connects) is in flight; never a daemon started."""
     from lsp_helpers import until
 
-    from lsp.config import Settings
-    from lsp.server import NgramdServer
+    from ngramd.lsp.config import Settings
+    from ngramd.lsp.server import NgramdServer
 
     procs = fake_daemons()
     server = NgramdServer(Settings(), sock, spawn=True)
@@ -529,8 +529,8 @@ async def test_server_status_observe_says_starting_only_while_a_daemon_may_be_st
     in flight may start a daemon, as the editor's ``initialized`` does."""
     from lsp_helpers import until
 
-    from lsp.config import Settings
-    from lsp.server import NgramdServer
+    from ngramd.lsp.config import Settings
+    from ngramd.lsp.server import NgramdServer
 
     procs = fake_daemons()
     server = NgramdServer(Settings(), sock, spawn=True)
@@ -549,8 +549,8 @@ async def test_server_status_observe_connects_to_a_daemon_started_elsewhere(sock
     """A poll finds a daemon another editor started (connect only, nothing started)."""
     from lsp_fake_daemon import FakeDaemon
 
-    from lsp.config import Settings
-    from lsp.server import NgramdServer
+    from ngramd.lsp.config import Settings
+    from ngramd.lsp.server import NgramdServer
 
     procs = fake_daemons()
     server = NgramdServer(Settings(), sock, spawn=True)
@@ -631,8 +631,8 @@ async def test_a_daemon_whose_start_outlived_start_timeout_then_served_is_no_fai
 
     from lsp_helpers import until
 
-    from lsp.config import Settings
-    from lsp.server import NgramdServer
+    from ngramd.lsp.config import Settings
+    from ngramd.lsp.server import NgramdServer
 
     procs = fake_daemons("--claim", "--load", "1", "--linger", "1")
     server = NgramdServer(Settings(), sock, spawn=True)  # its on_connect: initialize gives the pid

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp.stdio import FrameReader, top_level_id
+from ngramd.lsp.stdio import FrameReader, top_level_id
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0  # a guard against a hang, not a measured time
@@ -113,7 +113,7 @@ class Lsp:
 
     def __init__(self, sock: str) -> None:
         env = dict(os.environ, NGRAMD_LSP_NO_SPAWN="1", NGRAMD_LSP_LOG="error")
-        self.proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "lsp", "--socket", sock],
+        self.proc = subprocess.Popen([sys.executable, "-m", "ngramd.daemon.cli", "lsp", "--socket", sock],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, cwd=str(REPO), env=env)
         self.messages: queue.Queue = queue.Queue()

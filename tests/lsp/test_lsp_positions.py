@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsp import positions as P
+from ngramd.lsp import positions as P
 
 EMOJI = "\U0001F600"  # 😀: 1 code point, 2 UTF-16 units, 4 UTF-8 bytes
 CJK = "漢字"  # 2 code points, 2 UTF-16 units, 6 UTF-8 bytes

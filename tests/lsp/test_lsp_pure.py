@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types
 
-from lsp import items
-from lsp.config import Settings
+from ngramd.lsp import items
+from ngramd.lsp.config import Settings
 
 
 def test_settings_defaults_and_updates():
@@ -57,7 +57,7 @@ def test_settings_refuse_a_temperature_the_daemon_refuses(value):
 
 @pytest.mark.parametrize("value", [0, 1e-4, 0.7, 5, 100])
 def test_settings_accept_every_temperature_the_daemon_accepts(value):
-    from daemon.protocol.requests import check_temperature
+    from ngramd.daemon.protocol.requests import check_temperature
 
     assert Settings().updated({"temperature": value}).temperature == check_temperature(float(value))
 
@@ -113,7 +113,7 @@ def test_a_request_for_a_closed_document_is_not_logged_as_a_server_error(caplog)
 
     from pygls.exceptions import FeatureRequestError, JsonRpcContentModified, JsonRpcInvalidParams
 
-    from lsp.server import NgramdServer
+    from ngramd.lsp.server import NgramdServer
 
     server = NgramdServer(Settings(), "/tmp/ngramd-test-unused.sock", spawn=False)
     caplog.set_level(logging.DEBUG)
@@ -137,7 +137,7 @@ async def test_a_prepared_completion_never_starts_a_daemon(monkeypatch, running)
     daemon again (a request does; a prepare only connects to one that runs)."""
     from pygls.workspace import TextDocument
 
-    from lsp.server import NgramdServer
+    from ngramd.lsp.server import NgramdServer
 
     server = NgramdServer(Settings(), "/tmp/ngramd-test-unused.sock", spawn=True)
     doc = TextDocument("file:///a.py", "x = 1\ny = 2\n", version=3)
@@ -162,7 +162,7 @@ async def test_a_prepared_completion_never_starts_a_daemon(monkeypatch, running)
 def test_a_model_path_is_given_to_the_daemon_absolute(tmp_path, monkeypatch):
     """The daemon a language server starts runs in its socket's folder: a model path relative to
     the editor's working directory would name nothing there."""
-    from lsp.spawn import model_argument
+    from ngramd.lsp.spawn import model_argument
 
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "m.gguf").write_bytes(b"GGUF")
@@ -178,7 +178,7 @@ def test_a_model_path_is_given_to_the_daemon_absolute(tmp_path, monkeypatch):
 async def test_a_failed_start_is_shown_once_per_reason_until_a_daemon_answers(monkeypatch):
     """The link reports a failed start every back-off period while the user types: the same
     reason pops up once, a new one shows, and after a daemon answered the old one is news again."""
-    from lsp.server import NgramdServer
+    from ngramd.lsp.server import NgramdServer
 
     server = NgramdServer(Settings(), "/tmp/ngramd-test-unused.sock", spawn=False)
     shown: list[str] = []

@@ -22,8 +22,8 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from daemon.protocol.client import Client, wait_ready
-from daemon.protocol.requests import FINISHED_EDIT_STOPS
+from ngramd.daemon.protocol.client import Client, wait_ready
+from ngramd.daemon.protocol.requests import FINISHED_EDIT_STOPS
 from lsp_helpers import change, client_capabilities, inline_params, open_doc, rng, until
 
 pytestmark = pytest.mark.process
@@ -57,7 +57,7 @@ def daemon_sock():
     d = tempfile.mkdtemp(prefix="ngr-", dir="/tmp")
     sock = os.path.join(d, "d.sock")
     log = open(os.path.join(d, "serve.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "serve", "--model", "tiny",
+    proc = subprocess.Popen([sys.executable, "-m", "ngramd.daemon.cli", "serve", "--model", "tiny",
                              "--device", "cpu", "--socket", sock],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(REPO))
     try:
@@ -296,7 +296,7 @@ local sock, out, file = os.getenv('NGL_SOCK'), os.getenv('NGL_OUT'), os.getenv('
 vim.cmd('edit ' .. file)
 local id = vim.lsp.start_client({
   name = 'ngramd',
-  cmd = { os.getenv('NGL_PYTHON'), '-m', 'daemon.cli.main', 'lsp', '--socket', sock },
+  cmd = { os.getenv('NGL_PYTHON'), '-m', 'ngramd.daemon.cli.main', 'lsp', '--socket', sock },
   root_dir = vim.fn.fnamemodify(file, ':h'),
   init_options = { debounceMs = 0, maxTokens = 12 },
 })

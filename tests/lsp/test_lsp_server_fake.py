@@ -18,7 +18,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from daemon.protocol import rpc
+from ngramd.daemon.protocol import rpc
 from lsp_helpers import apply_lsp_edit, change, inline_params, open_doc, poll_status, pos, raw_request, rng, until
 
 URI = "file:///tmp/ngl-doc/a.py"
@@ -39,7 +39,7 @@ async def test_initialize_result(fake, sock):
     caps = client_capabilities("visual-studio-code")
     caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
     client = make_test_lsp_client()
-    await client.start_io(sys.executable, "-m", "daemon.cli", "lsp", "--socket", sock,
+    await client.start_io(sys.executable, "-m", "ngramd.daemon.cli", "lsp", "--socket", sock,
                           env=dict(os.environ, NGRAMD_LSP_NO_SPAWN="1"))
     try:
         result = await client.initialize_session(types.InitializeParams(capabilities=caps))
@@ -123,7 +123,7 @@ async def test_the_flags_lsp_clients_append_are_accepted(fake, sock, lsp_client,
     ("--socket=6009", "'6009' looks like a TCP port"),
 ])
 def test_other_lsp_transports_are_a_clear_usage_error(flag, says, sock):
-    done = subprocess.run([sys.executable, "-m", "daemon.cli", "lsp", flag], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "ngramd.daemon.cli", "lsp", flag], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, NGRAMD_LSP_NO_SPAWN="1"))
     assert done.returncode == 2
     assert says in done.stderr
@@ -724,8 +724,8 @@ async def test_no_torch_in_the_lsp_process(fake, sock):
     import subprocess
     import sys
 
-    code = ("import sys, lsp.main; lsp.main.build_server('/tmp/x.sock'); "
-            "import daemon.cli.main; "
+    code = ("import sys, ngramd.lsp.main; ngramd.lsp.main.build_server('/tmp/x.sock'); "
+            "import ngramd.daemon.cli.main; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'transformers', 'numpy', 'gguf', 'accelerate'))))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,
@@ -1070,8 +1070,8 @@ async def test_a_document_too_large_for_the_daemon_is_skipped_told_once_and_resu
 def test_message_fits_counts_utf8_bytes_without_packing_far_from_the_limit(unit):
     """message_fits never lets through a message the daemon cannot read, and refuses one that
     fits only within PACKING_SLACK of the limit (lone surrogates are sent as U+FFFD)."""
-    from lsp.daemon_client import replace_lone_surrogates
-    from lsp.daemon_limits import PACKING_SLACK, message_fits
+    from ngramd.lsp.daemon_client import replace_lone_surrogates
+    from ngramd.lsp.daemon_limits import PACKING_SLACK, message_fits
 
     for n in (10, 100, 1000):
         params = {"uri": "file:///tmp/a.py", "text": unit * n, "version": 3, "languageId": "python"}

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-import lsp.daemon_link as dl
-from daemon.protocol import connect, peer
-from daemon.protocol.peer import ForeignPeer
-from lsp import spawn
-from lsp.daemon_client import DaemonUnavailable, RpcConnection
-from lsp.daemon_link import DaemonLink
+import ngramd.lsp.daemon_link as dl
+from ngramd.daemon.protocol import connect, peer
+from ngramd.daemon.protocol.peer import ForeignPeer
+from ngramd.lsp import spawn
+from ngramd.lsp.daemon_client import DaemonUnavailable, RpcConnection
+from ngramd.lsp.daemon_link import DaemonLink
 
 OTHER_UID = 65534
 IMPOSTOR = r"""

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from lsprotocol import types
 
-from lsp import items, positions
+from ngramd.lsp import items, positions
 from lsp_helpers import apply_lsp_edit, client_capabilities, inline_params, open_doc, pos, rng, until
 
 URI = "file:///tmp/ngl-doc/s.py"
@@ -175,8 +175,8 @@ def test_line_rest():
 def test_fim_prompts_are_told_as_the_daemon_builds_them():
     """The LSP's FIM token families are daemon/engine/prompt.py's (which it cannot import: torch), and
     the daemon's own prompts for the test models are told apart."""
-    from daemon.engine import prompt
-    from daemon.runtime.loading import load_runtime
+    from ngramd.daemon.engine import prompt
+    from ngramd.daemon.runtime.loading import load_runtime
 
     assert items.FIM_FAMILIES == prompt._FIM_FAMILIES
     text = "def f(x):\n    return g(x)\n"

@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from daemon.runtime import loading
-from daemon.runtime.loading import ModelLoadError, choose_runtime, runs_on_cpu
+from ngramd.daemon.runtime import loading
+from ngramd.daemon.runtime.loading import ModelLoadError, choose_runtime, runs_on_cpu
 
 
 @pytest.fixture

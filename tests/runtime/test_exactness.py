@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from daemon.runtime.exactness import CHECK_PASSES, check_exactness
+from ngramd.daemon.runtime.exactness import CHECK_PASSES, check_exactness
 
 
 class StandInCache:
@@ -89,7 +89,7 @@ def test_a_text_too_short_for_the_passes_is_refused():
 
 @pytest.mark.real_model
 def test_llamacpp_built_without_llamafile_passes_the_check(llama_rt):
-    from daemon.runtime.llamacpp import build_info
+    from ngramd.daemon.runtime.llamacpp import build_info
 
     assert not build_info()["llamafile"], "scripts/install_llamacpp.sh builds with -DGGML_LLAMAFILE=OFF"
     assert llama_rt.exactness.exact, llama_rt.exactness.detail

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.runtime.gguf_header import GGUFHeaderError, read_gguf_string
+from ngramd.daemon.runtime.gguf_header import GGUFHeaderError, read_gguf_string
 
 gguf = pytest.importorskip("gguf")
 
@@ -60,7 +60,7 @@ def test_other_files_and_cut_files_are_errors(gguf_file, tmp_path):
 
 
 def test_the_embedded_models_split_is_read():
-    from daemon.runtime.loading import embedded_gguf_path
+    from ngramd.daemon.runtime.loading import embedded_gguf_path
 
     try:
         path = embedded_gguf_path()

@@ -118,7 +118,7 @@ def test_logits_of_the_rows_asked_only(llama_rt, ids):
 
 
 def test_a_pass_longer_than_a_batch_is_split(llama_rt, ids):
-    from daemon.runtime.llamacpp import BATCH
+    from ngramd.daemon.runtime.llamacpp import BATCH
 
     rt = llama_rt
     n = BATCH + 100
@@ -129,7 +129,7 @@ def test_a_pass_longer_than_a_batch_is_split(llama_rt, ids):
 
 
 def test_trees_are_refused(llama_rt):
-    from daemon.runtime.tree import build_tree
+    from ngramd.daemon.runtime.tree import build_tree
 
     rt = llama_rt
     assert rt.supports_trees is False

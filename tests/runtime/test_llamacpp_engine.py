@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine.completer import Completer
-from daemon.engine.loop import EngineConfig
-from daemon.protocol.requests import CompletionRequest
+from ngramd.daemon.engine.completer import Completer
+from ngramd.daemon.engine.loop import EngineConfig
+from ngramd.daemon.protocol.requests import CompletionRequest
 
 pytestmark = pytest.mark.real_model
 
@@ -19,8 +19,8 @@ CASES = Path(__file__).resolve().parents[2] / "bench" / "cases" / "stdlib.jsonl"
 
 @pytest.mark.timeout(1800)  # a loaded 2-core machine runs it ten times slower than a quiet one
 def test_speculative_equals_plain_on_the_bench_cases(llama_rt):
-    from daemon.bench.cases import load_cases
-    from index.store import NgramIndex
+    from ngramd.daemon.bench.cases import load_cases
+    from ngramd.index.store import NgramIndex
 
     assert llama_rt.exactness.exact, llama_rt.exactness.detail
     cases = [c for c in load_cases(CASES) if c.mode == "complete"][::2]

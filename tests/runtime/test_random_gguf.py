@@ -39,7 +39,7 @@ def test_weights_are_random_4bit_and_the_tokenizer_is_smollm2s(small_gguf):
     import gguf
     from gguf.quants import dequantize
 
-    from daemon.runtime.loading import embedded_gguf_path
+    from ngramd.daemon.runtime.loading import embedded_gguf_path
 
     ours, source = gguf.GGUFReader(str(small_gguf)), gguf.GGUFReader(str(embedded_gguf_path()))
     assert ours.fields["general.architecture"].contents() == "llama"
@@ -64,8 +64,8 @@ def test_llamacpp_loads_it_with_the_same_vocabulary(small_gguf, tmp_path, monkey
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llamacpp.sh)")
     import gguf
 
-    from daemon.runtime.llamacpp import TOKENIZER_SAMPLE, load_llamacpp
-    from daemon.runtime.loading import embedded_gguf_path
+    from ngramd.daemon.runtime.llamacpp import TOKENIZER_SAMPLE, load_llamacpp
+    from ngramd.daemon.runtime.loading import embedded_gguf_path
 
     monkeypatch.setenv("NGRAMD_CACHE_DIR", str(tmp_path / "cache"))  # its tokenizer, built here, not kept
     tokens = gguf.GGUFReader(str(embedded_gguf_path())).fields["tokenizer.ggml.tokens"].contents()

@@ -50,7 +50,7 @@ def test_without_the_digit_split_transformers_splits_otherwise(llama_rt):
     before a digit otherwise than llama.cpp (and the model's training)."""
     from transformers import AutoTokenizer
 
-    from daemon.runtime.gguf_tokenizer import gguf_pre_tokenizer_name
+    from ngramd.daemon.runtime.gguf_tokenizer import gguf_pre_tokenizer_name
 
     assert gguf_pre_tokenizer_name(llama_rt.path) == "smollm"
     raw = AutoTokenizer.from_pretrained(llama_rt.tokenizer.name_or_path)  # the cached file, unfixed
