@@ -25,18 +25,16 @@ import pickle
 import random
 import re
 import shutil
-import sys
 import sysconfig
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ngramd.daemon.runtime.gguf_tokenizer import load_tokenizer_only  # noqa: E402
-from ngramd.index import IndexConfig, NgramIndex  # noqa: E402
-from ngramd.index.document import Document  # noqa: E402
+from ngramd.daemon.runtime.gguf_tokenizer import load_tokenizer_only
+from ngramd.index import IndexConfig, NgramIndex
+from ngramd.index.document import Document
 
 CACHE = Path("/tmp/ngramd_bench_tokens.pkl")
 WS = Path("/tmp/ngramd_bench_ws")

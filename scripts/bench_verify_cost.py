@@ -25,7 +25,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ngramd.daemon.engine.policy import AdaptiveConfig  # noqa: E402
 from ngramd.daemon.engine.completer import Completer  # noqa: E402

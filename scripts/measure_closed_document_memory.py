@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready  # noqa: E402
+from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready
 
 
 def rss(c: Client) -> float:

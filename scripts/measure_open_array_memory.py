@@ -11,14 +11,11 @@ growth of the process's peak RSS.
 from __future__ import annotations
 
 import resource
-import sys
-from pathlib import Path
 
 import msgpack
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ngramd.daemon.protocol.rpc import FrameReader  # noqa: E402
+from ngramd.daemon.protocol.rpc import FrameReader
 
 
 def main() -> int:

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from ngramd.daemon.runtime.kv_cache import KVCache  # noqa: E402
 from ngramd.daemon.runtime.loading import load_runtime  # noqa: E402

@@ -17,15 +17,12 @@ import asyncio
 import os
 import re
 import signal
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ngramd.lsp.daemon_client import DaemonError, DaemonUnavailable  # noqa: E402
-from ngramd.lsp.daemon_link import STABLE_S, DaemonLink  # noqa: E402
+from ngramd.lsp.daemon_client import DaemonError, DaemonUnavailable
+from ngramd.lsp.daemon_link import STABLE_S, DaemonLink
 
 TEXT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return"
 LOAD = re.compile(r"model \S+ ready on .+? in ([\d.]+) s")

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from ngramd.daemon.protocol.client import Client, spawn_daemon, wait_ready  # noqa: E402
 

@@ -197,7 +197,6 @@ def completion_groups(cases: list[dict[str, Any]]) -> list[tuple[str, list[dict[
 
 
 def edit_groups(cases: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    sys.path.insert(0, str(REPO))
     from ngramd.daemon.bench.report import is_few_lines_edit
 
     few = [c for c in cases if is_few_lines_edit(c)]

@@ -96,7 +96,6 @@ def replay(engine: Engine, uri: str, text: str, start: int, end: int, user: User
     before, after = text[:start], text[end:]
     typed = 0  # characters of ``truth`` in the buffer
     result = ReplayResult(engine.name, uri)
-    now = 0.0  # the virtual clock, ms
     engine_free = 0.0
 
     def buffer() -> str:

@@ -20,7 +20,7 @@ the in-place cache matches ``DynamicCache`` across extend/crop/select walks).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer

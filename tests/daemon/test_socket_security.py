@@ -23,7 +23,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-import msgpack
 import pytest
 
 from ngramd.daemon.protocol import connect, peer
