@@ -1,4 +1,8 @@
-"""The n-gram index: proposes draft continuations from buffers, history and workspace files."""
+"""The n-gram index: proposes draft continuations from buffers, history and workspace files.
+
+May import: numpy, pathspec, the standard library. Never torch, transformers, ``ngramd.daemon``
+or ``ngramd.lsp``: it sees token ids only (docs/design/index.md).
+"""
 
 from .config import IndexConfig
 from .draft import NO_DRAFT, Branch, Draft, Source
