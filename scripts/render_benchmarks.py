@@ -46,6 +46,11 @@ QUIET_2_CORES = "2-core x86-64 CPU, nothing else running"  # the machine of most
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    Run("2026-12-06-typing-llamacpp-6-functions.json", ("typing",), "eb733c5",
+        QUIET_2_CORES,
+        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --modules json,email,asyncio,http,logging,"
+        "collections --functions 6 --lines 5 --sample 12 --out bench/runs/2026-12-06-typing-llamacpp-6-functions.json",
+        runtime="llamacpp"),
     Run("2026-12-06-llamacpp-stdlib-prepared.json", ("completions-cold", "completions-prepared"), "f4d0c8e",
         QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
@@ -207,19 +212,20 @@ def edit_groups(cases: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, A
 # --------------------------------------------------------------------------- the typing replay
 
 def typing_table() -> str:
-    lines = ["| run | runtime | configuration | keystroke to suggestion, p50 / p95 / p99 ms | ngramd faster, p50 "
+    lines = ["| run | runtime | configuration | keystroke to suggestion, p50 / p95 / p99 ms | ngramd faster, p50 / p95 "
              "| forward passes per keystroke | answers with no pass | characters accepted | identical to cold plain |",
              "|---|---|---|---|---|---|---|---|---|"]
     legend = []
     for run in (r for r in RUNS if "typing" in r.tables):
         report = load(run)
         configs = report["configurations"]
-        mine = configs.get("ngramd", {}).get("total", {}).get("latency_ms", {}).get("p50")
+        mine = configs.get("ngramd", {}).get("total", {}).get("latency_ms", {})
         first = True
         for name, cfg in configs.items():
             t = cfg["total"]
             lat = t["latency_ms"]
-            faster = x(lat["p50"] / mine) if name != "ngramd" and mine and lat.get("p50") else ("—" if name != "ngramd" else "")
+            faster = " / ".join(x(lat[p] / mine[p]) if mine.get(p) and lat.get(p) else "—" for p in ("p50", "p95")) \
+                if name != "ngramd" else ""
             head = f"{run_date(run)} | {report.get('runtime', run.runtime)}" if first else " | "
             first = False
             lines.append(f"| {head} | {name} | {num(lat['p50'], 0)} / {num(lat['p95'], 0)} / {num(lat['p99'], 0)} "
