@@ -46,6 +46,10 @@ QUIET_2_CORES = "2-core x86-64 CPU, nothing else running"  # the machine of most
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    Run("2026-12-06-llamacpp-stdlib-prepared-numpy.json", ("completions-cold", "completions-prepared"), "a52aa14",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
+        " > bench/runs/2026-12-06-llamacpp-stdlib-prepared-numpy.json", runtime="llamacpp"),
     Run("2026-12-06-typing-llamacpp-6-functions.json", ("typing",), "eb733c5",
         QUIET_2_CORES,
         ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --modules json,email,asyncio,http,logging,"
