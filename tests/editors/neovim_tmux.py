@@ -294,3 +294,18 @@ def type_until_ghost_text(nv: Neovim) -> tuple[str, float, float]:
     t0 = time.monotonic()
     ghost = nv.wait_for(nv.ghost, "ghost text", 120)
     return ghost, started, time.monotonic() - t0
+
+
+def accept_and_write(nv: Neovim) -> str:
+    """Tab on the ghost text, then :w; the file as written, which starts with SOURCE + TYPED."""
+    tmux = nv.tmux
+    tmux.keys("Tab")
+    nv.wait_for(lambda: not nv.ghost(), "the ghost text to go", 60)
+    nv.keep("accepted")
+    tmux.keys("Escape")
+    tmux.keys(":w", "Enter")
+    # Neovim truncates the file and then writes it: read it once it says the write is done
+    nv.wait_for(lambda: re.search(r"\d+B written", tmux.screen()), "the buffer to be written", 60)
+    written = nv.target.read_text()
+    assert written.startswith(SOURCE + TYPED), written
+    return written

@@ -12,13 +12,12 @@ the ghost-text picture of the newest Neovim to docs/images/.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from neovim_tmux import ROOT, SOURCE, TYPED, _coloured, neovim, type_until_ghost_text
+from neovim_tmux import ROOT, SOURCE, TYPED, _coloured, accept_and_write, neovim, type_until_ghost_text
 
 pytestmark = pytest.mark.editors
 
@@ -40,15 +39,7 @@ def test_neovim_ghost_text_in_a_terminal(which: str, tmp_path: Path) -> None:
         assert typed_line.rstrip().endswith((TYPED + first).rstrip()) or \
             (TYPED.rstrip() + first.rstrip()) in typed_line.replace(TYPED, TYPED.rstrip()), (typed_line, ghost)
 
-        tmux.keys("Tab")
-        nv.wait_for(lambda: not nv.ghost(), "the ghost text to go", 60)
-        nv.keep("accepted")
-        tmux.keys("Escape")
-        tmux.keys(":w", "Enter")
-        # Neovim truncates the file and then writes it: read it once it says the write is done
-        nv.wait_for(lambda: re.search(r"\d+B written", tmux.screen()), "the buffer to be written", 60)
-        written = nv.target.read_text()
-        assert written.startswith(SOURCE + TYPED), written
+        written = accept_and_write(nv)
         inserted = written[len(SOURCE + TYPED):]
         assert inserted.strip(), written
         assert inserted.split("\n")[0].rstrip() == first.rstrip(), (inserted, ghost)

@@ -9,13 +9,12 @@ says how each keystroke's request was answered.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from neovim_tmux import SOURCE, TYPED, Neovim, neovim, type_until_ghost_text
+from neovim_tmux import SOURCE, TYPED, Neovim, accept_and_write, neovim, type_until_ghost_text
 
 pytestmark = pytest.mark.editors
 
@@ -106,14 +105,6 @@ def test_neovim_typing_through_a_suggestion(which: str, tmp_path: Path) -> None:
             f"no keystroke of {first[:n]!r} was answered from the remembered suggestion: {steps}"
         assert after["hits"] - before["hits"] >= sum(step["typed_through"] for step in steps), (before, after)
 
-        tmux.keys("Tab")
-        nv.wait_for(lambda: not nv.ghost(), "the ghost text to go", 60)
-        nv.keep("accepted")
-        tmux.keys("Escape")
-        tmux.keys(":w", "Enter")
-        # Neovim truncates the file and then writes it: read it once it says the write is done
-        nv.wait_for(lambda: re.search(r"\d+B written", tmux.screen()), "the buffer to be written", 60)
-        written = nv.target.read_text()
+        written = accept_and_write(nv)
         # the typed characters and the accepted rest make the suggestion's first line, once
-        assert written.startswith(SOURCE + TYPED), written
         assert written[len(SOURCE + TYPED):].split("\n")[0].rstrip() == first.rstrip(), (written, ghost)
