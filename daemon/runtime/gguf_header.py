@@ -1,4 +1,5 @@
-"""One metadata value of a GGUF file, read from its header without parsing the rest.
+"""A GGUF file's metadata, read from its header without parsing the rest: one value, or where
+the metadata ends (what a tokenizer is built from).
 
 ``gguf.GGUFReader`` parses every field and tensor description up front: for SmolLM2's 49,152
 tokens and their merges that took 3-4 s of a daemon's start, to read one string. The header is
@@ -31,13 +32,37 @@ def read_gguf_string(path: str | Path, key: str) -> str | None:
             return _read(m, path, key)
 
 
-def _read(m: mmap.mmap, path: str | Path, key: str) -> str | None:
+def metadata_end(path: str | Path) -> int:
+    """The offset where the file's key-value metadata ends (the tensor descriptions follow)."""
+    with open(path, "rb") as f:
+        if len(f.read(24)) < 24:
+            raise GGUFHeaderError(f"{path} is not a GGUF file (too short)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            pos = 24
+            try:
+                for _ in range(_kv_count(m, path)):
+                    pos = _string(m, pos)[1]
+                    vtype, = struct.unpack_from("<I", m, pos)
+                    pos = _skip(m, pos + 4, vtype)
+            except struct.error:
+                raise GGUFHeaderError(f"{path}: the metadata is cut short") from None
+            if pos > len(m):
+                raise GGUFHeaderError(f"{path}: the metadata is cut short")
+            return pos
+
+
+def _kv_count(m: mmap.mmap, path: str | Path) -> int:
+    """The number of metadata entries, the header checked."""
     if m[:4] != _MAGIC:
         raise GGUFHeaderError(f"{path} is not a GGUF file")
     version, = struct.unpack_from("<I", m, 4)
     if version not in (2, 3):
         raise GGUFHeaderError(f"{path}: GGUF version {version} is not supported")
-    kv_count, = struct.unpack_from("<Q", m, 16)
+    return struct.unpack_from("<Q", m, 16)[0]
+
+
+def _read(m: mmap.mmap, path: str | Path, key: str) -> str | None:
+    kv_count = _kv_count(m, path)
     pos = 24
     wanted = key.encode("utf-8")
     try:

