@@ -87,7 +87,9 @@ def cached_gguf_tokenizer(path: Path) -> Any:
         tokenizer.save_pretrained(str(tok_dir))
     except OSError as exc:
         log.warning("could not cache the tokenizer in %s: %s", tok_dir, exc)
-    return tokenizer
+        return tokenizer
+    # read back: the first start then holds the tokenizer every later one loads (its class, its path)
+    return _load_saved(tok_dir)
 
 
 def _load_saved(folder: Path) -> Any:
