@@ -34,6 +34,11 @@ def read_gguf_string(path: str | Path, key: str) -> str | None:
 
 def metadata_end(path: str | Path) -> int:
     """The offset where the file's key-value metadata ends (the tensor descriptions follow)."""
+    return len(read_metadata(path))
+
+
+def read_metadata(path: str | Path) -> bytes:
+    """The file's header and key-value metadata, up to the tensor descriptions (one read)."""
     with open(path, "rb") as f:
         if len(f.read(24)) < 24:
             raise GGUFHeaderError(f"{path} is not a GGUF file (too short)")
@@ -48,7 +53,7 @@ def metadata_end(path: str | Path) -> int:
                 raise GGUFHeaderError(f"{path}: the metadata is cut short") from None
             if pos > len(m):
                 raise GGUFHeaderError(f"{path}: the metadata is cut short")
-            return pos
+            return m[:pos]
 
 
 def _kv_count(m: mmap.mmap, path: str | Path) -> int:

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ngramd.daemon.runtime.gguf_header import metadata_end
+from ngramd.daemon.runtime.gguf_header import read_metadata
 from ngramd.daemon.runtime.loading import cache_root, embedded_gguf_path, progress
 
 log = logging.getLogger("ngramd.tokenizer")
@@ -63,9 +63,7 @@ def tokenizer_cache_dir(path: Path) -> Path:
     """Where ``path``'s tokenizer is kept: named by the file's metadata, which holds the whole
     tokenizer, not by the weights after it (a 4 GB model's would take seconds of every start to
     hash). A reinstalled wheel, with a new modification time, finds the tokenizer it made before."""
-    digest = hashlib.sha1(usedforsecurity=False)
-    with open(path, "rb") as f:
-        digest.update(f.read(metadata_end(path)))
+    digest = hashlib.sha1(read_metadata(path), usedforsecurity=False)
     return cache_root() / "tokenizers" / f"{path.stem}-meta-sha1-{digest.hexdigest()[:16]}"
 
 

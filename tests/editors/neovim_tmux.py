@@ -117,25 +117,21 @@ class Tmux:
         subprocess.run(["tmux", "-S", str(self.socket), "kill-server"], env=self.env, capture_output=True, timeout=60)
 
 
-def _wait_for(cond, what: str, timeout: float, tmux: Tmux):
+def _wait_for(cond, what: str, timeout: float, tmux: Tmux | None):
+    """Poll ``cond`` until truthy (returned); on a timeout fail with the screen and Neovim's logs
+    (``tmux`` None: before the terminal runs)."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
         if value:
             return value
+        if time.monotonic() > deadline and tmux is None:
+            pytest.fail(f"timed out waiting for {what}")
         if time.monotonic() > deadline:
             logs = sorted(Path(tmux.env["XDG_CACHE_HOME"]).glob("nvim/*.log")) + \
                 sorted(Path(tmux.env["XDG_STATE_HOME"]).glob("nvim/*.log"))
             told = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-4000:]}" for p in logs)
             pytest.fail(f"timed out waiting for {what}; the screen:\n{tmux.screen()}\n{told}")
-        time.sleep(0.1)
-
-
-def _wait_until(cond, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.1)
 
 
@@ -262,7 +258,7 @@ def neovim(which: str, tmp_path: Path, shots_suffix: str = "", lua: str = "") ->
             editor = subprocess.Popen([nvim, "--headless", "--listen", str(listen), *args], cwd=project, env=env,
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=(tmp_path / "nvim.err").open("w"))
-            _wait_until(listen.exists, "Neovim's socket", 60)
+            _wait_for(listen.exists, "Neovim's socket", 60, None)
             tmux.start([nvim, "--remote-ui", "--server", str(listen)], project)
         yield Neovim(version, minor, minor >= 12, server, sock, env, tmux, target, shots, chromium)
     finally:
