@@ -1,11 +1,14 @@
 """The llama.cpp runtime: a GGUF model evaluated by llama.cpp (the ``llama-cpp-python``
 binding's low-level API) at its own quantization, held once in memory, with no de-quantized copy.
 
-One llama.cpp context serves every document: each ``LlamaCppCache`` is one of its
-sequences (``n_seq_max`` of them, each with its own KV stream of ``n_ctx_seq`` cells:
-``kv_unified`` off, so a pass attends to its own document's cells only). Rolling back
-a rejected draft or keeping a common prefix is ``llama_memory_seq_rm`` from a
-position on; ``release_cache`` empties the sequence and hands its id back.
+One llama.cpp context serves every document. It has ``sequences`` live sequences (one by
+default), each with its own KV stream of ``n_ctx_seq`` cells (``kv_unified`` off). A document's
+cache (``LlamaCppCache``) is either live in one of them or parked: its cells copied out to host
+memory (``llama_state_seq_get_data``) and copied back, bitwise, when it is next used. So any
+number of documents keep their caches, and a pass runs in a context of one stream: five streams
+decoded 8-11% slower a token than one (docs/benchmarks.md, "Cost curve"); parking a document of
+1,800 tokens and bringing it back costs about 35 ms, re-reading its prompt about 5 s. Rolling back
+a rejected draft or keeping a common prefix is ``llama_memory_seq_rm`` from a position on.
 
 A pass asks llama.cpp for the logits of the rows the caller keeps only (the batch's
 ``logits`` flags): llama.cpp then runs the output projection on those rows alone.
@@ -48,12 +51,12 @@ PINNED_VERSION = "0.3.36"
 BUILD_HINT = ('CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-binary llama-cpp-python '
               f'--no-cache-dir llama-cpp-python=={PINNED_VERSION}')
 
-DEFAULT_SEQUENCES = 5  # the engine's KVPool keeps 4 documents; one more for the calibration and checks
+# Live sequences of the context; the other documents' caches are parked in host memory. One
+# stream decoded 0.89x Llama's time a token, two 0.92x, five 0.99x (scripts/measure_decode_shapes.py,
+# docs/benchmarks.md "Cost curve"), so one, and a document switch costs a park and a restore.
+DEFAULT_SEQUENCES = 1
 # Cells per document, capped by the model's training context. A completion's prompt is at most
-# 1,792 tokens (daemon/engine/prompt.py) plus its answer. 5 documents of 4096 cells decoded 3-10%
-# slower a token than 1 of 4096, 4 of 4096 or 5 of 3072 (embedded model, one process, alternated:
-# docs/benchmarks.md "Cost curve"). Read, not mapped (above), five documents still decode ~4% slower
-# a token than llama.cpp's own Llama, which maps the file.
+# 1,792 tokens (daemon/engine/prompt.py) plus its answer.
 DEFAULT_CTX_PER_SEQUENCE = 3072
 BATCH = 512  # tokens per llama_decode call; the engine's prefill pieces are this size
 MAX_OUTPUT_ROWS = 128  # logits rows per llama_decode call (a verify pass asks 1 + draft; more are split)
@@ -74,29 +77,37 @@ def physical_cores() -> int:
 
 
 class LlamaCppCache:
-    """One document's KV cache: a sequence of the runtime's llama.cpp context. ``tokens[i]``'s
-    keys and values sit at position i of sequence ``seq_id``."""
+    """One document's KV cache. ``tokens[i]``'s keys and values sit at position i of llama.cpp
+    sequence ``seq_id`` while it is live, or in ``parked`` while another document has the
+    sequence (the cells of ``tokens`` and maybe more: a crop made while parked is cut at restore)."""
 
-    def __init__(self, runtime: "LlamaCppRuntime", seq_id: int) -> None:
+    def __init__(self, runtime: "LlamaCppRuntime") -> None:
         self._runtime = runtime
-        self.seq_id = seq_id
+        self.seq_id = -1  # the live sequence, or -1
+        self.parked: Any = None  # llama_state_seq_get_data's bytes (a ctypes array), or None
+        self.released = False
+        self.last_used = 0  # the runtime's clock: the least recently used live cache is parked first
         self.tokens: list[int] = []
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def reset(self) -> None:
-        self._runtime._remove(self.seq_id, 0)
+        self._runtime._forget_cells(self)
         self.tokens = []
 
     def crop(self, n: int) -> None:
         assert 0 <= n <= len(self.tokens), (n, len(self.tokens))
+        if self.released:
+            raise RuntimeError("this cache was released")
         if n == len(self.tokens):
             return
-        self._runtime._remove(self.seq_id, n)
+        if self.seq_id >= 0:  # parked cells past n are cut when they come back
+            self._runtime._remove(self.seq_id, n)
         del self.tokens[n:]
 
     def reuse_for(self, tokens: Sequence[int]) -> int:
+        self._runtime._bring_back(self, strict=False)  # a park that cannot come back is a cold cache
         keep = common_prefix_len(self.tokens, tokens)
         self.crop(keep)
         return keep
@@ -169,7 +180,9 @@ class LlamaCppRuntime(TokenizerMethods):
         self._ctx = ctx
         self._mem = L.llama_get_memory(ctx)
         self.sequences = int(L.llama_n_seq_max(ctx))
-        self._free_seqs = list(range(self.sequences - 1, -1, -1))  # pop() gives 0 first
+        self._live: list[LlamaCppCache | None] = [None] * self.sequences  # each sequence's document
+        self._clock = 0
+        self.parked_bytes = 0  # host memory holding parked documents' cells
         self._batch = L.llama_batch_init(BATCH, 0, 1)
         b = self._batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(BATCH,))
@@ -206,29 +219,81 @@ class LlamaCppRuntime(TokenizerMethods):
 
     # --- caches ----------------------------------------------------------------------------
     def new_cache(self) -> LlamaCppCache:
-        with self._lock:
-            return self._new_cache()
-
-    def _new_cache(self) -> LlamaCppCache:
-        if not self._free_seqs:
-            raise RuntimeError(f"all {self.sequences} llama.cpp sequences hold a document's cache: "
-                               "release one first (or load with more sequences)")
-        seq = self._free_seqs.pop()
-        self._remove(seq, 0)
-        return LlamaCppCache(self, seq)
+        """An empty document cache; it takes a live sequence at its first pass."""
+        return LlamaCppCache(self)
 
     def release_cache(self, cache: LlamaCppCache) -> None:
         with self._lock:
-            if cache.seq_id < 0:
+            if cache.released:
                 return
-            self._remove(cache.seq_id, 0)
-            self._free_seqs.append(cache.seq_id)
-            cache.seq_id = -1
+            self._forget_cells(cache)
+            if cache.seq_id >= 0:
+                self._live[cache.seq_id] = None
+                cache.seq_id = -1
+            cache.released = True
             cache.tokens = []
 
+    def _forget_cells(self, cache: LlamaCppCache) -> None:
+        """Drop ``cache``'s cells, live or parked."""
+        with self._lock:
+            if cache.released:
+                raise RuntimeError("this cache was released")
+            if cache.seq_id >= 0:
+                self._remove(cache.seq_id, 0)
+            self._drop_parked(cache)
+
+    def _drop_parked(self, cache: LlamaCppCache) -> None:
+        if cache.parked is not None:
+            self.parked_bytes -= len(cache.parked)
+            cache.parked = None
+
+    def _bring_back(self, cache: LlamaCppCache, strict: bool = True) -> int:
+        """``cache``'s live sequence, parking the least recently used document to free one and
+        copying ``cache``'s parked cells back. Cells that cannot come back: ``strict`` raises
+        (a pass's positions were counted from ``tokens``), else the cache starts empty."""
+        with self._lock:
+            if cache.released:
+                raise RuntimeError("this cache was released")
+            self._clock += 1
+            cache.last_used = self._clock
+            if cache.seq_id >= 0:
+                return cache.seq_id
+            seq = min(range(self.sequences),
+                      key=lambda i: -1 if self._live[i] is None else self._live[i].last_used)
+            if self._live[seq] is not None:
+                self._park(self._live[seq])
+            self._live[seq], cache.seq_id = cache, seq
+            if cache.parked is not None:
+                parked, n = cache.parked, len(cache.parked)
+                self._drop_parked(cache)
+                read = self._L.llama_state_seq_set_data(self._ctx, parked, n, seq) if cache.tokens else n
+                if read != n:
+                    self._remove(seq, 0)
+                    cache.tokens = []
+                    msg = f"llama.cpp could not restore a parked document's cells ({read} of {n} bytes)"
+                    if strict:
+                        raise RuntimeError(msg)
+                    log.warning("%s: its prompt is read again", msg)
+                self._remove(seq, len(cache.tokens))  # cells past a crop made while parked
+            return seq
+
+    def _park(self, cache: LlamaCppCache) -> None:
+        """Copy ``cache``'s cells to host memory and free its sequence."""
+        seq, L = cache.seq_id, self._L
+        if cache.tokens:
+            n = int(L.llama_state_seq_get_size(self._ctx, seq))
+            buf = (ctypes.c_uint8 * n)()
+            if int(L.llama_state_seq_get_data(self._ctx, buf, n, seq)) == n:
+                cache.parked = buf
+                self.parked_bytes += n
+            else:  # parked nothing: the document reads its prompt again at its next request
+                log.warning("llama.cpp could not copy out a document's %d cells: dropped", len(cache.tokens))
+                cache.tokens = []
+        self._remove(seq, 0)
+        self._live[seq] = None
+        cache.seq_id = -1
+
     def _remove(self, seq: int, start: int) -> None:
-        if seq < 0:
-            raise RuntimeError("this cache was released")
         with self._lock:
             ok = self._L.llama_memory_seq_rm(self._mem, seq, start, -1)
         if not ok:
@@ -246,26 +311,27 @@ class LlamaCppRuntime(TokenizerMethods):
         rows = n if keep_last is None else min(int(keep_last), n)
         if n == 0 or rows <= 0:
             raise ValueError(f"a pass needs tokens and rows: {n} tokens, keep_last={keep_last}")
-        start = len(cache.tokens)
-        if start + n > self.positions:
-            raise RuntimeError(f"{start + n} tokens exceed the {self.positions} positions of a document's cache")
         ids = np.asarray(ids, dtype=np.int32)
         first_out = n - rows
         out = np.empty((rows, self.vocab_size), dtype=np.float32)
         filled = lo = 0
         self._lock.acquire()
         try:
+            seq = self._bring_back(cache)
+            start = len(cache.tokens)
+            if start + n > self.positions:
+                raise RuntimeError(f"{start + n} tokens exceed the {self.positions} positions of a document's cache")
             while lo < n:  # llama_decode calls of at most BATCH tokens and MAX_OUTPUT_ROWS rows of logits
                 hi = min(n, lo + BATCH, max(lo, first_out) + MAX_OUTPUT_ROWS)
-                got = self._decode(ids[lo:hi], start + lo, cache.seq_id, max(0, first_out - lo))
+                got = self._decode(ids[lo:hi], start + lo, seq, max(0, first_out - lo))
                 if got:  # a copy: the next llama_decode overwrites llama.cpp's buffer
                     ctypes.memmove(out[filled:].ctypes.data, self._L.llama_get_logits(self._ctx),
                                    got * self.vocab_size * 4)
                     filled += got
                 lo = hi
         except BaseException:
-            if lo and cache.seq_id >= 0:  # the calls that went through are not in ``tokens``: drop them
-                self._remove(cache.seq_id, start)
+            if lo:  # the calls that went through are not in ``tokens``: drop them
+                self._remove(seq, start)
             raise
         finally:
             self._lock.release()
@@ -275,8 +341,6 @@ class LlamaCppRuntime(TokenizerMethods):
         """One llama_decode of ``ids`` at positions pos0.. of ``seq``; logits for rows
         ``first_out``.. of this piece. Returns how many rows have logits."""
         L, b, m = self._L, self._batch, len(ids)
-        if seq < 0:
-            raise RuntimeError("this cache was released")
         if seq != self._batch_seq:
             for i in range(BATCH):
                 b.seq_id[i][0] = seq
@@ -296,9 +360,11 @@ class LlamaCppRuntime(TokenizerMethods):
         """llama_decode returns when the pass is done."""
 
     def memory_figures(self) -> dict[str, int]:
-        """The model's tensors (at their quantization) and the KV cells of every sequence (fp16 keys and values)."""
+        """The model's tensors (at their quantization), the KV cells of the live sequences (fp16 keys
+        and values) and the parked documents' cells in host memory."""
         kv = 2 * self._n_layer * self._kv_width * 2 * self.positions * self.sequences
-        return {"model_bytes": int(self._L.llama_model_size(self._model)), "kv_cache_bytes": kv}
+        return {"model_bytes": int(self._L.llama_model_size(self._model)), "kv_cache_bytes": kv,
+                "parked_kv_bytes": int(self.parked_bytes)}
 
     def close(self) -> None:
         L = self._L
@@ -376,7 +442,7 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
         if not runtime.exactness.exact:
             hint = f"; rebuild llama-cpp-python with llamafile off: {BUILD_HINT}" if info["llamafile"] else ""
             log.warning("llama.cpp's multi-token passes are not exact: %s%s", runtime.exactness.detail, hint)
-    log.info("%s on llama.cpp %s: %d threads, %d documents of %d positions; %s", path.name, info["version"],
+    log.info("%s on llama.cpp %s: %d threads, %d live sequence(s) of %d positions; %s", path.name, info["version"],
              runtime.threads, runtime.sequences, runtime.positions, runtime.exactness.detail)
     return runtime
 

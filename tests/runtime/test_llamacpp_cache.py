@@ -1,8 +1,10 @@
 """The llama.cpp runtime's caches: rollback after a rejected draft, reuse of a common prefix,
-several documents at once, logits of the rows asked only, and the model held once at its own quantization."""
+more documents than live sequences (parked and brought back bitwise), logits of the rows asked
+only, and the model held once at its own quantization."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -66,37 +68,69 @@ def test_reuse_keeps_the_common_prefix(llama_rt, ids):
 
 
 def test_several_documents_keep_their_own_caches(llama_rt, ids):
+    """More documents than live sequences: each pass parks the other document's cells in host
+    memory and brings its own back, bitwise, crops made while parked included."""
     rt = llama_rt
-    a_ids, b_ids = ids[:256], ids[600:900]
-    a, b = rt.new_cache(), rt.new_cache()
+    a_ids, b_ids, c_ids = ids[:256], ids[600:900], ids[300:340]
+    a, b, c = rt.new_cache(), rt.new_cache(), rt.new_cache()
     try:
-        assert a.seq_id != b.seq_id
         _run(rt, a, a_ids[:200], keep_last=1)
         _run(rt, b, b_ids[:250], keep_last=1)  # a longer document in between
+        _run(rt, c, c_ids, keep_last=1)
+        assert sum(x.seq_id >= 0 for x in (a, b, c)) == rt.sequences < 3
+        assert rt.memory_figures()["parked_kv_bytes"] > 0
         a_next = _run(rt, a, a_ids[200:])
-        b.crop(100)
+        b.crop(100)  # parked: its cells past 100 are cut when it comes back
         b_next = _run(rt, b, b_ids[100:110])
+        c.reset()  # parked cells dropped
+        c_again = _run(rt, c, c_ids[:5])
+    finally:
+        for cache in (a, b, c):
+            rt.release_cache(cache)
+    assert rt.memory_figures()["parked_kv_bytes"] == 0
+    assert np.array_equal(a_next, _fresh(rt, a_ids[:200], a_ids[200:]))
+    assert np.array_equal(b_next, _fresh(rt, b_ids[:100], b_ids[100:110]))
+    assert np.array_equal(c_again, _fresh(rt, c_ids[:5]))
+
+
+def test_a_park_that_cannot_come_back_is_never_used(llama_rt, ids):
+    """Cells llama.cpp refuses to restore: a pass on them fails (its positions were counted from
+    the cache's tokens); a request's reuse starts the document over instead."""
+    rt = llama_rt
+    a, b = rt.new_cache(), rt.new_cache()
+    try:
+        _run(rt, a, ids[:50], keep_last=1)
+        _run(rt, b, ids[100:120], keep_last=1)
+        assert a.seq_id < 0 and a.parked is not None
+        rt._drop_parked(a)
+        a.parked = (ctypes.c_uint8 * 16)()  # not a sequence's state
+        rt.parked_bytes += 16
+        with pytest.raises(RuntimeError, match="restore"):
+            rt.forward_pass(ids[50:52], a)
+        assert a.tokens == []
+        _run(rt, a, ids[:50], keep_last=1)
+        _run(rt, b, ids[120:121], keep_last=1)  # parks a again
+        rt._drop_parked(a)
+        a.parked = (ctypes.c_uint8 * 16)()
+        rt.parked_bytes += 16
+        assert a.reuse_for(ids[:60]) == 0  # starts over, no error
+        after = _run(rt, a, ids[:60])
     finally:
         rt.release_cache(a)
         rt.release_cache(b)
-    assert np.array_equal(a_next, _fresh(rt, a_ids[:200], a_ids[200:]))
-    assert np.array_equal(b_next, _fresh(rt, b_ids[:100], b_ids[100:110]))
+    assert np.array_equal(after, _fresh(rt, ids[:60]))
 
 
-def test_sequences_are_handed_back_and_limited(llama_rt):
+def test_released_caches_are_refused(llama_rt):
     rt = llama_rt
-    held = [rt.new_cache() for _ in range(rt.sequences)]
-    try:
-        assert sorted(c.seq_id for c in held) == list(range(rt.sequences))
-        with pytest.raises(RuntimeError, match="sequences"):
-            rt.new_cache()
-    finally:
-        for cache in held:
-            rt.release_cache(cache)
-    released = held[0]
+    released = rt.new_cache()
+    _run(rt, released, [504, 1116], keep_last=1)
+    rt.release_cache(released)
     with pytest.raises(RuntimeError, match="released"):
         rt.forward_pass([1, 2], released)
-    again = rt.new_cache()  # a released sequence comes back empty
+    with pytest.raises(RuntimeError, match="released"):
+        released.reset()
+    again = rt.new_cache()  # the sequence it held comes back empty
     try:
         assert len(again) == 0
         assert np.array_equal(_run(rt, again, [504, 1116]), _fresh(rt, [504, 1116]))
