@@ -198,8 +198,16 @@ def _attach_position_values(argv: list[str]) -> list[str]:
     return out
 
 
+# commands that may load a model in this process: run in 2 MB pages (daemon/runtime/huge_pages.py)
+LOADS_A_MODEL = ("serve", "complete", "edit", "bench")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_attach_position_values(sys.argv[1:] if argv is None else argv))
+    if argv is None and args.command in LOADS_A_MODEL:  # a command line, not a caller in this process
+        from ngramd.daemon.runtime.huge_pages import reexec_with_huge_pages
+
+        reexec_with_huge_pages()
     module_name, func_name = COMMANDS[args.command].split(":")
     try:
         func = getattr(importlib.import_module(module_name), func_name)

@@ -255,6 +255,7 @@ def format_status(s: dict[str, Any]) -> str:
         f"ngramd {d['version']}  pid {d['pid']}  up {d['uptime_s']} s  socket {d['socket']}",
         f"model   {m['name']}  device {m['device']}  dtype {m['dtype']}",
         f"memory  rss {_mib(s['memory'].get('rss_bytes'))}"
+        + (f"  in 2 MB pages {_mib(s['memory']['huge_page_bytes'])}" if s["memory"].get("huge_page_bytes") else "")
         + (f"  cuda {_mib(s['memory']['cuda_allocated_bytes'])}"
            if "cuda_allocated_bytes" in s["memory"] else "")
         + (f"  (packed weight copies {_mib(m['packed_weights_bytes'])})" if m.get("packed_weights_bytes") else ""),

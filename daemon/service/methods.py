@@ -680,6 +680,19 @@ def release_freed_memory() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
+def huge_page_bytes() -> int | None:
+    """This process's anonymous memory in 2 MB pages (``AnonHugePages``: the model's, where
+    daemon/runtime/huge_pages.py got them), or None where unknown."""
+    try:
+        with open("/proc/self/smaps_rollup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def memory_figures() -> dict[str, Any]:
     out: dict[str, Any] = {"rss_bytes": None}
     try:
@@ -693,6 +706,7 @@ def memory_figures() -> dict[str, Any]:
             out["rss_bytes"] = psutil.Process().memory_info().rss
         except Exception:
             pass
+    out["huge_page_bytes"] = huge_page_bytes()
     torch = sys.modules.get("torch")  # only if the model already imported it
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
