@@ -5,10 +5,10 @@ One llama.cpp context serves every document. It has ``sequences`` live sequences
 default), each with its own KV stream of ``n_ctx_seq`` cells (``kv_unified`` off). A document's
 cache (``LlamaCppCache``) is either live in one of them or parked: its cells copied out to host
 memory (``llama_state_seq_get_data``) and copied back, bitwise, when it is next used. So any
-number of documents keep their caches, and a pass runs in a context of one stream: five streams
-decoded 8-11% slower a token than one (docs/benchmarks.md, "Cost curve"); parking a document of
-1,800 tokens and bringing it back costs about 35 ms, re-reading its prompt about 5 s. Rolling back
-a rejected draft or keeping a common prefix is ``llama_memory_seq_rm`` from a position on.
+number of documents keep their caches while the context holds the KV cells of one: parking a
+document of 1,800 tokens and bringing it back costs about 35 ms, re-reading its prompt about 5 s.
+Rolling back a rejected draft or keeping a common prefix is ``llama_memory_seq_rm`` from a
+position on.
 
 A pass asks llama.cpp for the logits of the rows the caller keeps only (the batch's
 ``logits`` flags): llama.cpp then runs the output projection on those rows alone.
@@ -51,9 +51,10 @@ PINNED_VERSION = "0.3.36"
 BUILD_HINT = ('CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-binary llama-cpp-python '
               f'--no-cache-dir llama-cpp-python=={PINNED_VERSION}')
 
-# Live sequences of the context; the other documents' caches are parked in host memory. One
-# stream decoded 0.89x Llama's time a token, two 0.92x, five 0.99x (scripts/measure_decode_shapes.py,
-# docs/benchmarks.md "Cost curve"), so one, and a document switch costs a park and a restore.
+# Live sequences of the context; the other documents' caches are parked in host memory. One holds
+# a fifth of five's KV cells (71 MB against 354 MB for the embedded model). Its speed a token was not
+# told apart from five's: in scripts/measure_decode_shapes.py the order in which the runtimes were
+# created moved the figures as much as their shapes did (docs/benchmarks.md, "Cost curve").
 DEFAULT_SEQUENCES = 1
 # Cells per document, capped by the model's training context. A completion's prompt is at most
 # 1,792 tokens (daemon/engine/prompt.py) plus its answer.
