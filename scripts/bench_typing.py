@@ -88,6 +88,9 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=12, help="shown answers per configuration re-run cold")
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
+    from ngramd.daemon.runtime.huge_pages import reexec_with_huge_pages
+
+    reexec_with_huge_pages()  # the model in 2 MB pages, as `ngramd serve` and `ngramd bench` hold it
 
     from ngramd.daemon.bench.llamacpp_peer import LlamaCppPeers
     from ngramd.daemon.bench.llamacpp_typing import LlamaPeerCompleter

@@ -196,11 +196,17 @@ def summarize(results: Sequence[ReplayResult]) -> dict[str, Any]:
     passes = sum(r.forward_passes for r in requests) + sum(res.idle_passes for res in results)
     typed = sum(res.typed_chars for res in results)
     accepted = sum(res.accepted_chars for res in results)
+    # the shown answers apart: served from the answer cache, and decoded (the tail: where fewer than
+    # 95% of answers took no pass, the p95 is a decoded answer's latency)
+    no_pass = [r.ready_ms for r in requests if r.ready_ms is not None and r.zero_pass]
+    decoded = [r.ready_ms for r in requests if r.ready_ms is not None and not r.zero_pass]
     return {
         "requests": len(requests),
         "shown": len(ready),
         "superseded": len(requests) - len(ready),
         "latency_ms": {"p50": percentile(ready, 50), "p95": percentile(ready, 95), "p99": percentile(ready, 99)},
+        "latency_ms_no_pass": {"n": len(no_pass), "p50": percentile(no_pass, 50), "p95": percentile(no_pass, 95)},
+        "latency_ms_decoded": {"n": len(decoded), "p50": percentile(decoded, 50), "p95": percentile(decoded, 95)},
         "passes_per_keystroke": passes / max(1, keystrokes),
         "idle_passes": sum(res.idle_passes for res in results),
         "zero_pass_share": sum(r.zero_pass for r in requests) / max(1, len(ready)),  # of the answers shown

@@ -138,6 +138,8 @@ class CostModel:
 
         # v5: packed weights (daemon/runtime/fast_linear.py) made passes of 3+ tokens cheaper
         # v6: packed calls padded to fixed row counts (a pass of 5 costs what one of 6 does)
+        # v7: the model in 2 MB pages (daemon/runtime/huge_pages.py) made one-token passes cheaper
+        # than longer ones: 10.8, 19.8, 31.4, 54.3 ms for 1, 2, 4, 8 tokens on llama.cpp (2 cores)
         # the runtime's kind: the same model file costs otherwise on llama.cpp and on torch
         kind = getattr(runtime, "kind", "torch")
         threads = getattr(runtime, "threads", None)
@@ -145,7 +147,7 @@ class CostModel:
             import torch
 
             threads = torch.get_num_threads()
-        key = (f"v6|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
+        key = (f"v7|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
                f"|threads={threads}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"

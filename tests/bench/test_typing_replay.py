@@ -84,6 +84,16 @@ def test_the_summary_counts_passes_per_keystroke_and_zero_pass_answers():
     assert summary["latency_ms"]["p50"] == pytest.approx(60.0)
 
 
+def test_the_summary_keeps_answers_served_without_a_pass_apart_from_decoded_ones():
+    clock = FakeClock()
+    cheap = summarize([replay(Engine(clock, cost_ms=10.0, wrong="q", passes=0), "u", TEXT, START, END, USER, clock=clock)])
+    clock = FakeClock()
+    dear = summarize([replay(Engine(clock, cost_ms=30.0, wrong="q", passes=2), "u", TEXT, START, END, USER, clock=clock)])
+    assert cheap["latency_ms_no_pass"]["n"] == cheap["shown"] and cheap["latency_ms_decoded"]["n"] == 0
+    assert cheap["latency_ms_no_pass"]["p50"] == pytest.approx(60.0) and cheap["latency_ms_decoded"]["p95"] is None
+    assert dear["latency_ms_decoded"]["n"] == dear["shown"] and dear["latency_ms_decoded"]["p95"] == pytest.approx(80.0)
+
+
 def test_percentile_is_nearest_rank():
     assert percentile([], 50) is None
     assert percentile([5.0], 99) == 5.0
