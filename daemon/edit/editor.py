@@ -58,11 +58,16 @@ class EditDraftPolicy:
     the tokens judged) falls, and the draft length m is the one that maximises
     expected tokens per ms, (1 - a^(m+1)) / (1 - a) / cost(1 + m), down to m = 0:
     plain decoding, so a lost edit costs no more than plain decoding.
+
+    A declined draft still teaches: the plain pass that runs instead shows whether the draft's
+    first token was right (``declined``). So ``a`` climbs back as soon as the output follows the
+    original again, and stays low while it does not, with no draft spent to find out. On a
+    runtime where a longer pass costs nearly its tokens' worth (llama.cpp on the CPU), waiting
+    for a rejected draft's rate to drift back would give plain passes away on every edit.
     """
 
     PRIOR_ACCEPTANCE = 0.9
     ALPHA = 0.15
-    RECOVERY = 0.05
 
     def __init__(self, inner: DraftPolicy, width: int = 1) -> None:
         self.inner = inner
@@ -81,11 +86,15 @@ class EditDraftPolicy:
         if not self._is_original(draft):
             return self.inner.choose(draft, budget)
         budget = min(budget, self._best_length(min(budget, max(len(b.tokens) for b in draft.branches))))
-        if budget == 0:
-            # not drafting teaches nothing: drift back towards the prior so that a model
-            # that returns to the original is noticed after a few plain passes
-            self.acceptance += self.RECOVERY * (self.PRIOR_ACCEPTANCE - self.acceptance)
         return cut_branches(draft.branches[: self.width], budget, budget)
+
+    def declined(self, draft: Draft, next_token: int) -> None:
+        if not self._is_original(draft):
+            self.inner.declined(draft, next_token)
+            return
+        first = draft.branches[0].tokens
+        if len(first):
+            self.acceptance = ema_acceptance(self.acceptance, int(int(first[0]) == int(next_token)), 1, self.ALPHA)
 
     def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
         if not self._is_original(draft):

@@ -231,6 +231,9 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
             taken, branch_len = -1, (len(chosen[0][1]) if chosen else 0)
         if policy is not None and chosen:
             policy.feedback(draft, taken, accepted, branch_len)
+        elif policy is not None and draft and new_tokens:
+            # a draft proposed and declined: the plain pass shows, at no cost, whether its first token was right
+            policy.declined(draft, new_tokens[0])
         proposer.feedback(accepted)
 
         used = stopper.push_many(new_tokens)

@@ -336,6 +336,10 @@ class DraftPolicy:
             depth[bi] = max(depth[bi], d + 1)
         return [(bi, branches[bi].tokens[:depth[bi]]) for bi in range(len(branches)) if depth[bi] > 0]
 
+    def declined(self, draft: Draft, next_token: int) -> None:
+        """A draft ``choose`` declined, and the token the plain pass made instead. Unused here: a
+        declined rate moves back toward its prior (``AcceptanceTracker.relax``)."""
+
     def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
         """Outcome of one pass: ``accepted`` tokens of branch ``taken_branch`` (-1: none matched)."""
         if not draft:

@@ -33,7 +33,7 @@ def test_drafts_long_while_the_output_follows_the_original():
     assert first >= 8 and _drafted(policy, draft) > first
 
 
-def test_stops_drafting_when_the_output_departs_and_probes_again_later():
+def test_stops_drafting_when_the_output_departs_and_resumes_when_it_follows_again():
     # a device where verifying even one extra token costs 50% more
     policy, draft = _policy(CostModel(sizes=[1, 2, 64], ms=[50.0, 75.0, 200.0])), _original_draft()
     assert _drafted(policy, draft) > 0
@@ -41,9 +41,17 @@ def test_stops_drafting_when_the_output_departs_and_probes_again_later():
         d = _drafted(policy, draft)
         if d:
             policy.feedback(draft, -1, 0, d)  # the first drafted token is rejected every time
+        else:
+            policy.declined(draft, 7)  # and the plain passes make other tokens
     assert _drafted(policy, draft) == 0, "a lost edit decodes plainly"
-    probes = [_drafted(policy, draft) for _ in range(60)]
-    assert any(probes), "after plain passes the policy tries the original again"
+    for _ in range(30):
+        policy.declined(draft, 7)
+    assert _drafted(policy, draft) == 0, "no draft is spent while the output keeps departing"
+    resumed = []
+    for _ in range(8):  # the plain passes make the original's tokens again
+        resumed.append(_drafted(policy, draft))
+        policy.declined(draft, int(draft.branches[0].tokens[0]))
+    assert resumed[0] == 0 and _drafted(policy, draft) > 0, "the original is drafted again once followed"
 
 
 def test_rejections_shrink_drafts_to_what_pays():
