@@ -46,6 +46,23 @@ QUIET_2_CORES = "2-core x86-64 CPU, nothing else running"  # the machine of most
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    Run("2026-12-06-edits-llamacpp-declined.json", ("edits",), "7344ca9",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
+        " --typed-instruction --json > bench/runs/2026-12-06-edits-llamacpp-declined.json", runtime="llamacpp"),
+    Run("2026-12-06-typing-llamacpp-huge-pages.json", ("typing",), "7344ca9",
+        QUIET_2_CORES,
+        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --modules json,email,asyncio,http,logging,"
+        "collections --functions 6 --lines 5 --sample 12 --out bench/runs/2026-12-06-typing-llamacpp-huge-pages.json",
+        runtime="llamacpp"),
+    Run("2026-12-06-torch-stdlib-huge-pages.json", ("completions-cold", "completions-prepared"), "60cc8fe",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime torch --prepared --json"
+        " > bench/runs/2026-12-06-torch-stdlib-huge-pages.json"),
+    Run("2026-12-06-llamacpp-stdlib-huge-pages.json", ("completions-cold", "completions-prepared"), "60cc8fe",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
+        " > bench/runs/2026-12-06-llamacpp-stdlib-huge-pages.json", runtime="llamacpp"),
     Run("2026-12-06-llamacpp-stdlib-prepared-numpy.json", ("completions-cold", "completions-prepared"), "a52aa14",
         QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
@@ -217,8 +234,9 @@ def edit_groups(cases: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, A
 
 def typing_table() -> str:
     lines = ["| run | runtime | configuration | keystroke to suggestion, p50 / p95 / p99 ms | ngramd faster, p50 / p95 "
-             "| forward passes per keystroke | answers with no pass | characters accepted | identical to cold plain |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| forward passes per keystroke | answers with no pass | decoded answers: how many, p50 / p95 ms "
+             "| characters accepted | identical to cold plain |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     legend = []
     for run in (r for r in RUNS if "typing" in r.tables):
         report = load(run)
@@ -232,8 +250,11 @@ def typing_table() -> str:
                 if name != "ngramd" else ""
             head = f"{run_date(run)} | {report.get('runtime', run.runtime)}" if first else " | "
             first = False
+            dec = t.get("latency_ms_decoded") or {}  # runs before the replay kept them apart: —
+            decoded = (f"{dec['n']:,} of {t['shown']:,}: {num(dec['p50'], 0)} / {num(dec['p95'], 0)}"
+                       if dec.get("n") else "—")
             lines.append(f"| {head} | {name} | {num(lat['p50'], 0)} / {num(lat['p95'], 0)} / {num(lat['p99'], 0)} "
-                         f"| {faster} | {num(t['passes_per_keystroke'])} | {t['zero_pass_share']:.0%} "
+                         f"| {faster} | {num(t['passes_per_keystroke'])} | {t['zero_pass_share']:.0%} | {decoded} "
                          f"| {t['accepted_share']:.0%} of {t['typed_chars'] + t['accepted_chars']:,} "
                          f"| {t['identical_to_cold']} |")
         legend.append(f"- {run_date(run)}, {run_link(run)}: {run.machine}; {len(report['files'])} functions typed; "

@@ -3,7 +3,8 @@
 llama.cpp reads the model into memory it allocates with malloc (daemon/runtime/llamacpp.py: read,
 not mapped), as torch does its tensors. In 4 KB pages a one-token pass walks some 25,000 pages of
 weights and pays for the TLB misses: on the 2-core test machine a pass of the embedded model took
-about 10 ms in 4 KB pages and 8 ms in 2 MB ones (docs/benchmarks.md, "Huge pages"). Linux's
+0.91-0.92x the time of llama.cpp's own ``Llama`` in 2 MB pages, 0.94-0.99x in 4 KB pages
+(docs/benchmarks.md, "Huge pages"). Linux's
 transparent huge pages are most often set to ``madvise``: a process gets them only for memory it
 marks. glibc marks its large blocks when its tunable ``glibc.malloc.hugetlb=1`` is set, and reads
 tunables at process start only. So a command that loads a model runs itself again, once, with it
