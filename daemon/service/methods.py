@@ -680,9 +680,21 @@ def release_freed_memory() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
-def huge_page_bytes() -> int | None:
+_HUGE_PAGES_READ: list[Any] = [float("-inf"), None]  # (monotonic time, bytes) of the last read
+
+
+def huge_page_bytes(max_age_s: float = 1.0) -> int | None:
     """This process's anonymous memory in 2 MB pages (``AnonHugePages``: the model's, where
-    daemon/runtime/huge_pages.py got them), or None where unknown."""
+    daemon/runtime/huge_pages.py got them), or None where unknown. Read at most once a
+    ``max_age_s``: the kernel walks every mapping for it, and a client may poll status fast."""
+    now = time.monotonic()
+    if now - _HUGE_PAGES_READ[0] < max_age_s:
+        return _HUGE_PAGES_READ[1]
+    _HUGE_PAGES_READ[:] = [now, _read_huge_page_bytes()]
+    return _HUGE_PAGES_READ[1]
+
+
+def _read_huge_page_bytes() -> int | None:
     try:
         with open("/proc/self/smaps_rollup", encoding="ascii") as f:
             for line in f:
