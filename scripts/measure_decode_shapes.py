@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sysconfig
-import time
 from pathlib import Path
 
 SHAPES = (("1 x 3072, read", 1, 3072, False), ("2 x 3072, read", 2, 3072, False),
@@ -32,6 +31,7 @@ def main() -> None:
     import llama_cpp
     from llama_cpp import Llama
 
+    from ngramd.daemon.bench.decode_timing import llama_ms_per_token, runtime_ms_per_token
     from ngramd.daemon.runtime import llamacpp
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
     from ngramd.daemon.runtime.loading import embedded_gguf_path
@@ -50,27 +50,8 @@ def main() -> None:
     threads = next(iter(runtimes.values())).threads
     llm = Llama(str(path), n_gpu_layers=0, n_ctx=3072, n_threads=threads, n_threads_batch=threads, verbose=False)
 
-    def ours(rt: llamacpp.LlamaCppRuntime) -> float:
-        kv = rt.new_cache()
-        rt.forward_pass(ids[:-1], kv, keep_last=1)
-        kv.extended(ids[:-1])
-        t0 = time.perf_counter()
-        for _ in range(args.tokens):
-            rt.forward_pass(ids[-1:], kv, keep_last=1)
-            kv.extended(ids[-1:])
-        ms = (time.perf_counter() - t0) * 1000 / args.tokens
-        rt.release_cache(kv)
-        return ms
-
-    def peer() -> float:
-        llm.reset()
-        llm.eval(ids[:-1])
-        t0 = time.perf_counter()
-        for _ in range(args.tokens):
-            llm.eval(ids[-1:])
-        return (time.perf_counter() - t0) * 1000 / args.tokens
-
-    runs = {name: (lambda rt=rt: ours(rt)) for name, rt in runtimes.items()} | {"Llama (1 x 3072, mapped)": peer}
+    runs = {name: (lambda rt=rt: runtime_ms_per_token(rt, ids, args.tokens)) for name, rt in runtimes.items()}
+    runs["Llama (1 x 3072, mapped)"] = lambda: llama_ms_per_token(llm, ids, args.tokens)
     names = list(runs)
     ms: dict[str, list[float]] = {n: [] for n in names}
     ratio: dict[str, list[float]] = {n: [] for n in names}

@@ -17,13 +17,13 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 
 def child(rounds: int, tokens: int) -> dict:
     from llama_cpp import Llama
 
+    from ngramd.daemon.bench.decode_timing import llama_ms_per_token, runtime_ms_per_token
     from ngramd.daemon.runtime import llamacpp
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
     from ngramd.daemon.runtime.loading import embedded_gguf_path
@@ -37,24 +37,10 @@ def child(rounds: int, tokens: int) -> dict:
                 n_threads_batch=rt.threads, verbose=False)
 
     def ours() -> float:
-        kv = rt.new_cache()
-        rt.forward_pass(ids[:-1], kv, keep_last=1)
-        kv.extended(ids[:-1])
-        t0 = time.perf_counter()
-        for _ in range(tokens):
-            rt.forward_pass(ids[-1:], kv, keep_last=1)
-            kv.extended(ids[-1:])
-        ms = (time.perf_counter() - t0) * 1000 / tokens
-        rt.release_cache(kv)
-        return ms
+        return runtime_ms_per_token(rt, ids, tokens)
 
     def peer() -> float:
-        llm.reset()
-        llm.eval(ids[:-1])
-        t0 = time.perf_counter()
-        for _ in range(tokens):
-            llm.eval(ids[-1:])
-        return (time.perf_counter() - t0) * 1000 / tokens
+        return llama_ms_per_token(llm, ids, tokens)
 
     o, p, r = [], [], []
     for i in range(rounds):
