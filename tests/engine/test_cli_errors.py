@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ngramd.daemon.cli import main as cli
@@ -185,7 +187,37 @@ def test_serve_lowers_the_priority_of_its_index_restore_thread(monkeypatch):
     from ngramd.daemon.cli import serve_cmd
     from ngramd.daemon.workspace.priority import lower_this_thread
 
-    monkeypatch.setattr(model, "load_runtime", lambda spec, device, runtime="auto": types.SimpleNamespace(tokenize_batch=None))
+    monkeypatch.setattr(model, "load_runtime", lambda spec, device, runtime="auto", **_: types.SimpleNamespace(tokenize_batch=None))
     monkeypatch.setattr(ngramd.daemon.edit.session, "EditingCompleter", lambda rt, index, cfg: None)
     _, index, _ = serve_cmd._build_engine(argparse.Namespace(model=None, device="cpu", max_indexed_tokens=None))
     assert index._restorer is not None and index._restorer._setup is lower_this_thread
+
+
+@pytest.mark.parametrize("command", [["complete", "x.py", "--line", "0", "--col", "0"],
+                                     ["edit", "x.py", "--start", "0:0", "--end", "0:1", "--instruction", "rename"],
+                                     ["serve"], ["bench", "--cases", "cases.jsonl"]])
+def test_exact_kernels_reaches_the_model_load(monkeypatch, tmp_path, command):
+    """``--exact-kernels`` is asked of the loader by every command that loads a model (here the
+    load fails on purpose, after the flag was seen)."""
+    from ngramd.daemon.cli import bench_cmd
+
+    seen = []
+
+    def refuse(*args, **kwargs):
+        seen.append(kwargs.get("exact_kernels"))
+        raise ModelLoadError("stand-in: not loaded")
+
+    monkeypatch.setattr(model, "load_runtime", refuse)
+    monkeypatch.setattr(bench_cmd, "load_runtime", refuse)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("x = 1\n")
+    stdlib = Path(__file__).resolve().parents[2] / "bench" / "cases" / "stdlib.jsonl"
+    (tmp_path / "cases.jsonl").write_text(stdlib.read_text().splitlines()[0] + "\n")
+    args = command + ["--exact-kernels"]
+    if command[0] == "serve":
+        args += ["--socket", str(tmp_path / "s.sock")]
+    try:
+        cli.main(args)
+    except (SystemExit, ModelLoadError):
+        pass
+    assert seen == [True]
