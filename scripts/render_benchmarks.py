@@ -55,6 +55,10 @@ RUNS: list[Run] = [
         ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --modules json,email,asyncio,http,logging,"
         "collections --functions 6 --lines 5 --sample 12 --out bench/runs/2026-12-06-typing-llamacpp-huge-pages.json",
         runtime="llamacpp"),
+    Run("2026-12-06-llamacpp-stdlib-repeat3.json", ("completions-cold", "completions-prepared"), "f0ed831",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 3 --json"
+        " > bench/runs/2026-12-06-llamacpp-stdlib-repeat3.json", runtime="llamacpp"),
     Run("2026-12-06-torch-stdlib-huge-pages.json", ("completions-cold", "completions-prepared"), "60cc8fe",
         QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime torch --prepared --json"
