@@ -14,6 +14,9 @@ LSP-style camelCase names:
                                   an empty result                          (8000)
     model        str|null         model for a daemon this LSP starts       (null/"": default)
     device       str              auto | cpu | cuda                        (auto)
+    exactKernels bool             the daemon this LSP starts loads a GGUF
+                                  with ggml's exact kernels (``ngramd serve
+                                  --exact-kernels``)                       (false)
     socket       str|null         daemon socket                            (null/"": default)
     enabled      bool             false: answer nothing, keep syncing      (true)
                                   (``enable``, VS Code's name, is accepted too)
@@ -45,6 +48,7 @@ _FIELDS = {
     "timeoutMs": ("timeout_ms", int, 100, 600_000),
     "model": ("model", str, None, None),
     "device": ("device", str, None, None),
+    "exactKernels": ("exact_kernels", bool, None, None),
     "socket": ("socket", str, None, None),
     "enabled": ("enabled", bool, None, None),
     "enable": ("enabled", bool, None, None),  # VS Code's setting name, when its section is pulled
@@ -74,6 +78,7 @@ class Settings:
     timeout_ms: int = 8000
     model: str | None = None
     device: str = "auto"
+    exact_kernels: bool = False
     socket: str | None = None
     enabled: bool = True
     prepare_completions: bool = True

@@ -67,12 +67,14 @@ SESSION_RETRIES = 2
 
 class DaemonLink:
     def __init__(self, socket_path: str, *, model: str | None = None, device: str = "auto",
+                 exact_kernels: bool = False,
                  on_connect: Callable[[RpcConnection], Awaitable[None]] | None = None,
                  on_start_failed: Callable[[str], None] | None = None,
                  spawn: bool = True, start_timeout: float = 180.0) -> None:
         self.socket_path = socket_path
         self.model = model
         self.device = device
+        self.exact_kernels = exact_kernels
         self.spawn = spawn
         self.start_timeout = start_timeout
         self._on_connect = on_connect
@@ -174,11 +176,12 @@ class DaemonLink:
         fut.add_done_callback(_retrieve)
         return fut
 
-    def reconfigure(self, socket_path: str, model: str | None, device: str) -> None:
-        """A new socket drops the connection (and the next call connects there);
-        the model (None: the default) and device apply to the next daemon this link starts."""
+    def reconfigure(self, socket_path: str, model: str | None, device: str, exact_kernels: bool = False) -> None:
+        """A new socket drops the connection (and the next call connects there); the model
+        (None: the default), device and kernels apply to the next daemon this link starts."""
         self.model = model
         self.device = device
+        self.exact_kernels = exact_kernels
         if socket_path and socket_path != self.socket_path:
             self.socket_path = socket_path
             # another daemon: a clean slate (a failed start on the old socket says nothing here)
@@ -262,7 +265,8 @@ class DaemonLink:
                 log.info("starting a daemon on %s (model %s)", self.socket_path, self.model or "default")
                 log_start = log_size(self.socket_path)
                 try:
-                    proc = spawn_daemon(self.socket_path, self.model, self.device)  # folders: via initialize
+                    proc = spawn_daemon(self.socket_path, self.model, self.device,
+                                        exact_kernels=self.exact_kernels)  # folders: via initialize
                 except OSError as exc:  # e.g. the socket's folder cannot be created, the log not opened
                     raise self._back_off(f"cannot start a daemon on {self.socket_path}: {exc}") from exc
                 self._procs.append((self.socket_path, proc))

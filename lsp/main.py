@@ -22,10 +22,10 @@ from ngramd.lsp.stdio import start_io
 
 
 def build_server(socket: str | None = None, model: str | None = None, device: str = "auto",
-                 spawn: bool = True) -> NgramdServer:
-    """A configured server; the command line's --socket/--model/--device are the
-    defaults that the editor's settings may override."""
-    server = NgramdServer(Settings(model=model, device=device or "auto"),
+                 spawn: bool = True, exact_kernels: bool = False) -> NgramdServer:
+    """A configured server; the command line's --socket/--model/--device/--exact-kernels are
+    the defaults that the editor's settings may override."""
+    server = NgramdServer(Settings(model=model, device=device or "auto", exact_kernels=exact_kernels),
                           str(resolve_socket_path(socket)), spawn=spawn)
     register(server)
     return server
@@ -37,5 +37,6 @@ def run(args: argparse.Namespace) -> int:
                         format="ngramd-lsp %(levelname)s %(name)s: %(message)s")
     server = build_server(getattr(args, "socket", None), getattr(args, "model", None),
                           getattr(args, "device", "auto") or "auto",
-                          spawn=os.environ.get("NGRAMD_LSP_NO_SPAWN") != "1")
+                          spawn=os.environ.get("NGRAMD_LSP_NO_SPAWN") != "1",
+                          exact_kernels=bool(getattr(args, "exact_kernels", False)))
     return start_io(server)  # our framing (lsp/stdio.py): gets back in step after a bad header

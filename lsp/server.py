@@ -97,7 +97,8 @@ class NgramdServer(LanguageServer):
         self.settings = settings
         self.default_socket = socket_path
         self.link = DaemonLink(self._socket_path(settings), model=settings.model,
-                               device=settings.device, on_connect=self._on_connect,
+                               device=settings.device, exact_kernels=settings.exact_kernels,
+                               on_connect=self._on_connect,
                                on_start_failed=self._daemon_start_failed, spawn=spawn)
         self._start_failure_shown: str | None = None  # the last failed start's reason told the user
         self._ids = itertools.count(1)
@@ -653,8 +654,9 @@ class NgramdServer(LanguageServer):
             self._refusals_shown.clear()  # the new settings' refusals are news
         socket = self._socket_path(new)
         same_daemon = socket == self.link.socket_path and self.link.ready
-        self.link.reconfigure(socket_path=socket, model=new.model, device=new.device)
-        if same_daemon and (new.model, new.device) != (old.model, old.device):
+        self.link.reconfigure(socket_path=socket, model=new.model, device=new.device,
+                              exact_kernels=new.exact_kernels)
+        if same_daemon and (new.model, new.device, new.exact_kernels) != (old.model, old.device, old.exact_kernels):
             stop = "ngramd stop" if socket == str(resolve_socket_path(None)) else f"ngramd stop --socket {socket}"
             messages.append(types.ShowMessageParams(type=types.MessageType.Info, message=(
                 f"ngramd: the running daemon keeps its model; run `{stop}` and the next "

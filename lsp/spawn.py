@@ -23,7 +23,8 @@ from ngramd.daemon.protocol.paths import prepare_socket_dir
 _TIMESTAMP = re.compile(r"\A\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ")
 
 
-def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> subprocess.Popen:
+def spawn_daemon(socket_path: str, model: str | None, device: str = "auto",
+                 exact_kernels: bool = False) -> subprocess.Popen:
     """Start a detached daemon; returns at once (the caller waits for the socket).
 
     The socket's directory is created 0700 here too, so that the log file beside the
@@ -32,7 +33,8 @@ def spawn_daemon(socket_path: str, model: str | None, device: str = "auto") -> s
     sock = Path(socket_path).absolute()
     prepare_socket_dir(sock)  # the daemon's own rule (mkdir's mode is masked by the umask)
     directory = str(sock.parent)
-    cmd = serve_command(socket_path, model=model_argument(model), device=device)
+    cmd = serve_command(socket_path, model=model_argument(model), device=device,
+                        extra_args=["--exact-kernels"] if exact_kernels else ())
     fd = open_log(socket_path)
     try:
         return subprocess.Popen(

@@ -12,9 +12,10 @@ it as they read that model's.
 Weights are random normal (std 0.02; the norms 1 +- 0.1), never all zeros, quantized with the
 ``gguf`` package's own helpers (``gguf.quants.quantize``) to Q4_0 (default) or Q8_0; the norms
 stay F32, as converters keep them. The package cannot quantize K-quants, so ``--type q4_k_m``
-quantizes with llama.cpp's own ``ggml_quantize_chunk`` (the installed binding's library) in the
-mix llama.cpp's Q4_K_M gives the tensors that matter here: Q6_K for the (tied) embedding and
-output, ``attn_v`` and ``ffn_down``, Q4_K for the rest. K-quants need rows of a multiple of 256
+quantizes with llama.cpp's own ``ggml_quantize_chunk`` (the installed binding's library) in
+about llama.cpp's Q4_K_M mix: Q6_K for the (tied) embedding and output, ``attn_v`` and
+``ffn_down``, Q4_K for the rest (llama.cpp keeps Q6_K for those two in some layers only, so
+this model is a little heavier than a real one). K-quants need rows of a multiple of 256
 values: ``--size small-k`` is the small model at hidden 256.
 
 Memory stays bounded: the tensors' descriptions are written first, then each tensor is drawn

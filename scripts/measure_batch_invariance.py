@@ -3,17 +3,19 @@
 among others, and what the many-column kernels gain; in the llama.cpp build this process loads.
 
 A speculative pass multiplies the weights by k columns at once, plain decoding by one. ggml's CPU
-backend sends one column to ``vec_dot`` and, in a build with llamafile (llama.cpp's default), two
-or more columns of some weight types to llamafile's tinyBLAS, which sums in another order. This
-script runs each product of the embedded model's shapes (and a few of larger models' types) on
-random data through ggml itself, once per column and once over n columns, and compares the bits:
+backend sends one column to ``vec_dot``, and several columns of some types to kernels that sum in
+another order: llamafile's tinyBLAS (2 or more columns, in llama.cpp's default build) and, in
+every build, ggml's tiled K-quant product (8 or more; off with ``GGML_CPU_TILED_MM=0``, or taken
+for one column too with ``GGML_CPU_TILED_MM_FORCE=1``). This script runs each product of the
+embedded model's shapes (and a few of larger models' types) on random data through ggml itself,
+once per column and once over n columns, and compares the bits:
 
     .venv/bin/python scripts/measure_batch_invariance.py                       # the installed build
     .venv/bin/python scripts/measure_batch_invariance.py --lib-dir DIR/llama_cpp/lib   # another one
 
 A default build of the same version installs beside ours with
 ``pip install --no-binary llama-cpp-python --no-cache-dir --target DIR llama-cpp-python==0.3.36``.
-Figures: docs/benchmarks.md, "Batch invariance".
+Figures: docs/design/batch-invariance.md.
 """
 
 from __future__ import annotations

@@ -2,15 +2,17 @@
 """What exactness costs on one GGUF: prefill, one-token decoding and k-token passes under
 ggml's kernel choices, each in its own process (ggml reads ``GGML_CPU_TILED_MM`` once):
 
-- ``fastest``: ggml's many-row kernels all on (the tiled K-quant product, repacked weights);
-- ``untiled``: the tiled product off (what ngramd always sets), repacked weights on;
-- ``plain``: both off (what ngramd loads when the repacked kernels fail the exactness check).
+- ``fastest``: ggml's own kernels, as ngramd loads a model by default (the tiled K-quant
+  product and repacked weights on);
+- ``untiled``: the tiled product off, repacked weights on (to tell the two apart);
+- ``plain``: both off, as ``--exact-kernels`` loads it.
 
 Each configuration also runs the exactness check (daemon/runtime/exactness.py).
 
     .venv/bin/python scripts/measure_exact_kernels_cost.py MODEL.gguf [--rounds 3]
 
-Rounds rotate the configurations' order; the table shows each figure's median over rounds.
+Rounds rotate the configurations' order; a round's figures are medians of its passes (24
+one-token passes, 3 of each k), and the table shows their medians over rounds.
 Figures: docs/design/batch-invariance.md.
 """
 
@@ -37,7 +39,7 @@ def measure_here(model: Path, repack: bool) -> dict:
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
     from ngramd.daemon.runtime.llamacpp import LlamaCppRuntime
 
-    runtime = LlamaCppRuntime(model, load_gguf_tokenizer(model), repack=repack)
+    runtime = LlamaCppRuntime(model, load_gguf_tokenizer(model), exact_kernels=not repack)
     exact = check_exactness(runtime).exact
     text = (Path(__file__).resolve().parents[1] / "index" / "store.py").read_text()
     ids = runtime.encode(text)[:CONTEXT + max(SIZES) + DECODE]
@@ -63,7 +65,7 @@ def measure_here(model: Path, repack: bool) -> dict:
             times.append((time.perf_counter() - t0) * 1000)
             cache.extended(extra[:k])
             cache.crop(CONTEXT)
-        passes[k] = min(times)
+        passes[k] = statistics.median(times)
     runtime.close()
     return {"exact": exact, "prefill_ms": prefill_ms, "one_token_ms": statistics.median(one), "pass_ms": passes}
 

@@ -259,6 +259,8 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "runtime_threads": getattr(runtime, "threads", None),
         "llama_cpp": _llama_cpp_version() if runner.peers is not None else None,
         "exactness": _exactness(runtime),
+        # --exact-kernels turns ggml's tiled product off for the whole process: the peers' too
+        "llama_cpp_kernels": getattr(runtime, "kernels", None),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),

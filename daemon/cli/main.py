@@ -42,9 +42,9 @@ def _add_model_args(p: argparse.ArgumentParser, runtime: bool = True) -> None:
         p.add_argument("--runtime", choices=["auto", "torch", "llamacpp"], default="auto",
                        help="what runs the model (auto: llama.cpp for a GGUF file on the CPU, at its own "
                             "quantization; torch for the rest)")
-        p.add_argument("--exact-kernels", action="store_true",
-                       help="llama.cpp: leave out ggml's many-row kernels whose sums differ from one row's "
-                            "(K-quant models such as Q4_K_M need it for speculation; plain decoding is slower)")
+    p.add_argument("--exact-kernels", action="store_true",
+                   help="llama.cpp: leave out ggml's many-row kernels whose sums differ from one row's "
+                        "(K-quant models such as Q4_K_M need it for speculation; plain decoding is slower)")
 
 
 def _add_position_args(p: argparse.ArgumentParser) -> None:

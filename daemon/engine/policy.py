@@ -147,8 +147,10 @@ class CostModel:
             import torch
 
             threads = torch.get_num_threads()
+        # llama.cpp's exact kernels (--exact-kernels) cost otherwise than ggml's own
+        kernels = "|kernels=exact" if getattr(runtime, "kernels", "") == "exact" else ""
         key = (f"v7|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
-               f"|threads={threads}")
+               f"|threads={threads}{kernels}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}

@@ -21,8 +21,9 @@ rows in another order than the one-row path); ``-DGGML_LLAMAFILE=OFF`` does for 
 embedded model and Q4_0/Q8_0 ones. K-quant models (Q4_K_M...) pass through two more
 many-row kernels of ggml, the "tiled" K-quant product and Q4_K's repacked layout,
 which are not exact either: ``exact_kernels`` loads without them, at a cost measured
-in docs/design/batch-invariance.md (there, plain decoding 1.3x slower than llama.cpp's
-fastest kernels, which speculation did not make up), so it is the user's choice.
+in docs/design/batch-invariance.md (there, plain decoding 1.31x slower than llama.cpp's
+fastest kernels, more than speculation can win back at the pass costs measured there), so it
+is the user's choice.
 daemon/runtime/exactness.py checks every load: where passes differ, no drafting.
 
 The tokenizer is the transformers tokenizer read from the same GGUF, splitting text as
@@ -69,15 +70,16 @@ BATCH = 512  # tokens per llama_decode call; the engine's prefill pieces are thi
 MAX_OUTPUT_ROWS = 128  # logits rows per llama_decode call (a verify pass asks 1 + draft; more are split)
 # ggml's K-quant "tiled" product (Q2_K..Q6_K, IQ types) takes 8 or more rows and sums in another
 # order than one row's vec_dot (docs/design/batch-invariance.md). ggml reads the variable once,
-# at the process's first product: exact kernels must be chosen before any model computes.
-PLAIN_KERNELS_ENV = {"GGML_CPU_TILED_MM": "0"}
-EXACT_KERNELS_HINT = ("--exact-kernels loads it with ggml's one-row-exact kernels (speculation exact, "
-                      "plain decoding slower: docs/design/batch-invariance.md)")
+# at the process's first product: exact kernels must be asked before any model computes.
+TILED_MATMUL_ENV = "GGML_CPU_TILED_MM"
+EXACT_KERNELS_HINT = ("--exact-kernels may make them exact (the check at load decides), at a cost in plain "
+                      "decoding: docs/design/batch-invariance.md")
+_tiled_at_first_runtime: str | None = None  # GGML_CPU_TILED_MM when this process's first runtime was made
 
 
-def use_plain_kernels() -> None:
+def disable_tiled_matmul() -> None:
     """Keep ggml's tiled K-quant product out of this process (before its first product)."""
-    os.environ.update(PLAIN_KERNELS_ENV)
+    os.environ[TILED_MATMUL_ENV] = "0"
 
 
 def physical_cores() -> int:
@@ -149,7 +151,14 @@ class LlamaCppRuntime(TokenizerMethods):
 
     def __init__(self, path: Path, tokenizer: Any, sequences: int = DEFAULT_SEQUENCES,
                  ctx_per_sequence: int = DEFAULT_CTX_PER_SEQUENCE, threads: int | None = None,
-                 flash_attention: bool = False, repack: bool = True) -> None:
+                 flash_attention: bool = False, exact_kernels: bool = False) -> None:
+        """``exact_kernels``: without ggml's tiled K-quant product and repacked weights (the
+        module docstring); "exact" in ``kernels``, else "ggml"."""
+        global _tiled_at_first_runtime
+        if exact_kernels:
+            disable_tiled_matmul()
+        if _tiled_at_first_runtime is None:
+            _tiled_at_first_runtime = os.environ.get(TILED_MATMUL_ENV, "")
         import llama_cpp as L
 
         self._L = L
@@ -160,7 +169,7 @@ class LlamaCppRuntime(TokenizerMethods):
         self.dtype = "float32"  # the logits'; the weights keep the file's quantization
         self.exactness: Exactness = NOT_CHECKED
         self.threads = threads or physical_cores()
-        self.repack = repack
+        self.kernels = "exact" if exact_kernels else "ggml"
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
         self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
         _quiet_llama_log(L)
@@ -171,9 +180,9 @@ class LlamaCppRuntime(TokenizerMethods):
         # into a faster layout, and a mapped file stays resident beside that copy. A random 1.5B Q4_0 model
         # (781 MB) held 1,584 MB mapped and repacked, 822 MB mapped without repack (decoding 2x slower),
         # 872 MB read and repacked (docs/benchmarks.md, "Memory"). Read, every model is held once.
-        # ``repack`` off: Q4_K's repacked kernels sum a many-row pass otherwise than one row.
+        # Exact kernels: no repacking, whose Q4_K GEMM sums a many-row pass otherwise than one row.
         mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
-        mparams.use_extra_bufts = repack
+        mparams.use_extra_bufts = not exact_kernels
         model = L.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp cannot load the GGUF file {path}")
@@ -433,8 +442,7 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
                   check: bool = True, exact_kernels: bool = False) -> LlamaCppRuntime:
     """Load a GGUF file on llama.cpp, with its transformers tokenizer; ``check``: run the exactness
     self-check (daemon/runtime/exactness.py) and the tokenizers' agreement on a sample, and say
-    what they found in the log. ``exact_kernels``: without ggml's tiled K-quant product and
-    repacked weights (the module docstring). ``ModelLoadError`` when llama-cpp-python is missing
+    what they found in the log. ``exact_kernels``: ``LlamaCppRuntime``'s. ``ModelLoadError`` when llama-cpp-python is missing
     or the file cannot be loaded."""
     from ngramd.daemon.runtime.exactness import check_exactness
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
@@ -449,10 +457,8 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
     if info["version"] != PINNED_VERSION:
         log.warning("llama-cpp-python %s is installed; ngramd is tested with %s", info["version"], PINNED_VERSION)
     tokenizer = load_gguf_tokenizer(path)
-    if exact_kernels:
-        use_plain_kernels()
     runtime = LlamaCppRuntime(path, tokenizer, sequences=sequences, ctx_per_sequence=ctx_per_sequence,
-                              threads=threads, repack=not exact_kernels)
+                              threads=threads, exact_kernels=exact_kernels)
     runtime.start_tokenizer_pool()
     if check:
         disagree = runtime.tokenizer_disagreement(TOKENIZER_SAMPLE)
@@ -465,8 +471,11 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
         if not runtime.exactness.exact:
             if info["llamafile"]:
                 hint = f"rebuild llama-cpp-python with llamafile off: {BUILD_HINT}"
+            elif exact_kernels and _tiled_at_first_runtime != "0":
+                hint = (f"ggml's tiled product stayed on: it reads {TILED_MATMUL_ENV} once, and this "
+                        "process computed before --exact-kernels was asked")
             elif exact_kernels:
-                hint = "even with ggml's plain kernels"
+                hint = "even with --exact-kernels"
             else:
                 hint = EXACT_KERNELS_HINT
             runtime.exactness = replace(runtime.exactness, detail=f"{runtime.exactness.detail}; {hint}")
@@ -474,7 +483,7 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
                         runtime.exactness.detail)
         elif exact_kernels:
             runtime.exactness = replace(runtime.exactness, detail=f"{runtime.exactness.detail} "
-                                                                  "(ggml's plain kernels: --exact-kernels)")
+                                                                  "(--exact-kernels)")
     log.info("%s on llama.cpp %s: %d threads, %d live sequence(s) of %d positions; %s", path.name, info["version"],
              runtime.threads, runtime.sequences, runtime.positions, runtime.exactness.detail)
     return runtime

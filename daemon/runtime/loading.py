@@ -113,6 +113,9 @@ def load_runtime(spec: str | None = None, device: str = "auto", runtime: str = "
     llama.cpp without its many-row kernels that are not exact (daemon/runtime/llamacpp.py).
     Returns a ngramd.daemon.runtime.base.Runtime."""
     if choose_runtime(spec, device, runtime) != "llamacpp":
+        if exact_kernels:
+            raise ModelLoadError("--exact-kernels is for the llama.cpp runtime (a GGUF file on the CPU); "
+                                 f"{spec or 'this model'} runs on torch here, whose passes are exact as they are")
         from ngramd.daemon.runtime.model import load_torch
 
         return load_torch(spec, device)

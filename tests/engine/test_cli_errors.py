@@ -193,12 +193,16 @@ def test_serve_lowers_the_priority_of_its_index_restore_thread(monkeypatch):
     assert index._restorer is not None and index._restorer._setup is lower_this_thread
 
 
-@pytest.mark.parametrize("command", [["complete", "x.py", "--line", "0", "--col", "0"],
-                                     ["edit", "x.py", "--start", "0:0", "--end", "0:1", "--instruction", "rename"],
-                                     ["serve"], ["bench", "--cases", "cases.jsonl"]])
+# each command that loads a model, with the rest of a valid command line
+_LOADING = {"complete": ["x.py", "--line", "0", "--col", "0"],
+            "edit": ["x.py", "--start", "0:0", "--end", "0:1", "--instruction", "rename"],
+            "serve": [], "bench": ["--cases", "cases.jsonl"]}
+
+
+@pytest.mark.parametrize("command", sorted(cli.LOADS_A_MODEL))
 def test_exact_kernels_reaches_the_model_load(monkeypatch, tmp_path, command):
-    """``--exact-kernels`` is asked of the loader by every command that loads a model (here the
-    load fails on purpose, after the flag was seen)."""
+    """``--exact-kernels`` is asked of the loader by every command that loads a model; a load
+    that fails (here on purpose, after the flag was seen) exits 2."""
     from ngramd.daemon.cli import bench_cmd
 
     seen = []
@@ -213,11 +217,17 @@ def test_exact_kernels_reaches_the_model_load(monkeypatch, tmp_path, command):
     (tmp_path / "x.py").write_text("x = 1\n")
     stdlib = Path(__file__).resolve().parents[2] / "bench" / "cases" / "stdlib.jsonl"
     (tmp_path / "cases.jsonl").write_text(stdlib.read_text().splitlines()[0] + "\n")
-    args = command + ["--exact-kernels"]
-    if command[0] == "serve":
+    args = [command] + _LOADING[command] + ["--exact-kernels"]
+    if command == "serve":
         args += ["--socket", str(tmp_path / "s.sock")]
     try:
-        cli.main(args)
-    except (SystemExit, ModelLoadError):
-        pass
+        code = cli.main(args)
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
     assert seen == [True]
+
+
+def test_exact_kernels_on_the_torch_runtime_is_refused():
+    with pytest.raises(ModelLoadError, match="--exact-kernels is for the llama.cpp runtime"):
+        model.load_runtime("tiny", "cpu", "auto", exact_kernels=True)

@@ -124,7 +124,7 @@ async def test_link_spawn_failure_is_reported(sock, monkeypatch):
 
     spawned = []
 
-    def fake_spawn(path, model, device):
+    def fake_spawn(path, model, device, exact_kernels=False):
         spawned.append(path)
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
 
@@ -146,7 +146,7 @@ async def test_a_failed_start_is_told_once_with_the_daemons_last_words(sock, mon
 
     import ngramd.lsp.daemon_link as dl
 
-    def fake_spawn(path, model, device):
+    def fake_spawn(path, model, device, exact_kernels=False):
         with open(path + ".log", "a") as log:
             return subprocess.Popen([sys.executable, "-c", (
                 "import sys; print('loading'); print(); "
@@ -183,7 +183,7 @@ async def test_failed_starts_whose_log_lines_carry_timestamps_are_shown_once(soc
 
     starts = iter(range(10))
 
-    def fake_spawn(path, model, device):
+    def fake_spawn(path, model, device, exact_kernels=False):
         stamp = f"2026-12-05 12:51:{next(starts):02d},758"  # as logging's asctime, another each start
         with open(path + ".log", "a") as log:
             return subprocess.Popen([sys.executable, "-c", (
@@ -212,7 +212,7 @@ async def test_a_failing_on_start_failed_still_fails_the_call_as_unavailable(soc
 
     import ngramd.lsp.daemon_link as dl
 
-    def fake_spawn(path, model, device):
+    def fake_spawn(path, model, device, exact_kernels=False):
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
 
     def closed_transport(reason):
@@ -284,7 +284,7 @@ def _spawn_fake_daemons(monkeypatch, *options: str) -> list:
     procs: list = []
     script = str(Path(__file__).with_name("lsp_fake_daemon.py"))
 
-    def fake_spawn(path, model, device):
+    def fake_spawn(path, model, device, exact_kernels=False):
         procs.append(subprocess.Popen([sys.executable, script, path, *options]))
         return procs[-1]
 

@@ -45,7 +45,7 @@ def no_spawn(monkeypatch) -> list:
     """The daemons the link tries to start (none is started)."""
     started: list = []
 
-    def refuse(*args):
+    def refuse(*args, **kwargs):
         started.append(args)
         raise OSError("no daemon is started in this test")
 

@@ -7,8 +7,8 @@
  *   (out-of-range numbers clamped, wrong types replaced by the default);
  * - initialization options: the object sent to `ngramd lsp` in `initialize` and again
  *   in `workspace/didChangeConfiguration`; its keys are the server's contract
- *   (maxTokens, multiline, temperature, debounceMs, timeoutMs, device, model, socket, enabled,
- *   prepareCompletions);
+ *   (maxTokens, multiline, temperature, debounceMs, timeoutMs, device, exactKernels, model,
+ *   socket, enabled, prepareCompletions);
  * - server command: the executable and the arguments that start `ngramd lsp`.
  */
 
@@ -24,6 +24,8 @@ export interface NgramdSettings {
   temperature: number;
   timeoutMs: number;
   device: Device;
+  /** A daemon started by the server loads a GGUF with ggml's exact kernels (K-quant models need them to draft). */
+  exactKernels: boolean;
   socket: string;
   /** Prefill the completion prompt where the cursor rests (sent to the server too: it prepares for a daemon that comes). */
   prepareCompletions: boolean;
@@ -43,6 +45,7 @@ export const DEFAULTS: Readonly<NgramdSettings> = Object.freeze({
   temperature: 0,
   timeoutMs: 8000,
   device: "auto",
+  exactKernels: false,
   socket: "",
   prepareCompletions: true,
 });
@@ -89,6 +92,7 @@ export function readSettings(get: SettingGetter): NgramdSettings {
     temperature: num(get("temperature"), DEFAULTS.temperature, BOUNDS.temperature, false),
     timeoutMs: num(get("timeoutMs"), DEFAULTS.timeoutMs, BOUNDS.timeoutMs, true),
     device: DEVICES.find((d) => d === str(get("device"), "")) ?? DEFAULTS.device,
+    exactKernels: bool(get("exactKernels"), DEFAULTS.exactKernels),
     socket: str(get("socket"), DEFAULTS.socket),
     prepareCompletions: bool(get("prepareCompletions"), DEFAULTS.prepareCompletions),
   };
@@ -102,6 +106,7 @@ export interface InitializationOptions {
   debounceMs: number;
   timeoutMs: number;
   device: Device;
+  exactKernels: boolean;
   enabled: boolean;
   prepareCompletions: boolean;
   model?: string;
@@ -116,6 +121,7 @@ export function initializationOptions(s: NgramdSettings): InitializationOptions 
     debounceMs: s.debounceMs,
     timeoutMs: s.timeoutMs,
     device: s.device,
+    exactKernels: s.exactKernels,
     enabled: s.enable,
     prepareCompletions: s.prepareCompletions,
   };

@@ -56,9 +56,12 @@ test("initialization options carry the server's keys, leaving out empty model an
     debounceMs: 10,
     timeoutMs: 8000,
     device: "auto",
+    exactKernels: false,
     enabled: false,
     prepareCompletions: false,
   });
+  assert.equal(initializationOptions(readSettings(getter({ exactKernels: true }))).exactKernels, true);
+  assert.equal(readSettings(getter({ exactKernels: "yes" })).exactKernels, false, "not a boolean: default kept");
   const d = readSettings(getter({ timeoutMs: 9e9, device: "cuda" }));
   assert.equal(initializationOptions(d).timeoutMs, 600000, "clamped to the server's bounds");
   assert.equal(initializationOptions(d).device, "cuda");
