@@ -91,13 +91,13 @@ class Product:
         else:
             base.ggml_quantize_chunk(TYPES[wtype], weights.ctypes.data, dst, 0, m, k, None)
 
-    def multiply(self, n: int) -> tuple[np.ndarray, float]:
-        """A times the first n columns: the [n, M] result and the seconds the compute took."""
+    def multiply(self, first: int, n: int) -> tuple[np.ndarray, float]:
+        """A times columns ``first .. first + n``: the [n, M] result and the seconds the compute took."""
         b = self.base
         ctx = b.ggml_init(InitParams(64 << 20, None, False))
         try:
             cols = b.ggml_new_tensor_2d(ctx, TYPES["F32"], self.k, n)
-            ctypes.memmove(b.ggml_get_data(cols), np.ascontiguousarray(self.columns[:n]).ctypes.data, n * self.k * 4)
+            ctypes.memmove(b.ggml_get_data(cols), np.ascontiguousarray(self.columns[first:first + n]).ctypes.data, n * self.k * 4)
             out = b.ggml_mul_mat(ctx, self.a, cols)
             graph = b.ggml_new_graph(ctx)
             b.ggml_build_forward_expand(graph, out)
@@ -117,27 +117,18 @@ class Product:
 
 def measure(product: Product, repeats: int) -> dict:
     """Bits: each of n columns against the same column alone. Time: median ms per product."""
-    alone = np.stack([product_single(product, j) for j in range(max(COLUMNS))])  # [16, M]
+    alone = np.stack([product.multiply(j, 1)[0][0] for j in range(max(COLUMNS))])  # [16, M]
     row = {"differing_elements": {}, "max_abs_diff": {}, "ms": {}}
     for n in (1,) + COLUMNS:
         times = []
         for _ in range(repeats):
-            result, seconds = product.multiply(n)
+            result, seconds = product.multiply(0, n)
             times.append(seconds * 1000)
         row["ms"][n] = statistics.median(times)
         if n > 1:
             row["differing_elements"][n] = int(np.count_nonzero(result.view(np.uint32) != alone[:n].view(np.uint32)))
             row["max_abs_diff"][n] = float(np.max(np.abs(result - alone[:n])))
     return row
-
-
-def product_single(product: Product, j: int) -> np.ndarray:
-    cols = product.columns
-    product.columns = cols[j:j + 1]
-    try:
-        return product.multiply(1)[0][0]
-    finally:
-        product.columns = cols
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,19 +27,20 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = {"fastest": ("1", True), "untiled": ("0", True), "plain": ("0", False)}
+# name -> (GGML_CPU_TILED_MM, load with exact_kernels: no repacking)
+CONFIGS = {"fastest": ("1", False), "untiled": ("0", False), "plain": ("0", True)}
 SIZES = (2, 4, 8, 16)
 CONTEXT = 1000  # tokens of context before the timed passes
 DECODE = 24  # one-token passes timed
 
 
-def measure_here(model: Path, repack: bool) -> dict:
-    """In this process: load with ``repack``, time a prefill, one-token passes and k-token passes."""
+def measure_here(model: Path, exact_kernels: bool) -> dict:
+    """In this process: load (``exact_kernels``: no repacking), time a prefill, one-token passes and k-token passes."""
     from ngramd.daemon.runtime.exactness import check_exactness
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
     from ngramd.daemon.runtime.llamacpp import LlamaCppRuntime
 
-    runtime = LlamaCppRuntime(model, load_gguf_tokenizer(model), exact_kernels=not repack)
+    runtime = LlamaCppRuntime(model, load_gguf_tokenizer(model), exact_kernels=exact_kernels)
     exact = check_exactness(runtime).exact
     text = (Path(__file__).resolve().parents[1] / "index" / "store.py").read_text()
     ids = runtime.encode(text)[:CONTEXT + max(SIZES) + DECODE]

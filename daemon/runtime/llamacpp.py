@@ -442,8 +442,8 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
                   check: bool = True, exact_kernels: bool = False) -> LlamaCppRuntime:
     """Load a GGUF file on llama.cpp, with its transformers tokenizer; ``check``: run the exactness
     self-check (daemon/runtime/exactness.py) and the tokenizers' agreement on a sample, and say
-    what they found in the log. ``exact_kernels``: ``LlamaCppRuntime``'s. ``ModelLoadError`` when llama-cpp-python is missing
-    or the file cannot be loaded."""
+    what they found in the log. ``exact_kernels``: ``LlamaCppRuntime``'s. ``ModelLoadError`` when
+    llama-cpp-python is missing or the file cannot be loaded."""
     from ngramd.daemon.runtime.exactness import check_exactness
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
 
