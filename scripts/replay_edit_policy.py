@@ -1,0 +1,267 @@
+#!/usr/bin/env python
+"""Replay a bench run's edits through the real proposer and draft policy, priced by the cost curve.
+
+A bench run (``ngramd bench --cases bench/cases/edits_few.jsonl ... --json``) records each
+edit's greedy answer. Speculation never changes that answer, so how a drafting policy would
+fare on it needs no model: a stand-in runtime (``AnswerRuntime``) answers every pass with the
+recorded tokens, the engine runs its real loop (proposer, ``EditDraftPolicy``, acceptance,
+stops) in the prepared flow the bench times, and each pass is priced at the runtime's
+calibrated cost curve (the one the daemon's policy reads). The figures are free of the
+machine's noise, so two policies compare on the same answers; the bench still measures them.
+
+    .venv/bin/python scripts/replay_edit_policy.py bench/runs/2026-12-06-edits-llamacpp-declined.json
+
+Per case: passes, tokens per pass and the priced speedup over plain decoding (one pass a token),
+beside the measured one where the run has it (prepared, against ngramd's plain decoding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class AnswerCache:
+    """The KV cache of ``AnswerRuntime``: the token ids only (daemon/runtime/base.py KVCache)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def reset(self) -> None:
+        self.tokens = []
+
+    def reuse_for(self, tokens: Sequence[int]) -> int:
+        keep = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens)) if a != b),
+                    min(len(self.tokens), len(tokens)))
+        self.crop(keep)
+        return keep
+
+    def crop(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def select(self, keep: int, positions: Sequence[int]) -> None:
+        self.tokens = self.tokens[:keep] + [self.tokens[p] for p in positions]
+
+    def extended(self, new_tokens: Sequence[int]) -> None:
+        self.tokens.extend(int(t) for t in new_tokens)
+
+
+class AnswerRuntime:
+    """A runtime whose passes predict a known answer: the row at position p gives the answer's
+    token at p + 1 (its prompt's length known), the end-of-text token past it. Everything else
+    (tokenizer, token bytes, the calibration key) is the real runtime's. A recorded answer ends
+    with what stopped it (an edit's closing fence), so the engine stops where the model did."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.prompt_len = 0
+        self.answer: list[int] = []
+        self.passes: list[int] = []  # new tokens of each pass, as the caller last emptied it
+        self.supports_trees = False
+        self.cache: AnswerCache | None = None  # the cache of the newest pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def expect(self, prompt_len: int, answer: Sequence[int]) -> None:
+        self.prompt_len, self.answer = prompt_len, [int(t) for t in answer]
+
+    def new_cache(self) -> AnswerCache:
+        return AnswerCache()
+
+    def release_cache(self, cache: Any) -> None:
+        cache.reset()
+
+    def synchronize(self) -> None:
+        pass
+
+    def forward_pass(self, ids: Sequence[int], cache: AnswerCache, keep_last: int | None = None,
+                     tree: Any = None) -> np.ndarray:
+        assert tree is None, "chains only, as on llama.cpp"
+        self.passes.append(len(ids))
+        self.cache = cache
+        rows = keep_last or len(ids)
+        first = len(cache) + len(ids) - rows  # position of the first returned row
+        logits = np.zeros((rows, self.vocab_size), dtype=np.float32)  # [rows, vocab]
+        eos = self._real.eos_token_id
+        for r in range(rows):
+            g = first + r + 1 - self.prompt_len  # the answer's index this row predicts
+            if g >= 0:
+                logits[r, self.answer[g] if g < len(self.answer) else eos] = 1.0
+        return logits
+
+
+    def accepted_length(self, draft: Sequence[int]) -> int:
+        """How many of ``draft``'s tokens the answer takes after the newest pass (its pending token
+        is the next input): what a policy with foresight would draft."""
+        g = len(self.cache or ()) + 1 - self.prompt_len  # the answer's index of the draft's first token
+        n = 0
+        while n < len(draft) and 0 <= g + n < len(self.answer) and int(draft[n]) == self.answer[g + n]:
+            n += 1
+        return n
+
+
+def foresight_policy(oracle: AnswerRuntime) -> type:
+    """An ``EditDraftPolicy`` that drafts exactly the tokens the answer will take (and none where
+    it takes none), from the original and from the fallback alike: the bound no policy reading
+    only past outcomes can pass, with these proposers."""
+    from ngramd.daemon.edit.editor import EditDraftPolicy
+    from ngramd.daemon.engine.policy import cut_branches
+
+    class Foresight(EditDraftPolicy):
+        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
+            take = min(budget, oracle.accepted_length(draft.best.tokens))
+            return cut_branches(draft.branches[:1], take, take)
+
+    return Foresight
+
+
+def fixed_policy(length: int) -> type:
+    """An ``EditDraftPolicy`` that drafts ``length`` tokens of the original whenever it can."""
+    from ngramd.daemon.edit.editor import EditDraftPolicy
+    from ngramd.daemon.engine.policy import cut_branches
+
+    class Fixed(EditDraftPolicy):
+        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
+            if not self._is_original(draft):
+                return self.inner.choose(draft, budget)
+            take = min(budget, length)
+            return cut_branches(draft.branches[:1], take, take)
+
+    return Fixed
+
+
+def parse_curve(text: str) -> tuple[list[int], list[float]]:
+    """"1:10.8,2:19.7,16:97.4" -> ([1, 2, 16], [10.8, 19.7, 97.4]): pass sizes and their ms."""
+    try:
+        pairs = sorted((int(n), float(ms)) for n, ms in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise ValueError(f"a cost curve is size:ms pairs, comma-separated (1:10.8,16:97.4), not {text!r}") from None
+    if len(pairs) < 2 or pairs[0][0] < 1 or any(ms <= 0 for _, ms in pairs):
+        raise ValueError(f"a cost curve needs two sizes or more, from 1 token, with positive ms: {text!r}")
+    return [n for n, _ in pairs], [ms for _, ms in pairs]
+
+
+def replay(run: dict[str, Any], cases: dict[str, Any], runtime: Any,
+           curve: tuple[list[int], list[float]] | None = None, foresight: bool = False,
+           fixed: int | None = None, prior: float | None = None, alpha: float | None = None) -> dict[str, Any]:
+    """Each edit of ``run`` (a bench report) replayed speculative and plain in the prepared flow on
+    ``AnswerRuntime(runtime)``, priced at ``curve`` (default: the runtime's calibration).
+    The daemon's ``EditDraftPolicy`` sizes the drafts, with its ``prior`` acceptance and learning
+    rate ``alpha`` where given; ``foresight`` (``foresight_policy``) or ``fixed`` (``fixed_policy``)
+    instead. Returns {"cases": [rows], "total": {...}}."""
+    from unittest import mock
+
+    from ngramd.daemon.edit.editor import EditDraftPolicy
+
+    oracle = AnswerRuntime(runtime)
+    policy = (foresight_policy(oracle) if foresight else fixed_policy(fixed) if fixed is not None
+              else type("Tuned", (EditDraftPolicy,), {
+                  "PRIOR_ACCEPTANCE": EditDraftPolicy.PRIOR_ACCEPTANCE if prior is None else prior,
+                  "ALPHA": EditDraftPolicy.ALPHA if alpha is None else alpha}))
+    with mock.patch("ngramd.daemon.edit.editor.EditDraftPolicy", policy):
+        return _replay(run, cases, oracle, curve)
+
+
+def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
+            curve: tuple[list[int], list[float]] | None) -> dict[str, Any]:
+    from ngramd.daemon.bench.runner import BenchRunner, case_document
+    from ngramd.daemon.engine.loop import EngineConfig
+
+    runtime = oracle._real
+    runner = BenchRunner(oracle, EngineConfig(calibrate=curve is None), hf=False, prepared=True,
+                         typed_instruction=True)
+    runner.peers = None  # the peers would decode the real model: nothing to replay
+    completer = runner.completer()
+    cost = completer.cost  # the policy's own object: changed in place, the policy reads it
+    if curve is not None:
+        cost.sizes, cost.ms = list(curve[0]), list(curve[1])
+    cost.online = False  # priced as calibrated: the stand-in's pass times are not the model's
+    rows = []
+    try:
+        for row in run["cases"]:
+            case = cases.get(row["id"])
+            if case is None or row.get("status") != "ok" or case.mode != "edit":
+                continue
+            oracle.expect(int(row["prompt_tokens"]), row["token_ids"])  # its closing fence included
+            index = runner.index_for(case.workspace)
+            priced = {}
+            with case_document(index, case):
+                for speculate in (False, True):
+                    oracle.passes = []
+                    result = runner._engine_run(case, index, speculate, prepared=True).result
+                    if list(result.token_ids) != row["token_ids"]:
+                        raise AssertionError(f"{case.id}: the replay's answer is not the run's")
+                    passes = oracle.passes[len(oracle.passes) - result.stats.forward_passes:]  # the edit's, not its prepare's
+                    priced[speculate] = (float(sum(cost(n) for n in passes)), passes)
+            plain_ms, (spec_ms, passes) = priced[False][0], priced[True]
+            measured = (row["prepared_plain_ms"] / row["prepared_ms"]) if row.get("prepared_ms") else None
+            rows.append({"id": case.id, "generated": len(row["token_ids"]), "passes": len(passes),
+                         "tokens_per_pass": round(len(row["token_ids"]) / max(1, len(passes)), 2),
+                         "priced_plain_ms": round(plain_ms, 1), "priced_ms": round(spec_ms, 1),
+                         "priced_speedup": round(plain_ms / spec_ms, 3),
+                         "measured_speedup": round(measured, 3) if measured else None, "pass_sizes": passes})
+    finally:
+        runner.close()
+    priced_total = sum(r["priced_ms"] for r in rows)
+    total = {"cases": len(rows), "passes": sum(r["passes"] for r in rows), "curve": cost.to_dict(),
+             "priced_speedup": round(sum(r["priced_plain_ms"] for r in rows) / priced_total, 3) if rows else None}
+    return {"cases": rows, "total": total}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="a bench run's JSON (edit cases, greedy answers)")
+    ap.add_argument("--cases", type=Path, help="its cases file (default: the run's meta)")
+    ap.add_argument("--curve", help="price passes at this curve, size:ms pairs (1:10.8,16:97.4); "
+                                    "default: the runtime's calibration")
+    ap.add_argument("--foresight", action="store_true",
+                    help="draft exactly what the answer takes: the bound for any policy with this proposer")
+    ap.add_argument("--fixed", type=int, metavar="K", help="draft K tokens of the original whenever it can")
+    ap.add_argument("--prior", type=float, help="the daemon's policy with this prior acceptance")
+    ap.add_argument("--alpha", type=float, help="the daemon's policy with this learning rate")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    from ngramd.daemon.bench.cases import load_cases
+    from ngramd.daemon.runtime.loading import load_runtime
+
+    try:
+        curve = parse_curve(args.curve) if args.curve else None
+        run = json.loads(args.run.read_text())
+        meta = run["meta"]
+        cases = {c.id: c for c in load_cases(args.cases or ROOT / meta["cases_file"])}
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"replay_edit_policy: {exc}", file=sys.stderr)
+        return 2
+    model = str(meta.get("model"))
+    # the embedded model is recorded by its file's name
+    runtime = load_runtime(model if Path(model).exists() or "/" in model or model.startswith("tiny") else None,
+                           runtime=meta.get("runtime", "auto"))
+    out = replay(run, cases, runtime, curve, args.foresight, args.fixed, args.prior, args.alpha)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for r in out["cases"]:
+        measured = f"{r['measured_speedup']:.2f}x" if r["measured_speedup"] else "-"
+        print(f"{r['id'][:40]:40} {r['generated']:4} tokens {r['passes']:3} passes "
+              f"{r['tokens_per_pass']:5.2f}/pass  priced {r['priced_speedup']:.2f}x  measured {measured}  "
+              f"{r['pass_sizes']}")
+    t = out["total"]
+    print(f"total: priced {t['priced_speedup']}x over plain decoding, {t['passes']} passes; curve {t['curve']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

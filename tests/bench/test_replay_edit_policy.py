@@ -1,0 +1,105 @@
+"""scripts/replay_edit_policy.py: a recorded edit's answer replayed through the real engine on the
+stand-in runtime, token for token, priced at a given cost curve; the foresight bound; bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ngramd.daemon.bench.cases import load_cases
+from ngramd.daemon.edit.prompt import build_edit_prompt
+
+REPO = Path(__file__).resolve().parents[2]
+INSTRUCTION = "Rename the function clamp to bound."
+# a runtime where a long pass is cheap per token, so that drafting pays and the counts below are sharp
+CURVE = ([1, 2, 4, 8, 16, 32, 64], [10.0, 12.0, 14.0, 18.0, 26.0, 42.0, 74.0])
+
+
+@pytest.fixture(scope="module")
+def replay_module():
+    spec = importlib.util.spec_from_file_location("replay_edit_policy", REPO / "scripts" / "replay_edit_policy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def edit_case(tmp_path, workspace):
+    text = (workspace / "pkg/util.py").read_text()
+    end = text.index("\n\n") + 1  # the clamp function
+    line = {"id": "tiny-rename", "workspace": str(workspace), "file": "pkg/util.py", "offset": 0, "end": end,
+            "instruction": INSTRUCTION, "max_tokens": 96, "mode": "edit"}
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (case,) = load_cases(path)
+    return case
+
+
+def recorded_run(runtime, case, answer_text: str) -> dict:
+    """A bench report's row for ``case`` as if the model had answered ``answer_text`` and closed
+    its fence (a recorded edit's tokens end with the line that stopped it)."""
+    ep = build_edit_prompt(runtime, case.text, case.offset, case.end, INSTRUCTION, case.path.as_uri())
+    return {"cases": [{"id": case.id, "status": "ok", "prompt_tokens": len(ep.prompt_ids),
+                       "token_ids": runtime.encode(answer_text + "```\n"), "prepared_ms": 50.0, "prepared_plain_ms": 100.0}]}
+
+
+def test_an_answer_that_repeats_the_original_is_drafted_whole(replay_module, tiny_runtime, edit_case):
+    selection = edit_case.text[edit_case.offset:edit_case.end]
+    run = recorded_run(tiny_runtime, edit_case, "\n" + selection)
+    answer = run["cases"][0]["token_ids"]
+    out = replay_module.replay(run, {edit_case.id: edit_case}, tiny_runtime, CURVE)
+    (row,) = out["cases"]
+    assert row["generated"] == len(answer)
+    assert sum(row["pass_sizes"]) >= len(answer) and row["passes"] < len(answer) / 4
+    assert row["priced_ms"] == pytest.approx(sum(float(np.interp(n, *CURVE))
+                                                 for n in row["pass_sizes"]), abs=0.2)
+    assert row["priced_plain_ms"] == pytest.approx(10.0 * len(answer))  # plain decoding: a pass a token
+    assert row["priced_speedup"] > 2.0 and row["measured_speedup"] == 2.0
+    assert out["total"]["curve"] == {"sizes": CURVE[0], "ms": CURVE[1]}
+    foresight = replay_module.replay(run, {edit_case.id: edit_case}, tiny_runtime, CURVE, foresight=True)
+    assert foresight["cases"][0]["passes"] <= row["passes"]
+    assert foresight["total"]["priced_speedup"] >= out["total"]["priced_speedup"]
+
+
+def test_a_rename_is_replayed_token_for_token_and_foresight_bounds_it(replay_module, tiny_runtime, edit_case):
+    renamed = "\n" + edit_case.text[edit_case.offset:edit_case.end].replace("clamp", "bound")
+    run = recorded_run(tiny_runtime, edit_case, renamed)
+    cases = {edit_case.id: edit_case}
+    adaptive = replay_module.replay(run, cases, tiny_runtime, CURVE)  # raises if the answer were not reproduced
+    foresight = replay_module.replay(run, cases, tiny_runtime, CURVE, foresight=True)
+    (a,), (f,) = adaptive["cases"], foresight["cases"]
+    assert a["generated"] == f["generated"] == len(run["cases"][0]["token_ids"])
+    # the first token differs from the draft's: foresight declines it and takes the rest whole
+    assert f["passes"] < a["passes"] and f["priced_ms"] < a["priced_ms"]
+    assert 1.0 < a["priced_speedup"] < f["priced_speedup"]
+
+
+def test_a_replay_that_leaves_the_answer_is_an_error(replay_module, tiny_runtime, edit_case):
+    # a fence inside the recorded answer: the engine stops there, short of the record
+    run = recorded_run(tiny_runtime, edit_case, "\nx = 1\n```\ny = 2\n")
+    with pytest.raises(AssertionError, match="not the run's"):
+        replay_module.replay(run, {edit_case.id: edit_case}, tiny_runtime, CURVE)
+
+
+@pytest.mark.parametrize("text", ["1:3", "a:b", "1:10,2:-1", "0:1,2:3"])
+def test_a_bad_curve_is_refused(replay_module, text):
+    with pytest.raises(ValueError, match="curve"):
+        replay_module.parse_curve(text)
+
+
+def test_the_command_says_what_is_wrong_and_exits_2(replay_module, tmp_path, capsys):
+    assert replay_module.main([str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
+    assert replay_module.main([str(tmp_path / "missing.json"), "--curve", "1:3"]) == 2
+    assert "two sizes" in capsys.readouterr().err
+
+
+def test_a_fixed_length_drafts_no_more_than_it_says(replay_module, tiny_runtime, edit_case):
+    run = recorded_run(tiny_runtime, edit_case, "\n" + edit_case.text[edit_case.offset:edit_case.end])
+    out = replay_module.replay(run, {edit_case.id: edit_case}, tiny_runtime, CURVE, fixed=2)
+    (row,) = out["cases"]
+    assert max(row["pass_sizes"]) <= 3 and row["passes"] >= row["generated"] / 3  # 1 + 2 drafted a pass
