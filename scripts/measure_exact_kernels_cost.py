@@ -5,11 +5,14 @@ ggml's kernel choices, each in its own process (ggml reads ``GGML_CPU_TILED_MM``
 - ``fastest``: ggml's own kernels, as ngramd loads a model by default (the tiled K-quant
   product and repacked weights on);
 - ``untiled``: the tiled product off, repacked weights on (to tell the two apart);
-- ``plain``: both off, as ``--exact-kernels`` loads it.
+- ``plain``: both off, as ``--exact-kernels`` loads it;
+- ``one-column``: as ``fastest``, but without the exact many-column products of ngramd's
+  llama.cpp build (scripts/llamacpp/exact-gemm.patch; ``GGML_CPU_EXACT_GEMM=0``): Q4_1 and
+  Q8_0 weights meet several columns one ``vec_dot`` at a time, as in an unpatched build.
 
 Each configuration also runs the exactness check (daemon/runtime/exactness.py).
 
-    .venv/bin/python scripts/measure_exact_kernels_cost.py MODEL.gguf [--rounds 3]
+    .venv/bin/python scripts/measure_exact_kernels_cost.py MODEL.gguf [--rounds 3] [--configs fastest,one-column]
 
 Rounds rotate the configurations' order; a round's figures are medians of its passes (24
 one-token passes, 3 of each k), and the table shows their medians over rounds.
@@ -27,8 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-# name -> (GGML_CPU_TILED_MM, load with exact_kernels: no repacking)
-CONFIGS = {"fastest": ("1", False), "untiled": ("0", False), "plain": ("0", True)}
+# name -> (GGML_CPU_TILED_MM, load with exact_kernels: no repacking, GGML_CPU_EXACT_GEMM)
+CONFIGS = {"fastest": ("1", False, "1"), "untiled": ("0", False, "1"), "plain": ("0", True, "1"),
+           "one-column": ("1", False, "0")}
 SIZES = (2, 4, 8, 16)
 CONTEXT = 1000  # tokens of context before the timed passes
 DECODE = 24  # one-token passes timed
@@ -75,16 +79,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help=f"comma-separated, of {', '.join(CONFIGS)} (default: all)")
     ap.add_argument("--child", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(measure_here(args.model, CONFIGS[args.child][1])))
         return 0
-    names = list(CONFIGS)
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown or not names:
+        ap.error(f"unknown configuration(s) {', '.join(unknown) or '(none)'}: choose from {', '.join(CONFIGS)}")
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            env = dict(os.environ, GGML_CPU_TILED_MM=CONFIGS[name][0], NGRAMD_HUGE_PAGES="0")
+            env = dict(os.environ, GGML_CPU_TILED_MM=CONFIGS[name][0], GGML_CPU_EXACT_GEMM=CONFIGS[name][2],
+                       NGRAMD_HUGE_PAGES="0")
             out = subprocess.run([sys.executable, __file__, str(args.model), "--child", name], env=env,
                                  capture_output=True, text=True, check=True)
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -261,6 +261,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "exactness": _exactness(runtime),
         # --exact-kernels turns ggml's tiled product off for the whole process: the peers' too
         "llama_cpp_kernels": getattr(runtime, "kernels", None),
+        "llama_cpp_exact_gemm": getattr(runtime, "exact_gemm", None),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -170,6 +170,8 @@ class LlamaCppRuntime(TokenizerMethods):
         self.exactness: Exactness = NOT_CHECKED
         self.threads = threads or physical_cores()
         self.kernels = "exact" if exact_kernels else "ggml"
+        # the build's exact many-column products for Q4_1/Q8_0 (load_llamacpp reads the build)
+        self.exact_gemm = False
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
         self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
         _quiet_llama_log(L)
@@ -430,11 +432,25 @@ def _quiet_llama_log(L: Any) -> None:
 
 
 def build_info() -> dict[str, Any]:
-    """The installed binding's version and whether its CPU backend was built with llamafile's GEMM."""
+    """The installed binding's version, whether its CPU backend was built with llamafile's GEMM, and
+    whether with ngramd's exact many-column products (scripts/llamacpp/exact-gemm.patch)."""
     import llama_cpp as L
 
     system = L.llama_print_system_info().decode("utf-8", "replace")
-    return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip()}
+    return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip(),
+            "exact_gemm": _exact_gemm_built(Path(L.__file__).parent / "lib")}
+
+
+def _exact_gemm_built(lib_dir: Path) -> bool:
+    """Whether the CPU backend in ``lib_dir`` multiplies Q4_1 and Q8_0 weights by several columns in
+    the patch's exact many-column product (docs/design/batch-invariance.md); False for a build
+    without the patch, and for one with it on a CPU without AVX2."""
+    try:
+        cpu = ctypes.CDLL(str(lib_dir / "libggml-cpu.so"))
+    except OSError:  # another platform's library name, or another layout: nothing to tell
+        return False
+    marker = getattr(cpu, "ggml_cpu_exact_gemm", None)
+    return bool(marker()) if marker is not None else False
 
 
 def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
@@ -459,6 +475,7 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
     tokenizer = load_gguf_tokenizer(path)
     runtime = LlamaCppRuntime(path, tokenizer, sequences=sequences, ctx_per_sequence=ctx_per_sequence,
                               threads=threads, exact_kernels=exact_kernels)
+    runtime.exact_gemm = info["exact_gemm"]
     runtime.start_tokenizer_pool()
     if check:
         disagree = runtime.tokenizer_disagreement(TOKENIZER_SAMPLE)
@@ -484,7 +501,8 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
         elif exact_kernels:
             runtime.exactness = replace(runtime.exactness, detail=f"{runtime.exactness.detail} "
                                                                   "(--exact-kernels)")
-    log.info("%s on llama.cpp %s: %d threads, %d live sequence(s) of %d positions; %s", path.name, info["version"],
+    log.info("%s on llama.cpp %s (%s): %d threads, %d live sequence(s) of %d positions; %s", path.name,
+             info["version"], "exact many-column products" if runtime.exact_gemm else "one-column products",
              runtime.threads, runtime.sequences, runtime.positions, runtime.exactness.detail)
     return runtime
 
