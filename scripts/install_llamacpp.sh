@@ -36,8 +36,8 @@ import sys
 import llama_cpp
 
 ok = llama_cpp.__version__ == sys.argv[1] and b"LLAMAFILE = 1" not in llama_cpp.llama_print_system_info()
-cpu = ctypes.CDLL(str(pathlib.Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"))
-sys.exit(0 if ok and hasattr(cpu, "ggml_cpu_exact_gemm") else 1)
+libs = sorted((pathlib.Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.*"))  # .so, .dylib
+sys.exit(0 if ok and libs and hasattr(ctypes.CDLL(str(libs[0])), "ggml_cpu_exact_gemm") else 1)
 EOF
 then
     echo "ngramd: llama-cpp-python $VERSION (llamafile off, exact many-column products) is installed"

@@ -46,6 +46,18 @@ QUIET_2_CORES = "2-core x86-64 CPU, nothing else running"  # the machine of most
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    Run("2026-12-07-torch-stdlib.json", ("completions-cold", "completions-prepared"), "84b3072",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime torch --prepared --json"
+        " > bench/runs/2026-12-07-torch-stdlib.json"),
+    Run("2026-12-07-llamacpp-stdlib-exact-gemm-repeat3.json", ("completions-cold", "completions-prepared"), "84b3072",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 3 --json"
+        " > bench/runs/2026-12-07-llamacpp-stdlib-exact-gemm-repeat3.json", runtime="llamacpp"),
+    Run("2026-12-07-edits-llamacpp-exact-gemm.json", ("edits",), "84b3072",
+        QUIET_2_CORES,
+        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
+        " --typed-instruction --json > bench/runs/2026-12-07-edits-llamacpp-exact-gemm.json", runtime="llamacpp"),
     Run("2026-12-06-edits-llamacpp-declined.json", ("edits",), "7344ca9",
         QUIET_2_CORES,
         ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"

@@ -303,6 +303,8 @@ class Completer:
                 "kv_caches": len(self.pool), "kv_tokens": self.pool.cached_tokens(),
                 "runtime": getattr(self.runtime, "kind", "torch"),
                 "exactness": exactness.to_dict() if callable(getattr(exactness, "to_dict", None)) else None,
+                # llama.cpp: whether its build multiplies Q4_1/Q8_0 weights by many columns at once, exactly
+                "exact_gemm": getattr(self.runtime, "exact_gemm", None),
                 "speculation": "on" if self.speculation_exact else "off: this runtime's passes are not exact"}
 
     # --- internals -------------------------------------------------------------------

@@ -24,7 +24,10 @@ which are not exact either: ``exact_kernels`` loads without them, at a cost meas
 in docs/design/batch-invariance.md (there, plain decoding 1.31x slower than llama.cpp's
 fastest kernels, more than speculation can win back at the pass costs measured there), so it
 is the user's choice.
-daemon/runtime/exactness.py checks every load: where passes differ, no drafting.
+daemon/runtime/exactness.py checks every load: where passes differ, no drafting. ngramd's build
+(scripts/install_llamacpp.sh) adds a many-column product for Q4_1 and Q8_0 weights that keeps
+one-column bits and makes many-token passes cheaper (docs/design/batch-invariance.md);
+``exact_gemm`` says whether this process has it.
 
 The tokenizer is the transformers tokenizer read from the same GGUF, splitting text as
 llama.cpp does (daemon/runtime/gguf_tokenizer.py): prompts, chat templates and the index
@@ -438,16 +441,17 @@ def build_info() -> dict[str, Any]:
 
     system = L.llama_print_system_info().decode("utf-8", "replace")
     return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip(),
-            "exact_gemm": _exact_gemm_built(Path(L.__file__).parent / "lib")}
+            "exact_gemm": _exact_gemm_in_use(Path(L.__file__).parent / "lib")}
 
 
-def _exact_gemm_built(lib_dir: Path) -> bool:
+def _exact_gemm_in_use(lib_dir: Path) -> bool:
     """Whether the CPU backend in ``lib_dir`` multiplies Q4_1 and Q8_0 weights by several columns in
-    the patch's exact many-column product (docs/design/batch-invariance.md); False for a build
-    without the patch, and for one with it on a CPU without AVX2."""
+    the patch's exact many-column product (docs/design/batch-invariance.md) in this process; False
+    for a build without the patch, on a CPU without AVX2, and under ``GGML_CPU_EXACT_GEMM=0``."""
+    libs = sorted(lib_dir.glob("libggml-cpu.*"))  # .so, .so.0..., .dylib: the same library
     try:
-        cpu = ctypes.CDLL(str(lib_dir / "libggml-cpu.so"))
-    except OSError:  # another platform's library name, or another layout: nothing to tell
+        cpu = ctypes.CDLL(str(libs[0]))
+    except (IndexError, OSError):  # another layout, or not a library: nothing to tell
         return False
     marker = getattr(cpu, "ggml_cpu_exact_gemm", None)
     return bool(marker()) if marker is not None else False

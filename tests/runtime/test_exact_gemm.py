@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ngramd.daemon.runtime.llamacpp import _exact_gemm_built
+from ngramd.daemon.runtime.llamacpp import _exact_gemm_in_use
 
 pytestmark = pytest.mark.real_model
 
@@ -63,6 +63,20 @@ def test_a_many_token_pass_has_the_bits_of_one_column_products(tmp_path):
 
 
 def test_a_build_without_the_kernel_says_so(tmp_path):
-    assert _exact_gemm_built(tmp_path) is False  # no library there
+    assert _exact_gemm_in_use(tmp_path) is False  # no library there
     (tmp_path / "libggml-cpu.so").write_bytes(b"not a library")
-    assert _exact_gemm_built(tmp_path) is False
+    assert _exact_gemm_in_use(tmp_path) is False
+
+
+def test_the_runtime_and_the_daemon_status_tell_the_build(llama_rt):
+    from ngramd.daemon.engine.completer import Completer
+    from ngramd.daemon.engine.loop import EngineConfig
+    from ngramd.daemon.runtime.llamacpp import build_info
+    from ngramd.index.store import NgramIndex
+
+    assert llama_rt.exact_gemm is build_info()["exact_gemm"]
+    completer = Completer(llama_rt, NgramIndex(llama_rt.tokenize_batch), EngineConfig(calibrate=False))
+    try:
+        assert completer.stats()["exact_gemm"] is llama_rt.exact_gemm
+    finally:
+        completer.release_memory()
