@@ -178,7 +178,6 @@ def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
     from ngramd.daemon.bench.runner import BenchRunner, case_document
     from ngramd.daemon.engine.loop import EngineConfig
 
-    runtime = oracle._real
     runner = BenchRunner(oracle, EngineConfig(calibrate=curve is None), hf=False, prepared=True,
                          typed_instruction=True)
     runner.peers = None  # the peers would decode the real model: nothing to replay

@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def renderer():
-    spec = importlib.util.spec_from_file_location("render_benchmarks", REPO / "scripts" / "render_benchmarks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture()
+def renderer(load_script):
+    return load_script("render_benchmarks")
 
 
-def test_the_page_is_what_the_committed_runs_render():
+def test_the_page_is_what_the_committed_runs_render(renderer):
     page = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    assert renderer().render_page(page) == page, "run: .venv/bin/python scripts/render_benchmarks.py --write"
+    assert renderer.render_page(page) == page, "run: .venv/bin/python scripts/render_benchmarks.py --write"
 
 
-def test_every_table_is_on_the_page_and_every_listed_run_is_there():
-    r = renderer()
+def test_every_table_is_on_the_page_and_every_listed_run_is_there(renderer):
+    r = renderer
     page = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     names = set(re.findall(r"<!-- begin generated: ([\w-]+) -->", page))
     assert names == set(r.TABLES)
@@ -36,9 +33,9 @@ def test_every_table_is_on_the_page_and_every_listed_run_is_there():
         json.loads((r.RUNS_DIR / run.file).read_text(encoding="utf-8"))
 
 
-def test_a_changed_run_changes_the_page(tmp_path, monkeypatch):
+def test_a_changed_run_changes_the_page(tmp_path, monkeypatch, renderer):
     """The check can fail: a figure edited in a run's JSON shows up as a difference."""
-    r = renderer()
+    r = renderer
     for other in r.RUNS:
         (tmp_path / other.file).write_bytes((r.RUNS_DIR / other.file).read_bytes())
     run = next(x for x in r.RUNS if "edits" in x.tables)

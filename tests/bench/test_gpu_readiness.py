@@ -4,7 +4,6 @@ NGRAMD_CACHE_DIR is set, and the pass-drift measurements' inputs on the model's 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -29,15 +28,8 @@ def test_cache_dir_without_the_variable_is_the_user_cache_dir(monkeypatch):
     assert cache_root() == Path(platformdirs.user_cache_dir("ngramd"))
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def pass_drift():
+def pass_drift(load_script):
     return load_script("measure_pass_drift")
 
 
@@ -73,7 +65,7 @@ def test_drift_reports_an_argmax_that_differs(pass_drift):
     assert (diff, gap, same) == (1.0, 1.0, False)
 
 
-def test_gpu_benchs_exactness_check_makes_its_inputs_on_the_runtimes_device():
+def test_gpu_benchs_exactness_check_makes_its_inputs_on_the_runtimes_device(load_script):
     rt = MetaDeviceRuntime()
     exact = load_script("gpu_bench").pass_exactness(rt, k=4, ctx=6, sequences=2)
     assert set(rt.devices) == {torch.device("meta")} and len(rt.devices) == 2 * (2 + 1 + 4)

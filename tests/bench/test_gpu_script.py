@@ -4,7 +4,6 @@ the exactness check, what a failure or a kill leaves, and the shell script's ste
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -20,11 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def gpu_bench():
-    spec = importlib.util.spec_from_file_location("gpu_bench", REPO / "scripts" / "gpu_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def gpu_bench(load_script):
+    return load_script("gpu_bench")
 
 
 def curve(ms_of_n):

@@ -3,7 +3,6 @@ stand-in runtime, token for token, priced at a given cost curve; the foresight b
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -20,11 +19,8 @@ CURVE = ([1, 2, 4, 8, 16, 32, 64], [10.0, 12.0, 14.0, 18.0, 26.0, 42.0, 74.0])
 
 
 @pytest.fixture(scope="module")
-def replay_module():
-    spec = importlib.util.spec_from_file_location("replay_edit_policy", REPO / "scripts" / "replay_edit_policy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def replay_module(load_script):
+    return load_script("replay_edit_policy")
 
 
 @pytest.fixture()

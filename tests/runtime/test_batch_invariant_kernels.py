@@ -9,7 +9,6 @@ the kernels runs in a process of its own."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import platform
@@ -22,7 +21,6 @@ import pytest
 pytestmark = pytest.mark.real_model
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "make_random_gguf.py"
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 # In a fresh process: load, and with exact passes compare plain decoding and speculation on
@@ -54,19 +52,15 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def kquant_gguf(tmp_path_factory):
+def kquant_gguf(tmp_path_factory, load_script):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llamacpp.sh)")
     pytest.importorskip("gguf")
     from ngramd.daemon.runtime.llamacpp import build_info
 
     if build_info()["llamafile"]:
         pytest.skip("a llamafile build's attention is not exact with any kernels (scripts/install_llamacpp.sh)")
-    spec = importlib.util.spec_from_file_location("make_random_gguf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
     out = tmp_path_factory.mktemp("gguf") / "random-small-k.Q4_K_M.gguf"
-    module.write(out, size="small-k", qtype_name="q4_k_m", seed=3)
+    load_script("make_random_gguf").write(out, size="small-k", qtype_name="q4_k_m", seed=3)
     return out
 
 

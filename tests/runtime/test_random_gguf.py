@@ -5,32 +5,18 @@ figures are in docs/benchmarks.md, "Memory")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 # building the transformers tokenizer from a new GGUF takes ~10 s
 pytestmark = pytest.mark.real_model
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_random_gguf.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("make_random_gguf", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
-def small_gguf(tmp_path_factory):
+def small_gguf(tmp_path_factory, load_script):
     pytest.importorskip("gguf")
     out = tmp_path_factory.mktemp("gguf") / "random-small.Q4_0.gguf"
-    info = _script().write(out, size="small", qtype_name="q4_0", seed=1)
+    info = load_script("make_random_gguf").write(out, size="small", qtype_name="q4_0", seed=1)
     assert info["bytes"] == out.stat().st_size < 8 << 20  # a few MB
     return out
 
