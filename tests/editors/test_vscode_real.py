@@ -3,7 +3,8 @@ packaged .vsix installed, driven by puppeteer-core in Debian's Chromium
 (tests/editors/vscode_e2e/drive.mjs), against `ngramd lsp` and a daemon of its own with
 the embedded model. A user's path: open a Python file, type, ghost text appears, Tab
 accepts it into the file, the light bulb's rewrite changes the selection, the status bar
-item says the daemon runs. Screenshots of each step go to tests/editors/artifacts/vscode/.
+item says the daemon runs, and the ngramd.exactKernels setting reached the daemon.
+Screenshots of each step go to tests/editors/artifacts/vscode/.
 
 code-server and puppeteer-core are installed by editors/install_code_server.sh (run by
 editors/ci.sh; run here when missing) into ignored folders of this checkout. Where they
@@ -145,6 +146,8 @@ def test_vscode_ghost_text_accept_rewrite_status(tmp_path: Path) -> None:
         "ngramd.serverPath": str(server),
         "ngramd.timeoutMs": 60000,
         "ngramd.socket": str(sock),
+        # a setting that must reach the daemon the extension starts (its status says so, below)
+        "ngramd.exactKernels": True,
         "workbench.startupEditor": "none",
         "workbench.tips.enabled": False,
         "workbench.enableExperiments": False,
@@ -180,6 +183,7 @@ def test_vscode_ghost_text_accept_rewrite_status(tmp_path: Path) -> None:
          str(workspace)],
         cwd=tmp_path, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     report_path = tmp_path / "report.json"
+    daemon_status = None
     try:
         address = _wait_for(lambda: re.search(r"HTTP server listening on (http://127\.0\.0\.1:\d+)/?",
                                               log.read_text()),
@@ -197,6 +201,8 @@ def test_vscode_ghost_text_accept_rewrite_status(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         if sock.exists():
+            daemon_status = subprocess.run([str(server), "status", "--socket", str(sock), "--json"],
+                                           capture_output=True, text=True, timeout=60, env=env).stdout
             subprocess.run([str(server), "stop", "--socket", str(sock)], capture_output=True, timeout=60, env=env)
 
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
@@ -229,6 +235,12 @@ def test_vscode_ghost_text_accept_rewrite_status(tmp_path: Path) -> None:
     # the status bar item: ngramd's, in its "daemon running" state (the sparkle icon)
     item = steps["status bar item"]["item"]
     assert item and "ngramd" in item["text"] and "codicon-sparkle" in item["icons"], item
+
+    # ngramd.exactKernels reached the daemon that the extension's server started: it loaded the
+    # model with exact kernels (on this Q4_1 model the same kernels), and its passes are exact
+    assert daemon_status, "no daemon answered on the extension's socket"
+    exactness = json.loads(daemon_status)["engine"]["exactness"]
+    assert exactness["exact"] is True and exactness["detail"].endswith("(--exact-kernels)"), exactness
 
     names = [Path(p).name for p in report["shots"]]
     assert {"01-opened.png", "03-ghost-text.png", "04-accepted.png", "07-rewritten.png"} <= set(names), names
