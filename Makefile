@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# the llama.cpp build script and its patch too: a checkout that changes them builds llama.cpp again
+$(STAMP): pyproject.toml scripts/install_llamacpp.sh scripts/llamacpp/exact-gemm.patch
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -e '.[dev]'

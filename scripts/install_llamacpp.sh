@@ -27,17 +27,18 @@ if [ -z "$VERSION" ]; then
     exit 0
 fi
 
-# Already there, at the pinned version, built without llamafile and with the patch: nothing to do.
-if "$PY" - "$VERSION" <<'EOF' 2>/dev/null
-import ctypes
+PATCH_SUM=$("$PY" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$PATCH")
+
+# Already there, at the pinned version, built without llamafile and with this very patch: nothing to do.
+if "$PY" - "$VERSION" "$PATCH_SUM" <<'EOF' 2>/dev/null
 import pathlib
 import sys
 
 import llama_cpp
 
 ok = llama_cpp.__version__ == sys.argv[1] and b"LLAMAFILE = 1" not in llama_cpp.llama_print_system_info()
-libs = sorted((pathlib.Path(llama_cpp.__file__).parent / "lib").glob("libggml-cpu.*"))  # .so, .dylib
-sys.exit(0 if ok and libs and hasattr(ctypes.CDLL(str(libs[0])), "ggml_cpu_exact_gemm") else 1)
+applied = pathlib.Path(llama_cpp.__file__).parent / "NGRAMD_PATCH"  # written below after a patched build
+sys.exit(0 if ok and applied.is_file() and applied.read_text().strip() == sys.argv[2] else 1)
 EOF
 then
     echo "ngramd: llama-cpp-python $VERSION (llamafile off, exact many-column products) is installed"
@@ -63,7 +64,7 @@ target="llama-cpp-python==$VERSION"  # unpatched, straight from the index, when 
 if "$PY" -m pip download --quiet --no-binary llama-cpp-python --no-deps --no-cache-dir \
         -d "$work" "llama-cpp-python==$VERSION"; then
     tar -xzf "$work/llama_cpp_python-$VERSION.tar.gz" -C "$work"
-    if command -v patch >/dev/null 2>&1 && patch -d "$source_dir" -p1 --forward --quiet < "$PATCH"; then
+    if command -v patch >/dev/null 2>&1 && patch -d "$source_dir" -p1 --forward --batch --quiet < "$PATCH"; then
         target="$source_dir"
         echo "ngramd: patched with scripts/llamacpp/exact-gemm.patch"
     else
@@ -76,6 +77,10 @@ fi
 if CMAKE_ARGS="-DGGML_LLAMAFILE=OFF ${NGRAMD_CMAKE_ARGS:-}" "$PY" -m pip install --no-binary llama-cpp-python \
         --no-cache-dir --force-reinstall --no-deps "$target" \
     && "$PY" -m pip install "llama-cpp-python==$VERSION"; then  # its own dependencies, from the index
+    if [ "$target" = "$source_dir" ]; then  # which patch this build has, for the check above
+        "$PY" -c 'import llama_cpp, pathlib, sys; (pathlib.Path(llama_cpp.__file__).parent / "NGRAMD_PATCH").write_text(sys.argv[1])' \
+            "$PATCH_SUM"
+    fi
     echo "ngramd: llama-cpp-python $VERSION built in $(( $(date +%s) - start )) s"
 else
     echo "ngramd: llama-cpp-python could not be built (see above). ngramd serves GGUF models on torch" \

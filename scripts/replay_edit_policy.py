@@ -100,7 +100,6 @@ class AnswerRuntime:
                 logits[r, self.answer[g] if g < len(self.answer) else eos] = 1.0
         return logits
 
-
     def accepted_length(self, draft: Sequence[int]) -> int:
         """How many of ``draft``'s tokens the answer takes after the newest pass (its pending token
         is the next input): what a policy with foresight would draft."""

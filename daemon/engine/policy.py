@@ -148,11 +148,11 @@ class CostModel:
 
             threads = torch.get_num_threads()
         # llama.cpp's exact kernels (--exact-kernels) cost otherwise than ggml's own
-        kernels = "|kernels=exact" if getattr(runtime, "kernels", "") == "exact" else ""
+        variant = "|kernels=exact" if getattr(runtime, "kernels", "") == "exact" else ""
         # and a build with the exact many-column products (scripts/llamacpp/exact-gemm.patch) too
-        kernels += "|gemm=exact" if getattr(runtime, "exact_gemm", False) else ""
+        variant += "|gemm=exact" if getattr(runtime, "exact_gemm", False) else ""
         key = (f"v7|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
-               f"|threads={threads}{kernels}")
+               f"|threads={threads}{variant}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"
         path = path or cache_root() / "calibration.json"
         data: dict[str, Any] = {}

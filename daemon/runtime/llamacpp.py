@@ -173,8 +173,8 @@ class LlamaCppRuntime(TokenizerMethods):
         self.exactness: Exactness = NOT_CHECKED
         self.threads = threads or physical_cores()
         self.kernels = "exact" if exact_kernels else "ggml"
-        # the build's exact many-column products for Q4_1/Q8_0 (load_llamacpp reads the build)
-        self.exact_gemm = False
+        # whether the build multiplies Q4_1/Q8_0 weights by several columns in its exact product
+        self.exact_gemm = _exact_gemm_in_use(_library_dir())
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
         self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
         _quiet_llama_log(L)
@@ -441,7 +441,14 @@ def build_info() -> dict[str, Any]:
 
     system = L.llama_print_system_info().decode("utf-8", "replace")
     return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip(),
-            "exact_gemm": _exact_gemm_in_use(Path(L.__file__).parent / "lib")}
+            "exact_gemm": _exact_gemm_in_use(_library_dir())}
+
+
+def _library_dir() -> Path:
+    """Where the binding loaded llama.cpp's libraries from: its package's lib/, or LLAMA_CPP_LIB_PATH."""
+    from llama_cpp import llama_cpp as bound
+
+    return Path(getattr(bound, "_base_path", Path(bound.__file__).parent / "lib"))
 
 
 def _exact_gemm_in_use(lib_dir: Path) -> bool:
@@ -479,7 +486,6 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
     tokenizer = load_gguf_tokenizer(path)
     runtime = LlamaCppRuntime(path, tokenizer, sequences=sequences, ctx_per_sequence=ctx_per_sequence,
                               threads=threads, exact_kernels=exact_kernels)
-    runtime.exact_gemm = info["exact_gemm"]
     runtime.start_tokenizer_pool()
     if check:
         disagree = runtime.tokenizer_disagreement(TOKENIZER_SAMPLE)
