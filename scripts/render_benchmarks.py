@@ -44,78 +44,67 @@ class Run:
 
 QUIET_2_CORES = "2-core x86-64 CPU, nothing else running"  # the machine of most runs
 
+
+def bench_run(file: str, tables: tuple[str, ...], commit: str, args: str, runtime: str = "torch",
+              machine: str = QUIET_2_CORES) -> Run:
+    """A run of ``ngramd bench ARGS --json`` written to bench/runs/FILE."""
+    return Run(file, tables, commit, machine, f".venv/bin/ngramd bench {args} --json > bench/runs/{file}", runtime)
+
+
+def typing_run(file: str, commit: str, args: str, runtime: str = "torch", machine: str = QUIET_2_CORES) -> Run:
+    """A run of scripts/bench_typing.py ARGS written to bench/runs/FILE (the typing table)."""
+    return Run(file, ("typing",), commit, machine,
+               f".venv/bin/python scripts/bench_typing.py {args} --out bench/runs/{file}", runtime)
+
+
+COMPLETIONS = ("completions-cold", "completions-prepared")
+
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
-    Run("2026-12-07-torch-stdlib.json", ("completions-cold", "completions-prepared"), "84b3072",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime torch --prepared --json"
-        " > bench/runs/2026-12-07-torch-stdlib.json"),
-    Run("2026-12-07-llamacpp-stdlib-exact-gemm-repeat3.json", ("completions-cold", "completions-prepared"), "84b3072",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 3 --json"
-        " > bench/runs/2026-12-07-llamacpp-stdlib-exact-gemm-repeat3.json", runtime="llamacpp"),
-    Run("2026-12-07-edits-llamacpp-exact-gemm.json", ("edits",), "84b3072",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
-        " --typed-instruction --json > bench/runs/2026-12-07-edits-llamacpp-exact-gemm.json", runtime="llamacpp"),
-    Run("2026-12-06-edits-llamacpp-declined.json", ("edits",), "7344ca9",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
-        " --typed-instruction --json > bench/runs/2026-12-06-edits-llamacpp-declined.json", runtime="llamacpp"),
-    Run("2026-12-06-typing-llamacpp-huge-pages.json", ("typing",), "7344ca9",
-        QUIET_2_CORES,
-        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --modules json,email,asyncio,http,logging,"
-        "collections --functions 6 --lines 5 --sample 12 --out bench/runs/2026-12-06-typing-llamacpp-huge-pages.json",
-        runtime="llamacpp"),
-    Run("2026-12-06-llamacpp-stdlib-repeat3.json", ("completions-cold", "completions-prepared"), "f0ed831",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 3 --json"
-        " > bench/runs/2026-12-06-llamacpp-stdlib-repeat3.json", runtime="llamacpp"),
-    Run("2026-12-06-torch-stdlib-huge-pages.json", ("completions-cold", "completions-prepared"), "60cc8fe",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime torch --prepared --json"
-        " > bench/runs/2026-12-06-torch-stdlib-huge-pages.json"),
-    Run("2026-12-06-llamacpp-stdlib-huge-pages.json", ("completions-cold", "completions-prepared"), "60cc8fe",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
-        " > bench/runs/2026-12-06-llamacpp-stdlib-huge-pages.json", runtime="llamacpp"),
-    Run("2026-12-06-llamacpp-stdlib-prepared-numpy.json", ("completions-cold", "completions-prepared"), "a52aa14",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
-        " > bench/runs/2026-12-06-llamacpp-stdlib-prepared-numpy.json", runtime="llamacpp"),
-    Run("2026-12-06-typing-llamacpp-6-functions.json", ("typing",), "eb733c5",
-        QUIET_2_CORES,
-        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --modules json,email,asyncio,http,logging,"
-        "collections --functions 6 --lines 5 --sample 12 --out bench/runs/2026-12-06-typing-llamacpp-6-functions.json",
-        runtime="llamacpp"),
-    Run("2026-12-06-llamacpp-stdlib-prepared.json", ("completions-cold", "completions-prepared"), "f4d0c8e",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --json"
-        " > bench/runs/2026-12-06-llamacpp-stdlib-prepared.json", runtime="llamacpp"),
-    Run("2026-12-06-llamacpp-stdlib.json", ("completions-cold",), "0f9773d",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --runtime llamacpp --json"
-        " > bench/runs/2026-12-06-llamacpp-stdlib.json", runtime="llamacpp"),
-    Run("2026-12-06-typing-llamacpp-peer.json", ("typing",), "3e976f9",
-        QUIET_2_CORES,
-        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
-        " --out bench/runs/2026-12-06-typing-llamacpp-peer.json", runtime="llamacpp"),
-    Run("2026-12-06-typing-llamacpp.json", ("typing",), "0f9773d",
-        QUIET_2_CORES,
-        ".venv/bin/python scripts/bench_typing.py --runtime llamacpp --functions 2 --lines 5 --sample 10"
-        " --out bench/runs/2026-12-06-typing-llamacpp.json", runtime="llamacpp"),
-    Run("2026-12-06-edits-llamacpp.json", ("edits",), "9813057",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared"
-        " --typed-instruction --json > bench/runs/2026-12-06-edits-llamacpp.json", runtime="llamacpp"),
-    Run("edits_few_2026-12-01.json", ("edits",), "4c9b4c6",
-        QUIET_2_CORES,
-        ".venv/bin/ngramd bench --cases bench/cases/edits_few.jsonl --prepared --typed-instruction --repeat 1 --json"
-        " > bench/runs/edits_few_2026-12-01.json"),
-    Run("2026-12-01-completions-stdlib-cpu.json", ("completions-cold", "completions-prepared"), "d684adc",
-        "2-core AMD EPYC CPU (AVX2, no AVX-512), nothing else running",
-        ".venv/bin/ngramd bench --cases bench/cases/stdlib.jsonl --prepared --repeat 3 --json"
-        " > bench/runs/2026-12-01-completions-stdlib-cpu.json"),
+    bench_run("2026-12-07-torch-stdlib.json", COMPLETIONS, "84b3072",
+              "--cases bench/cases/stdlib.jsonl --runtime torch --prepared"),
+    bench_run("2026-12-07-llamacpp-stdlib-exact-gemm-repeat3.json", COMPLETIONS, "84b3072",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 3",
+              runtime="llamacpp"),
+    bench_run("2026-12-07-edits-llamacpp-exact-gemm.json", ("edits",), "84b3072",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
+    bench_run("2026-12-06-edits-llamacpp-declined.json", ("edits",), "7344ca9",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
+    typing_run("2026-12-06-typing-llamacpp-huge-pages.json", "7344ca9",
+               "--runtime llamacpp --modules json,email,asyncio,http,logging,collections"
+               " --functions 6 --lines 5 --sample 12",
+               runtime="llamacpp"),
+    bench_run("2026-12-06-llamacpp-stdlib-repeat3.json", COMPLETIONS, "f0ed831",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 3",
+              runtime="llamacpp"),
+    bench_run("2026-12-06-torch-stdlib-huge-pages.json", COMPLETIONS, "60cc8fe",
+              "--cases bench/cases/stdlib.jsonl --runtime torch --prepared"),
+    bench_run("2026-12-06-llamacpp-stdlib-huge-pages.json", COMPLETIONS, "60cc8fe",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared", runtime="llamacpp"),
+    bench_run("2026-12-06-llamacpp-stdlib-prepared-numpy.json", COMPLETIONS, "a52aa14",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared", runtime="llamacpp"),
+    typing_run("2026-12-06-typing-llamacpp-6-functions.json", "eb733c5",
+               "--runtime llamacpp --modules json,email,asyncio,http,logging,collections"
+               " --functions 6 --lines 5 --sample 12",
+               runtime="llamacpp"),
+    bench_run("2026-12-06-llamacpp-stdlib-prepared.json", COMPLETIONS, "f4d0c8e",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared", runtime="llamacpp"),
+    bench_run("2026-12-06-llamacpp-stdlib.json", ('completions-cold',), "0f9773d",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp", runtime="llamacpp"),
+    typing_run("2026-12-06-typing-llamacpp-peer.json", "3e976f9",
+               "--runtime llamacpp --functions 2 --lines 5 --sample 10", runtime="llamacpp"),
+    typing_run("2026-12-06-typing-llamacpp.json", "0f9773d",
+               "--runtime llamacpp --functions 2 --lines 5 --sample 10", runtime="llamacpp"),
+    bench_run("2026-12-06-edits-llamacpp.json", ("edits",), "9813057",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
+    bench_run("edits_few_2026-12-01.json", ("edits",), "4c9b4c6",
+              "--cases bench/cases/edits_few.jsonl --prepared --typed-instruction --repeat 1"),
+    bench_run("2026-12-01-completions-stdlib-cpu.json", COMPLETIONS, "d684adc",
+              "--cases bench/cases/stdlib.jsonl --prepared --repeat 3",
+              machine="2-core AMD EPYC CPU (AVX2, no AVX-512), nothing else running"),
 ]
 
 # (label, ngramd's time, the baseline's time, the per-case key saying the outputs matched,

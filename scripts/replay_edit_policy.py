@@ -25,6 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ngramd.daemon.runtime.cache_pool import common_prefix_len
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,8 +43,7 @@ class AnswerCache:
         self.tokens = []
 
     def reuse_for(self, tokens: Sequence[int]) -> int:
-        keep = next((i for i, (a, b) in enumerate(zip(self.tokens, tokens)) if a != b),
-                    min(len(self.tokens), len(tokens)))
+        keep = common_prefix_len(self.tokens, tokens)
         self.crop(keep)
         return keep
 
@@ -104,40 +105,36 @@ class AnswerRuntime:
         """How many of ``draft``'s tokens the answer takes after the newest pass (its pending token
         is the next input): what a policy with foresight would draft."""
         g = len(self.cache or ()) + 1 - self.prompt_len  # the answer's index of the draft's first token
-        n = 0
-        while n < len(draft) and 0 <= g + n < len(self.answer) and int(draft[n]) == self.answer[g + n]:
-            n += 1
-        return n
+        return common_prefix_len([int(t) for t in draft], self.answer[g:]) if g >= 0 else 0
+
+
+def sized_policy(length_of: Any, every_draft: bool) -> type:
+    """An ``EditDraftPolicy`` that drafts ``length_of(draft)`` tokens of a draft's best branch: of
+    every draft, or (``every_draft`` False) of the original's only, the fallback's going to the
+    daemon's policy."""
+    from ngramd.daemon.edit.editor import EditDraftPolicy
+    from ngramd.daemon.engine.policy import cut_branches
+
+    class Sized(EditDraftPolicy):
+        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
+            if not every_draft and not self._is_original(draft):
+                return self.inner.choose(draft, budget)
+            take = min(budget, length_of(draft))
+            return cut_branches(draft.branches[:1], take, take)
+
+    return Sized
 
 
 def foresight_policy(oracle: AnswerRuntime) -> type:
-    """An ``EditDraftPolicy`` that drafts exactly the tokens the answer will take (and none where
-    it takes none), from the original and from the fallback alike: the bound no policy reading
-    only past outcomes can pass, with these proposers."""
-    from ngramd.daemon.edit.editor import EditDraftPolicy
-    from ngramd.daemon.engine.policy import cut_branches
-
-    class Foresight(EditDraftPolicy):
-        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
-            take = min(budget, oracle.accepted_length(draft.best.tokens))
-            return cut_branches(draft.branches[:1], take, take)
-
-    return Foresight
+    """Drafts exactly the tokens the answer will take (and none where it takes none), from the
+    original and from the fallback alike: the bound no policy reading only past outcomes can
+    pass, with these proposers."""
+    return sized_policy(lambda draft: oracle.accepted_length(draft.best.tokens), every_draft=True)
 
 
 def fixed_policy(length: int) -> type:
-    """An ``EditDraftPolicy`` that drafts ``length`` tokens of the original whenever it can."""
-    from ngramd.daemon.edit.editor import EditDraftPolicy
-    from ngramd.daemon.engine.policy import cut_branches
-
-    class Fixed(EditDraftPolicy):
-        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
-            if not self._is_original(draft):
-                return self.inner.choose(draft, budget)
-            take = min(budget, length)
-            return cut_branches(draft.branches[:1], take, take)
-
-    return Fixed
+    """Drafts ``length`` tokens of the original whenever it can."""
+    return sized_policy(lambda draft: length, every_draft=False)
 
 
 def parse_curve(text: str) -> tuple[list[int], list[float]]:
@@ -231,7 +228,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
     from ngramd.daemon.bench.cases import load_cases
     from ngramd.daemon.runtime.loading import load_runtime
 
