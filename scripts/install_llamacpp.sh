@@ -12,8 +12,9 @@
 #
 # The patch (scripts/llamacpp/exact-gemm.patch, docs/design/batch-invariance.md) gives Q4_1 and
 # Q8_0 weights a many-column product on x86 that sums each column as the one-column product
-# does: a pass over 16 tokens of the embedded model costs 0.73 of what it did, with the same
-# bits. Where it does not apply, llama.cpp is built without it, and says so.
+# does, and attention's F16 products a kernel that converts each value once for the columns
+# that read it: every pass keeps the bits it had, and costs less. Where it does not apply,
+# llama.cpp is built without it, and says so.
 #
 # Best effort: where it cannot be built (no compiler, no cmake), ngramd still installs and
 # serves on torch; this says why and exits 0. Takes minutes (268-454 s measured on 2 cores).

@@ -6,9 +6,11 @@ ggml's kernel choices, each in its own process (ggml reads ``GGML_CPU_TILED_MM``
   product and repacked weights on);
 - ``untiled``: the tiled product off, repacked weights on (to tell the two apart);
 - ``plain``: both off, as ``--exact-kernels`` loads it;
-- ``one-column``: as ``fastest``, but without the exact many-column products of ngramd's
-  llama.cpp build (scripts/llamacpp/exact-gemm.patch; ``GGML_CPU_EXACT_GEMM=0``): Q4_1 and
-  Q8_0 weights meet several columns one ``vec_dot`` at a time, as in an unpatched build.
+- ``one-column``: as ``fastest``, but without the exact kernels of ngramd's llama.cpp build
+  (scripts/llamacpp/exact-gemm.patch; ``GGML_CPU_EXACT_GEMM=0``): Q4_1 and Q8_0 weights meet
+  several columns one ``vec_dot`` at a time, and attention's F16 products are one
+  ``ggml_vec_dot_f16`` an output, as in an unpatched build;
+- ``no-f16``: as ``fastest``, without the patch's F16 kernel alone (``GGML_CPU_EXACT_F16=0``).
 
 Each configuration also runs the exactness check (daemon/runtime/exactness.py).
 
@@ -30,9 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-# name -> (GGML_CPU_TILED_MM, load with exact_kernels: no repacking, GGML_CPU_EXACT_GEMM)
-CONFIGS = {"fastest": ("1", False, "1"), "untiled": ("0", False, "1"), "plain": ("0", True, "1"),
-           "one-column": ("1", False, "0")}
+# name -> (GGML_CPU_TILED_MM, load with exact_kernels: no repacking, GGML_CPU_EXACT_GEMM, GGML_CPU_EXACT_F16)
+CONFIGS = {"fastest": ("1", False, "1", "1"), "untiled": ("0", False, "1", "1"), "plain": ("0", True, "1", "1"),
+           "one-column": ("1", False, "0", "1"), "no-f16": ("1", False, "1", "0")}
 SIZES = (2, 4, 8, 16)
 CONTEXT = 1000  # tokens of context before the timed passes
 DECODE = 24  # one-token passes timed
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             env = dict(os.environ, GGML_CPU_TILED_MM=CONFIGS[name][0], GGML_CPU_EXACT_GEMM=CONFIGS[name][2],
-                       NGRAMD_HUGE_PAGES="0")
+                       GGML_CPU_EXACT_F16=CONFIGS[name][3], NGRAMD_HUGE_PAGES="0")
             out = subprocess.run([sys.executable, __file__, str(args.model), "--child", name], env=env,
                                  capture_output=True, text=True, check=True)
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -262,6 +262,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         # --exact-kernels turns ggml's tiled product off for the whole process: the peers' too
         "llama_cpp_kernels": getattr(runtime, "kernels", None),
         "llama_cpp_exact_gemm": getattr(runtime, "exact_gemm", None),
+        "llama_cpp_exact_f16": getattr(runtime, "exact_f16", None),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -305,6 +305,8 @@ class Completer:
                 "exactness": exactness.to_dict() if callable(getattr(exactness, "to_dict", None)) else None,
                 # llama.cpp: whether its build multiplies Q4_1/Q8_0 weights by many columns at once, exactly
                 "exact_gemm": getattr(self.runtime, "exact_gemm", None),
+                # and its attention's F16 products through the patch's kernel, exactly
+                "exact_f16": getattr(self.runtime, "exact_f16", None),
                 "speculation": "on" if self.speculation_exact else "off: this runtime's passes are not exact"}
 
     # --- internals -------------------------------------------------------------------

@@ -151,6 +151,7 @@ class CostModel:
         variant = "|kernels=exact" if getattr(runtime, "kernels", "") == "exact" else ""
         # and a build with the exact many-column products (scripts/llamacpp/exact-gemm.patch) too
         variant += "|gemm=exact" if getattr(runtime, "exact_gemm", False) else ""
+        variant += "|f16=exact" if getattr(runtime, "exact_f16", False) else ""
         key = (f"v7|{runtime.name}|{'' if kind == 'torch' else kind + '|'}{runtime.device}|{hardware_name(runtime.device)}|{runtime.dtype}"
                f"|threads={threads}{variant}")
         refresh = refresh or os.environ.get("NGRAMD_RECALIBRATE") == "1"

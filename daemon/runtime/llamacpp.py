@@ -26,8 +26,9 @@ fastest kernels, more than speculation can win back at the pass costs measured t
 is the user's choice.
 daemon/runtime/exactness.py checks every load: where passes differ, no drafting. ngramd's build
 (scripts/install_llamacpp.sh) adds a many-column product for Q4_1 and Q8_0 weights that keeps
-one-column bits and makes many-token passes cheaper (docs/design/batch-invariance.md);
-``exact_gemm`` says whether this process has it.
+one-column bits and makes many-token passes cheaper, and a kernel for attention's F16 products
+that keeps ``ggml_vec_dot_f16``'s bits and makes every pass cheaper (docs/design/batch-invariance.md);
+``exact_gemm`` and ``exact_f16`` say whether this process has them.
 
 The tokenizer is the transformers tokenizer read from the same GGUF, splitting text as
 llama.cpp does (daemon/runtime/gguf_tokenizer.py): prompts, chat templates and the index
@@ -175,6 +176,8 @@ class LlamaCppRuntime(TokenizerMethods):
         self.kernels = "exact" if exact_kernels else "ggml"
         # whether the build multiplies Q4_1/Q8_0 weights by several columns in its exact product
         self.exact_gemm = _exact_gemm_in_use(_library_dir())
+        # whether its attention's F16 products go through the patch's exact kernel
+        self.exact_f16 = _exact_gemm_in_use(_library_dir(), "ggml_cpu_exact_f16")
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
         self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
         _quiet_llama_log(L)
@@ -436,12 +439,13 @@ def _quiet_llama_log(L: Any) -> None:
 
 def build_info() -> dict[str, Any]:
     """The installed binding's version, whether its CPU backend was built with llamafile's GEMM, and
-    whether with ngramd's exact many-column products (scripts/llamacpp/exact-gemm.patch)."""
+    whether with ngramd's exact many-column products and F16 kernel (scripts/llamacpp/exact-gemm.patch)."""
     import llama_cpp as L
 
     system = L.llama_print_system_info().decode("utf-8", "replace")
     return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip(),
-            "exact_gemm": _exact_gemm_in_use(_library_dir())}
+            "exact_gemm": _exact_gemm_in_use(_library_dir()),
+            "exact_f16": _exact_gemm_in_use(_library_dir(), "ggml_cpu_exact_f16")}
 
 
 def _library_dir() -> Path:
@@ -451,17 +455,33 @@ def _library_dir() -> Path:
     return Path(getattr(bound, "_base_path", Path(bound.__file__).parent / "lib"))
 
 
-def _exact_gemm_in_use(lib_dir: Path) -> bool:
+def _exact_gemm_in_use(lib_dir: Path, query: str = "ggml_cpu_exact_gemm") -> bool:
     """Whether the CPU backend in ``lib_dir`` multiplies Q4_1 and Q8_0 weights by several columns in
     the patch's exact many-column product (docs/design/batch-invariance.md) in this process; False
-    for a build without the patch, on a CPU without AVX2, and under ``GGML_CPU_EXACT_GEMM=0``."""
-    libs = sorted(lib_dir.glob("libggml-cpu.*"))  # .so, .so.0..., .dylib: the same library
-    try:
-        cpu = ctypes.CDLL(str(libs[0]))
-    except (IndexError, OSError):  # another layout, or not a library: nothing to tell
-        return False
-    marker = getattr(cpu, "ggml_cpu_exact_gemm", None)
+    for a build without the patch, on a CPU without AVX2, and under ``GGML_CPU_EXACT_GEMM=0``.
+    ``query`` "ggml_cpu_exact_f16": the same for the patch's F16 kernel (off under
+    ``GGML_CPU_EXACT_F16=0`` too)."""
+    cpu = cpu_backend(lib_dir)
+    marker = getattr(cpu, query, None) if cpu is not None else None
     return bool(marker()) if marker is not None else False
+
+
+def cpu_backend(lib_dir: Path) -> ctypes.CDLL | None:
+    """ggml's CPU backend in ``lib_dir`` as this process loaded it, or None (another layout, not a
+    library). A wheel holds libggml-cpu.so, .so.0 and .so.0.x as copies, not links, and a copy
+    opened apart is another instance with its own state: the one mapped (the .so.0 that libggml
+    needs) is taken where there is one."""
+    where = lib_dir.resolve()
+    try:
+        with open("/proc/self/maps") as maps:
+            mapped = sorted({line.split()[-1] for line in maps if "libggml-cpu" in line})
+    except OSError:
+        mapped = []
+    libs = [p for p in mapped if Path(p).parent == where] or [str(p) for p in sorted(lib_dir.glob("libggml-cpu.*"))]
+    try:
+        return ctypes.CDLL(libs[0])
+    except (IndexError, OSError):
+        return None
 
 
 def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
@@ -512,7 +532,8 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
             runtime.exactness = replace(runtime.exactness, detail=f"{runtime.exactness.detail} "
                                                                   "(--exact-kernels)")
     log.info("%s on llama.cpp %s (%s): %d threads, %d live sequence(s) of %d positions; %s", path.name,
-             info["version"], "exact many-column products" if runtime.exact_gemm else "one-column products",
+             info["version"], ("exact many-column products" if runtime.exact_gemm else "one-column products")
+             + (", exact F16 kernel" if runtime.exact_f16 else ""),
              runtime.threads, runtime.sequences, runtime.positions, runtime.exactness.detail)
     return runtime
 
