@@ -175,9 +175,9 @@ class LlamaCppRuntime(TokenizerMethods):
         self.threads = threads or physical_cores()
         self.kernels = "exact" if exact_kernels else "ggml"
         # whether the build multiplies Q4_1/Q8_0 weights by several columns in its exact product
-        self.exact_gemm = _exact_gemm_in_use(_library_dir())
+        self.exact_gemm = _exact_kernel_in_use(_library_dir())
         # whether its attention's F16 products go through the patch's exact kernel
-        self.exact_f16 = _exact_gemm_in_use(_library_dir(), "ggml_cpu_exact_f16")
+        self.exact_f16 = _exact_kernel_in_use(_library_dir(), "ggml_cpu_exact_f16")
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
         self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
         _quiet_llama_log(L)
@@ -444,8 +444,8 @@ def build_info() -> dict[str, Any]:
 
     system = L.llama_print_system_info().decode("utf-8", "replace")
     return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip(),
-            "exact_gemm": _exact_gemm_in_use(_library_dir()),
-            "exact_f16": _exact_gemm_in_use(_library_dir(), "ggml_cpu_exact_f16")}
+            "exact_gemm": _exact_kernel_in_use(_library_dir()),
+            "exact_f16": _exact_kernel_in_use(_library_dir(), "ggml_cpu_exact_f16")}
 
 
 def _library_dir() -> Path:
@@ -455,7 +455,7 @@ def _library_dir() -> Path:
     return Path(getattr(bound, "_base_path", Path(bound.__file__).parent / "lib"))
 
 
-def _exact_gemm_in_use(lib_dir: Path, query: str = "ggml_cpu_exact_gemm") -> bool:
+def _exact_kernel_in_use(lib_dir: Path, query: str = "ggml_cpu_exact_gemm") -> bool:
     """Whether the CPU backend in ``lib_dir`` multiplies Q4_1 and Q8_0 weights by several columns in
     the patch's exact many-column product (docs/design/batch-invariance.md) in this process; False
     for a build without the patch, on a CPU without AVX2, and under ``GGML_CPU_EXACT_GEMM=0``.
