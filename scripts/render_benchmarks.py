@@ -61,6 +61,16 @@ COMPLETIONS = ("completions-cold", "completions-prepared")
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    bench_run("2026-12-07-torch-stdlib-beside-f16-again.json", COMPLETIONS, "488671b",
+              "--cases bench/cases/stdlib.jsonl --runtime torch --prepared"),
+    bench_run("2026-12-07-torch-stdlib-beside-f16.json", COMPLETIONS, "488671b",
+              "--cases bench/cases/stdlib.jsonl --runtime torch --prepared"),
+    bench_run("2026-12-07-llamacpp-stdlib-f16-repeat5.json", COMPLETIONS, "488671b",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5",
+              runtime="llamacpp"),
+    bench_run("2026-12-07-edits-llamacpp-f16.json", ("edits",), "488671b",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
     bench_run("2026-12-07-torch-stdlib.json", COMPLETIONS, "84b3072",
               "--cases bench/cases/stdlib.jsonl --runtime torch --prepared"),
     bench_run("2026-12-07-llamacpp-stdlib-exact-gemm-repeat3.json", COMPLETIONS, "84b3072",
