@@ -24,7 +24,6 @@ costs what a plain step costs.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import os
@@ -42,20 +41,6 @@ log = logging.getLogger("ngramd.adaptive")
 CALIBRATION_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
-def _nearest_in_log(sizes: Sequence[int], n: int) -> int:
-    """The index of the size nearest ``n`` on a log scale (the first of two as near), for ``sizes``
-    ascending: |log(n / s)| compared through n * n against the neighbours' product, exactly."""
-    hi = bisect.bisect_left(sizes, n)
-    if hi == 0:
-        return 0
-    if hi == len(sizes):
-        return len(sizes) - 1
-    lo = hi - 1
-    if sizes[hi] == n:
-        return hi
-    return lo if n * n <= sizes[lo] * sizes[hi] else hi
-
-
 @dataclass
 class CostModel:
     """ms per forward pass as a function of new tokens, piecewise linear between measured points
@@ -67,39 +52,12 @@ class CostModel:
     # row counts a pass is padded to (ModelRuntime.padded_pass_rows): a pass of 17 tokens
     # costs what one of 20 does, so the policy sees drafts up to the bucket as free
     pad_to: tuple[int, ...] = ()
-    # the curve's cost of every pass of 0..TABLE_TOKENS tokens, and the curve it was computed for:
-    # the policy prices several passes per step, and the curve changes at most once a step (``observe``)
-    _table: list[float] = field(default_factory=list, init=False, repr=False, compare=False)
-    _table_array: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    _table_curve: tuple | None = field(default=None, init=False, repr=False, compare=False)
-
-    TABLE_TOKENS = 160  # past the largest pass priced per step: a 64-token edit draft and its prompt rows
 
     def __call__(self, n: int) -> float:
-        if isinstance(n, (int, np.integer)) and 0 <= n <= self.TABLE_TOKENS:
-            self._current_table()
-            return self._table[n]
-        return float(self._price(np.array([n]))[0])
+        return float(self.many(np.array([n]))[0])
 
     def many(self, ns: np.ndarray) -> np.ndarray:
         """ms of passes of ``ns`` [k] new tokens each (padding included): [k]."""
-        ns = np.asarray(ns)
-        if ns.dtype.kind in "iu" and ns.size and 0 <= ns.min() and ns.max() <= self.TABLE_TOKENS:
-            return self._current_table()[ns]
-        return self._price(ns)
-
-    def _current_table(self) -> np.ndarray:
-        """The costs of passes of 0..TABLE_TOKENS tokens at the current curve: [TABLE_TOKENS + 1].
-        Each entry is what ``_price`` gives that size alone (it prices element by element)."""
-        curve = (tuple(self.sizes), tuple(self.ms), self.pad_to)
-        if self._table_curve != curve:
-            self._table_array = self._price(np.arange(self.TABLE_TOKENS + 1))
-            self._table = self._table_array.tolist()
-            self._table_curve = curve
-        return self._table_array
-
-    def _price(self, ns: np.ndarray) -> np.ndarray:
-        """The curve at ``ns`` [k], padding included: [k] ms."""
         if self.pad_to:
             buckets = np.asarray(self.pad_to)
             inside = (ns >= buckets[0]) & (ns <= buckets[-1])
@@ -127,7 +85,7 @@ class CostModel:
             return
         # a pass preempted by another process can take 100x its cost: at most double the curve
         ms = min(ms, 2.0 * self(n))
-        j = _nearest_in_log(self.sizes, n)
+        j = int(np.argmin([abs(np.log(n / s)) for s in self.sizes]))
         at_j = ms * self.ms[j] / max(self(n), 1e-9)
         self.ms[j] += alpha * (at_j - self.ms[j])
         for i in range(j + 1, len(self.ms)):  # a larger pass never costs less ...

@@ -175,9 +175,8 @@ class LlamaCppRuntime(TokenizerMethods):
         self.threads = threads or physical_cores()
         self.kernels = "exact" if exact_kernels else "ggml"
         # whether the build multiplies Q4_1/Q8_0 weights by several columns in its exact product
-        self.exact_gemm = _exact_kernel_in_use(_library_dir())
-        # whether its attention's F16 products go through the patch's exact kernel
-        self.exact_f16 = _exact_kernel_in_use(_library_dir(), "ggml_cpu_exact_f16")
+        # and whether its attention's F16 products go through the patch's exact kernel
+        self.exact_gemm, self.exact_f16 = _exact_kernels_in_use(_library_dir())
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
         self._lock = threading.RLock()  # one llama.cpp context: its calls never overlap
         _quiet_llama_log(L)
@@ -444,8 +443,7 @@ def build_info() -> dict[str, Any]:
 
     system = L.llama_print_system_info().decode("utf-8", "replace")
     return {"version": L.__version__, "llamafile": "LLAMAFILE = 1" in system, "system": system.strip(),
-            "exact_gemm": _exact_kernel_in_use(_library_dir()),
-            "exact_f16": _exact_kernel_in_use(_library_dir(), "ggml_cpu_exact_f16")}
+            **dict(zip(("exact_gemm", "exact_f16"), _exact_kernels_in_use(_library_dir())))}
 
 
 def _library_dir() -> Path:
@@ -461,9 +459,16 @@ def _exact_kernel_in_use(lib_dir: Path, query: str = "ggml_cpu_exact_gemm") -> b
     for a build without the patch, on a CPU without AVX2, and under ``GGML_CPU_EXACT_GEMM=0``.
     ``query`` "ggml_cpu_exact_f16": the same for the patch's F16 kernel (off under
     ``GGML_CPU_EXACT_F16=0`` too)."""
-    cpu = cpu_backend(lib_dir)
-    marker = getattr(cpu, query, None) if cpu is not None else None
+    marker = getattr(cpu_backend(lib_dir), query, None)
     return bool(marker()) if marker is not None else False
+
+
+def _exact_kernels_in_use(lib_dir: Path) -> tuple[bool, bool]:
+    """(many-column product, F16 kernel) in use, as ``_exact_kernel_in_use`` tells each, from one
+    lookup of the library."""
+    cpu = cpu_backend(lib_dir)
+    flags = (getattr(cpu, query, None) for query in ("ggml_cpu_exact_gemm", "ggml_cpu_exact_f16"))
+    return tuple(bool(flag()) if flag is not None else False for flag in flags)  # type: ignore[return-value]
 
 
 def cpu_backend(lib_dir: Path) -> ctypes.CDLL | None:

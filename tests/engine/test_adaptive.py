@@ -155,33 +155,3 @@ def test_on_a_near_linear_curve_a_draft_too_short_to_pay_even_accepted_is_declin
     assert long >= 3 and (1 + long) * cost(1) / cost(1 + long) >= MIN_CEILING
     flat = CostModel(sizes=[1, 2, 16], ms=[70.0, 74.0, 130.0], online=False)  # torch's CPU curve
     assert best_count([0.6], flat) == 1
-
-
-def test_the_priced_table_gives_each_pass_what_the_curve_gives_it_alone():
-    """CostModel keeps the price of every pass of 0..TABLE_TOKENS tokens per curve: each entry must
-    be bitwise the curve's own price of that size, padded or not, and follow the curve's changes."""
-    import numpy as np
-
-    from ngramd.daemon.engine.policy import CostModel
-
-    curves = [CostModel(sizes=[1, 2, 4, 8, 16, 32, 64], ms=[9.0, 14.3, 20.0, 31.6, 56.2, 108.0, 216.0]),
-              CostModel(sizes=[1, 64], ms=[70.0, 260.0], pad_to=(4, 8, 12, 16, 20, 32, 48, 64)),
-              CostModel(sizes=[1, 3, 7], ms=[1.5, 1.7, 5.25])]
-    ns = np.arange(0, CostModel.TABLE_TOKENS + 40)
-    for cost in curves:
-        for step in range(3):
-            direct = cost._price(ns)
-            assert cost.many(ns).tobytes() == direct.tobytes()  # past the table too
-            assert cost.many(ns[:30]).tobytes() == direct[:30].tobytes()
-            assert [cost(int(n)) for n in ns] == direct.tolist()
-            cost.observe(3 + step, 40.0 + 7 * step)  # a new curve: the table follows it
-
-
-def test_a_pass_is_folded_into_the_size_nearest_it_on_a_log_scale():
-    import numpy as np
-
-    from ngramd.daemon.engine.policy import CALIBRATION_SIZES, _nearest_in_log
-
-    for sizes in (list(CALIBRATION_SIZES), [1, 64], [1, 3, 7, 20]):
-        for n in range(1, 300):
-            assert _nearest_in_log(sizes, n) == int(np.argmin([abs(np.log(n / s)) for s in sizes])), (sizes, n)
