@@ -104,6 +104,15 @@ def _prefill_piece(runtime: Runtime, kv: KVCache, piece: list[int]) -> None:
     kv.extended(piece)
 
 
+def _before_stop(chosen: list[tuple[int, np.ndarray]], stopper: StopChecker) -> list[tuple[int, np.ndarray]]:
+    """The ``chosen`` branches (branch index, tokens) cut before the token that would stop the
+    answer: no row after it is ever emitted, and the stop token itself is the target's own row to
+    give. Only the pass's size changes, never the output. Probed after the policy's choice: a
+    32-token probe of a multi-line answer costs 0.2-0.3 ms, a verified row ~3 ms on 2 CPU cores."""
+    cut = [(b, tokens[:stopper.tokens_before_stop(tokens)]) for b, tokens in chosen]
+    return [(b, tokens) for b, tokens in cut if len(tokens)]
+
+
 def _reads_all_rows(device: Device) -> bool:
     """Greedy: whether a pass's tokens are read all at once, before the walk (a GPU)."""
     return device.type != "cpu"
@@ -176,7 +185,7 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         if policy is not None and budget > 0:
             draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
             if draft:
-                chosen = policy.choose(draft, budget)
+                chosen = _before_stop(policy.choose(draft, budget), stopper)
         tree = build_tree([tokens for _, tokens in chosen])
         chain = tree.size == 0 or tree.is_chain
         if len(pending) > 1 and not chain:

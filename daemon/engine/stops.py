@@ -36,6 +36,7 @@ that the prompt backed off, see prompt.py) are consumed but not part of the text
 from __future__ import annotations
 
 import codecs
+import copy
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -101,6 +102,24 @@ class StopChecker:
         for i, t in enumerate(tokens):
             if self.push(int(t)):
                 return i + 1
+        return len(tokens)
+
+    def tokens_before_stop(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens``, generated next, would come before the one that stops generation
+        (``len(tokens)`` when none does); this checker is left as it was. A draft is cut there:
+        its rows after that token are never emitted. The loop guard is not consulted (a loop
+        caught in a draft leaves the draft whole: only slower)."""
+        if self.reason:
+            return 0
+        probe = copy.copy(self)
+        probe._raw = bytearray(self._raw)
+        probe._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        probe._utf8.setstate(self._utf8.getstate())
+        probe._loops = None
+        probe._fences = copy.copy(self._fences)
+        for i, t in enumerate(tokens):
+            if probe.push(int(t)):
+                return i
         return len(tokens)
 
     def _decode(self) -> None:

@@ -182,3 +182,33 @@ def test_cancellation_between_passes(tiny, reference, scripted):
     out, stats, _ = _run(tiny, prompt, scripted(script), cancel=cancel)
     assert out.cancelled and out.stop_reason == "cancelled"
     assert 5 <= len(out.tokens) < MAX and out.tokens == ref[: len(out.tokens)]
+
+
+@pytest.mark.parametrize("stop", ["eos", "stop_string"])
+def test_a_draft_is_cut_before_the_token_that_ends_the_answer(tiny, reference, scripted, stop):
+    """A draft running past where the answer stops verifies only the tokens before the stop:
+    the rows after it would never be emitted. The output is plain decoding's."""
+    prompt, ref = reference
+    j = next(i for i in range(4, len(ref)) if ref[i] not in ref[:i] and tiny.token_bytes(ref[i]).strip())
+    if stop == "eos":
+        cfg = StopConfig(max_tokens=MAX, eos_ids=frozenset({ref[j]}))
+    else:  # the stop string is the stop token's text: every character of it comes in that token
+        text = tiny.token_bytes(ref[j]).decode("utf-8", "replace")
+        before = tiny.decode(ref[:j])
+        assert text not in before + text[:-1], "the stop string must first complete at token j"
+        cfg = StopConfig(max_tokens=MAX, stop_strings=(text,))
+
+    def run(proposer):
+        kv, stats = KVCache(), GenerationStats()
+        prefill(tiny, kv, prompt, stats, None, 128)
+        policy = DraftPolicy(CostModel(), AdaptiveConfig(fixed_k=64)) if proposer is not None else None
+        out = generate(tiny, kv, prompt, proposer or NullProposer(), policy, StopChecker(cfg, tiny.token_bytes),
+                       SamplingParams(), None, stats)
+        return out, stats
+
+    plain, _ = run(None)
+    assert plain.stop_reason == stop and len(plain.tokens) == j + (stop == "stop_string")  # eos is not emitted
+    out, stats = run(scripted(lambda ctx: [_truth(prompt, ref, ctx)[:20]]))
+    assert (out.tokens, out.text, out.stop_reason) == (plain.tokens, plain.text, plain.stop_reason)
+    # one pass of the pending token and the j tokens before the stop: its row j gives the stop token
+    assert (stats.forward_passes, stats.drafted, stats.accepted) == (1, j, j)

@@ -187,3 +187,42 @@ def test_where_generation_stops_does_not_depend_on_how_the_stream_is_split_into_
         assert bounds[used - 1] < stopped_at <= bounds[used]
     else:
         assert used == len(tokens)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_streams(), st.integers(0, 30))
+def test_tokens_before_stop_foresees_where_pushing_would_stop_and_changes_nothing(case, fed):
+    """A draft is cut where ``tokens_before_stop`` says: it must name the token that stops the
+    answer when the stream is pushed, and leave the checker as it was."""
+    cfg, skip, stream, bounds = case
+    tokens = [stream[a:b] for a, b in zip(bounds, bounds[1:])]
+    fed = min(fed, len(tokens))
+
+    def checker():
+        c = StopChecker(StopConfig(max_tokens=10_000, **cfg), lambda t: tokens[t], skip=skip)
+        c.push_many(range(fed))
+        return c
+
+    probed, fresh = checker(), checker()
+    ahead = probed.tokens_before_stop(range(fed, len(tokens)))
+    used = probed.push_many(range(fed, len(tokens)))
+    fresh_used = fresh.push_many(range(fed, len(tokens)))
+    assert (probed.text, probed.reason, used) == (fresh.text, fresh.reason, fresh_used)
+    if fresh.reason and used:
+        assert ahead == used - 1  # the tokens before the one that stopped it
+    else:
+        assert ahead == (0 if fresh.reason else len(tokens) - fed)
+
+
+def test_tokens_before_stop_sees_eos_max_tokens_and_a_character_split_across_tokens():
+    arrow = "→".encode()
+    table = [b"a", arrow[:1], arrow[1:], b"\n", b"x", b"y"]
+    c = StopChecker(StopConfig(max_tokens=5, eos_ids=frozenset({5}), single_line=True), lambda t: table[t])
+    c.push_many([0, 1])  # half the arrow is in the decoder
+    assert c.tokens_before_stop([2, 0, 0, 0]) == 2  # the fifth token is max_tokens'
+    assert c.tokens_before_stop([2, 5]) == 1  # eos
+    assert c.tokens_before_stop([2, 3, 4]) == 1  # the newline, once the arrow is whole
+    assert c.tokens_before_stop([2]) == 1
+    assert (c.push_many([2, 4]), c.text, c.reason) == (2, "a→x", "")
+    c.push(3)
+    assert c.tokens_before_stop([0]) == 0  # stopped already: nothing more is emitted
