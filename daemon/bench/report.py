@@ -37,7 +37,9 @@ speculative mode), cold and prepared (``prepared_vs_...``: each side prepared), 
 ms and first-token ms per variant (``totals_ms``, ``first_token_totals_ms``) and how many cases
 each peer made plain's very token ids in (``llamacpp_plain_identical``). Their targets (issue 31):
 completions >= 1.0x llama.cpp plain in total and never below 0.95x on a case, edits >= 1.5x,
-faster than the prompt-lookup peer in total; cold and prepared both.
+faster than the prompt-lookup peer in total; cold and prepared both. A case's lowest ratio is
+also given paired by round (``paired_min``: each case's median over rounds of the ratio within a
+round), which the machine's drift between rounds does not move; ``met`` stays the ratio of medians'.
 
 An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
 compiles with the answer in place), counted in a group over the answers an editor applies
@@ -131,14 +133,36 @@ def _finished_edit(row: dict[str, Any]) -> bool:
             and row.get("stop_reason") in FINISHED_EDIT_STOPS)
 
 
+# A row's median time -> the variant whose every run ``runs_ms`` keeps (daemon/bench/runner.py)
+RUNS_OF = {"ms": "spec", "plain_ms": "plain", "hf_prompt_lookup_ms": "hf", "prepared_ms": "prep_spec",
+           "prepared_plain_ms": "prep_plain", "llamacpp_plain_ms": "llamacpp_plain",
+           "llamacpp_pld_ms": "llamacpp_pld", "prepared_llamacpp_plain_ms": "prep_llamacpp_plain",
+           "prepared_llamacpp_pld_ms": "prep_llamacpp_pld"}
+
+
 def _speedups(rows: list[dict[str, Any]], base_key: str, key: str = "ms") -> dict[str, float | None]:
     pairs = [(r[base_key], r[key]) for r in rows if r.get(base_key) and r.get(key)]
     if not pairs:
-        return {"total": None, "median": None, "min": None}
+        return {"total": None, "median": None, "min": None, "paired_min": None}
     ratios = [b / m for b, m in pairs]
+    paired = [p for p in (_paired_ratio(r, base_key, key) for r in rows) if p is not None]
     return {"total": round(sum(b for b, _ in pairs) / sum(m for _, m in pairs), 3),
             "median": round(statistics.median(ratios), 3),
-            "min": round(min(ratios), 3)}
+            "min": round(min(ratios), 3),
+            "paired_min": round(min(paired), 3) if len(paired) == len(pairs) else None}
+
+
+def _paired_ratio(row: dict[str, Any], base_key: str, key: str) -> float | None:
+    """A case's speedup paired by round: the median over rounds of the baseline's run over ngramd's
+    run of the same round (None without runs of both in every round). The variants of a round run
+    back to back, seconds apart; rounds run a minute or more apart, and this machine's speed can
+    shift by 20% between them (a case's every variant alike), which moves the ratio of two
+    medians taken over different rounds and not the ratio within a round."""
+    runs = row.get("runs_ms") or {}
+    base, mine = runs.get(RUNS_OF.get(base_key, "")), runs.get(RUNS_OF.get(key, ""))
+    if not base or not mine or len(base) != len(mine) or not all(mine):
+        return None
+    return statistics.median(b / m for b, m in zip(base, mine))
 
 
 def _decode_speedup(rows: list[dict[str, Any]], base: str) -> float | None:
@@ -309,6 +333,9 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
         prepared = group and group[f"prepared_vs_{peer}"][stat]
         if prepared:
             out[name].update(prepared=prepared, prepared_met=prepared >= goal)
+        if group and stat == "min":  # the lowest case paired by round, beside (never instead of) it
+            out[name].update(paired=group[f"vs_{peer}"]["paired_min"],
+                             prepared_paired=group[f"prepared_vs_{peer}"]["paired_min"])
             if ceilings and group["ceiling_prepared_vs_llamacpp_plain"] is not None:
                 out[name]["prepared_ceiling"] = group["ceiling_prepared_vs_llamacpp_plain"]
 
@@ -448,6 +475,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             prep_reach = _reach("ceiling", t.get("prepared_ceiling"), t["goal"])
             prep = (f"; prepared {t['prepared']:.2f}" + (f" ({prep_reach})" if prep_reach else "")
                     + f" {'met' if t['prepared_met'] else 'MISSED'}")
+        if t.get("paired") is not None or t.get("prepared_paired") is not None:
+            prep += (f"; paired by round {_fmt(t.get('paired'), '', 2)}"
+                     + (f", prepared {_fmt(t.get('prepared_paired'), '', 2)}" if "prepared" in t else ""))
         lines.append(f"target {name}: {_fmt(t['value'], '', 2)} (goal {t['goal']}{reach}) {met}{prep}")
     if summary["unsupported"]:
         lines.append(f"unsupported: {', '.join(summary['unsupported'])}")

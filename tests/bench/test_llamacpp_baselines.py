@@ -65,7 +65,8 @@ def test_summary_over_the_llamacpp_baselines_and_their_targets():
     rows = [peer_row("a", 100, 100, 110, 150, prep=(50, 60, 40)), peer_row("b", 200, 200, 180, 250, prep=(100, 90, 80))]
     s = summarize(rows)
     c = s["completions"]
-    assert c["vs_llamacpp_plain"] == {"total": round(290 / 300, 3), "median": 1.0, "min": 0.9}
+    # no runs_ms in these rows: nothing to pair by round
+    assert c["vs_llamacpp_plain"] == {"total": round(290 / 300, 3), "median": 1.0, "min": 0.9, "paired_min": None}
     assert c["prepared_vs_llamacpp_plain"]["total"] == 1.0  # 150 / 150
     assert c["vs_llamacpp_pld"]["total"] == round(400 / 300, 3)
     assert c["llamacpp_plain_identical"] == 2 and c["llamacpp_pld_identical"] == 1
@@ -89,3 +90,28 @@ def test_the_table_shows_the_llamacpp_columns_and_says_why_hf_is_missing():
     assert "x lc" in text and "prep pld" in text and "1.10x" in text  # 110 / 100
     assert "hf baseline skipped: no torch model" in text
     assert "vs llama.cpp plain total 1.10x" in text
+
+
+def test_the_lowest_case_paired_by_round_beside_the_ratio_of_medians():
+    """A case whose rounds ran at two speeds: its medians fall in different rounds (llama.cpp's in
+    a fast one, ngramd's in a slow one), while within every round ngramd was 4-5% faster."""
+    slow_fast = {"prep_spec": [100.0, 130.0, 96.0, 131.0, 129.0], "prep_llamacpp_plain": [105.0, 136.0, 100.0, 101.0, 135.0],
+                 "spec": [200.0] * 5, "llamacpp_plain": [210.0] * 5}
+    rows = [{**peer_row("a", 200, 200, 210, 250, prep=(129.0, 105.0, 90)), "runs_ms": slow_fast},
+            {**peer_row("b", 100, 100, 110, 150, prep=(50, 60, 40)),
+             "runs_ms": {"prep_spec": [50.0] * 5, "prep_llamacpp_plain": [60.0] * 5, "spec": [100.0] * 5,
+                         "llamacpp_plain": [110.0] * 5}}]
+    s = summarize(rows)
+    prepared = s["completions"]["prepared_vs_llamacpp_plain"]
+    assert prepared["min"] == round(105 / 129, 3)  # the ratio of medians: 0.81x
+    assert prepared["paired_min"] == round(136 / 130, 3)  # median of 1.05, 1.046, 1.042, 0.771, 1.047
+    t = s["targets"]["completions_min_vs_llamacpp_plain"]
+    assert t["prepared"] == round(105 / 129, 3) and t["prepared_met"] is False  # met stays the medians'
+    assert t["prepared_paired"] == round(136 / 130, 3) and t["paired"] == 1.05
+    out = io.StringIO()
+    render_text(build_report(rows, {"runtime": "llamacpp"}), out, use_rich=False)
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("target completions_min_vs_llamacpp_plain"))
+    assert line.endswith("prepared 0.81 MISSED; paired by round 1.05, prepared 1.05")
+    # a case without runs of both in every round: no paired figure at all
+    rows[1]["runs_ms"]["prep_llamacpp_plain"] = [60.0] * 4
+    assert summarize(rows)["completions"]["prepared_vs_llamacpp_plain"]["paired_min"] is None

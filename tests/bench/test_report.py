@@ -74,7 +74,7 @@ def test_prepared_figures_beside_the_cold_ones():
 
     rows = [prepared(row("a", "repeat", 100, 300, 300), 50, 400), prepared(row("b", "repeat", 100, 300, 300), 50, 200)]
     s = summarize(rows)
-    assert s["by_kind"]["repeat"]["prepared_vs_plain"] == {"total": 6.0, "median": 6.0, "min": 4.0}
+    assert s["by_kind"]["repeat"]["prepared_vs_plain"] == {"total": 6.0, "median": 6.0, "min": 4.0, "paired_min": None}
     t = s["targets"]["repeat_vs_plain"]
     assert (t["value"], t["met"], t["prepared"], t["prepared_met"]) == (3.0, False, 6.0, True)
     assert t["ceiling"] == 30.0 and t["prepared_ceiling"] == 75.0  # 600 / (10 + 10), 600 / (4 + 4)
