@@ -61,6 +61,12 @@ COMPLETIONS = ("completions-cold", "completions-prepared")
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    bench_run("2026-12-07-edits-llamacpp-stop-cut.json", ("edits",), "3eebe24",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
+    bench_run("2026-12-07-llamacpp-stdlib-stop-cut-repeat5.json", COMPLETIONS, "3eebe24",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5",
+              runtime="llamacpp"),
     bench_run("2026-12-07-torch-stdlib-beside-f16-again.json", COMPLETIONS, "488671b",
               "--cases bench/cases/stdlib.jsonl --runtime torch --prepared"),
     bench_run("2026-12-07-torch-stdlib-beside-f16.json", COMPLETIONS, "488671b",

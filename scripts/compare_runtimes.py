@@ -1,0 +1,99 @@
+"""The torch and llama.cpp runtimes side by side in one process, case by case, interleaved:
+ngramd's speculative completions in the prepared flow (the editor's: the prompt prefilled while
+the cursor rests, the request then timed), on the same GGUF and the same bench cases.
+
+    .venv/bin/python scripts/compare_runtimes.py [--cases bench/cases/stdlib.jsonl] [--repeat 3] [--json OUT]
+
+Every round of a case runs both runtimes, in turns that alternate from round to round, so that the
+machine's drift (20% between processes and between minutes here) falls on both alike; two bench
+runs one after the other (scripts/compare_bench_runs.py) cannot promise that. Prints each case's
+median per runtime and their ratio, the total ratio (the sum of torch's medians over llama.cpp's),
+and whether both runtimes made the same tokens. Each runtime keeps its own engine and index, as
+``ngramd bench`` does; the tokenizer is the GGUF's in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUNTIMES = ("torch", "llamacpp")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=Path, default=Path("bench/cases/stdlib.jsonl"))
+    ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per case (each runs both runtimes)")
+    ap.add_argument("--json", type=Path, default=None, help="write the per-case figures here")
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+
+    from ngramd.daemon.bench.cases import load_cases
+    from ngramd.daemon.bench.runner import BenchRunner, case_document
+    from ngramd.daemon.runtime.loading import load_runtime
+
+    cases = [c for c in load_cases(args.cases) if c.mode == "complete"]
+    if not cases:
+        print(f"{args.cases} holds no completion case", file=sys.stderr)
+        return 1
+    runners = {name: BenchRunner(load_runtime(args.model, device="cpu", runtime=name), hf=False, prepared=True)
+               for name in RUNTIMES}
+    rows = []
+    for case in cases:
+        ms: dict[str, list[float]] = {name: [] for name in RUNTIMES}
+        tokens: dict[str, list[int]] = {}
+        indexes = {name: runner.index_for(case.workspace) for name, runner in runners.items()}
+        for name, runner in runners.items():
+            runner.warm_up(case)
+        for r in range(args.repeat):
+            for name in (RUNTIMES if r % 2 == 0 else RUNTIMES[::-1]):
+                runner, index = runners[name], indexes[name]
+                with case_document(index, case):
+                    run = runner._engine_run(case, index, speculate=True, prepared=True)
+                ms[name].append(round(run.ms, 2))
+                tokens[name] = list(run.result.token_ids)
+        med = {name: statistics.median(v) for name, v in ms.items()}
+        row = {"id": case.id, "generated": len(tokens["llamacpp"]), "runs_ms": ms,
+               "torch_ms": round(med["torch"], 2), "llamacpp_ms": round(med["llamacpp"], 2),
+               "ratio": round(med["torch"] / med["llamacpp"], 3), "identical": tokens["torch"] == tokens["llamacpp"]}
+        rows.append(row)
+        print(f"{case.id:26s} {row['generated']:3d} tokens  torch {row['torch_ms']:8.1f} ms  "
+              f"llama.cpp {row['llamacpp_ms']:7.1f} ms  {row['ratio']:.2f}x  same tokens: {row['identical']}",
+              flush=True)
+    total = sum(r["torch_ms"] for r in rows) / sum(r["llamacpp_ms"] for r in rows)
+    ratios = [r["ratio"] for r in rows]
+    summary = {"cases": len(rows), "total_ratio": round(total, 3), "median_ratio": round(statistics.median(ratios), 3),
+               "lowest_ratio": round(min(ratios), 3), "identical": sum(r["identical"] for r in rows)}
+    print(f"{summary['cases']} cases, prepared speculative completions: llama.cpp {total:.2f}x faster than torch "
+          f"in total, median {summary['median_ratio']:.2f}x, lowest {summary['lowest_ratio']:.2f}x; "
+          f"same tokens in {summary['identical']} of {summary['cases']}")
+    if args.json is not None:
+        meta = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "platform": platform.platform(),
+                "cpu_count": os.cpu_count(), "cases_file": str(args.cases), "repeat": args.repeat,
+                "model": args.model or "embedded"}
+        args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
+    for runner in runners.values():
+        runner.close()
+    return 0
+
+
+def _commit() -> str | None:
+    """The checkout's commit, where this runs in one."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""What cutting drafts before the token that ends the answer saves, in one process: each case's
+prepared completion decoded plainly, speculatively with the cut, and speculatively without it
+(``StopChecker.tokens_before_stop`` answering "no stop ahead"), the three in turns that rotate
+from round to round.
+
+    .venv/bin/python scripts/measure_stop_cut.py [--cases bench/cases/stdlib.jsonl] [--repeat 5] [--only ID,ID]
+
+Prints each case's medians, the tokens drafted in each run, whether the three made the same
+tokens, and the totals. The cut changes which rows a pass verifies, never the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+VARIANTS = ("plain", "cut", "whole")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=Path, default=Path("bench/cases/stdlib.jsonl"))
+    ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds per case")
+    ap.add_argument("--only", default="", help="comma-separated case ids (default: every completion case)")
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+
+    from ngramd.daemon.bench.cases import load_cases
+    from ngramd.daemon.bench.runner import BenchRunner, case_document
+    from ngramd.daemon.engine.stops import StopChecker
+    from ngramd.daemon.runtime.loading import load_runtime
+
+    only = {x for x in args.only.split(",") if x}
+    cases = [c for c in load_cases(args.cases) if c.mode == "complete" and (not only or c.id in only)]
+    if not cases:
+        print("no completion case to run", file=sys.stderr)
+        return 1
+    cut = StopChecker.tokens_before_stop
+
+    def whole(self: StopChecker, tokens) -> int:  # the probe without the cut: "no stop ahead"
+        return 0 if self.reason else len(tokens)
+
+    runner = BenchRunner(load_runtime(args.model, device="cpu"), hf=False, prepared=True)
+    totals = dict.fromkeys(VARIANTS, 0.0)
+    try:
+        for case in cases:
+            index = runner.index_for(case.workspace)
+            runner.warm_up(case)
+            ms: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            drafted: dict[str, list[int]] = {v: [] for v in VARIANTS}
+            tokens: dict[str, list[int]] = {}
+            with case_document(index, case):
+                for r in range(args.repeat):
+                    for variant in VARIANTS[r % 3:] + VARIANTS[:r % 3]:
+                        StopChecker.tokens_before_stop = whole if variant == "whole" else cut
+                        run = runner._engine_run(case, index, variant != "plain", prepared=True)
+                        ms[variant].append(run.ms)
+                        drafted[variant].append(run.result.stats.drafted)
+                        tokens[variant] = list(run.result.token_ids)
+            StopChecker.tokens_before_stop = cut
+            med = {v: statistics.median(ms[v]) for v in VARIANTS}
+            for v in VARIANTS:
+                totals[v] += med[v]
+            same = tokens["plain"] == tokens["cut"] == tokens["whole"]
+            print(f"{case.id:26s} {len(tokens['plain']):3d} tokens  plain {med['plain']:7.1f}  cut {med['cut']:7.1f}  "
+                  f"whole {med['whole']:7.1f} ms  drafted cut {drafted['cut']} whole {drafted['whole']}  "
+                  f"same tokens: {same}", flush=True)
+    finally:
+        StopChecker.tokens_before_stop = cut
+        runner.close()
+    print(f"{len(cases)} cases: speculation {totals['plain'] / totals['cut']:.3f}x plain decoding with the cut, "
+          f"{totals['plain'] / totals['whole']:.3f}x without")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
