@@ -3,17 +3,23 @@ prepared completion decoded plainly, speculatively with the cut, and speculative
 (``StopChecker.tokens_before_stop`` answering "no stop ahead"), the three in turns that rotate
 from round to round.
 
-    .venv/bin/python scripts/measure_stop_cut.py [--cases bench/cases/stdlib.jsonl] [--repeat 5] [--only ID,ID]
+    .venv/bin/python scripts/measure_stop_cut.py [--cases bench/cases/stdlib.jsonl] [--repeat 5] [--only ID,ID] [--json OUT]
 
-Prints each case's medians, the tokens drafted in each run, whether the three made the same
-tokens, and the totals. The cut changes which rows a pass verifies, never the output.
+Prints each case's medians, the tokens drafted in each run, whether every run of the three made
+plain decoding's first tokens, and the totals. The cut changes which rows a pass verifies, never
+the output.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 VARIANTS = ("plain", "cut", "whole")
@@ -25,6 +31,7 @@ def main() -> int:
     ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds per case")
     ap.add_argument("--only", default="", help="comma-separated case ids (default: every completion case)")
+    ap.add_argument("--json", type=Path, default=None, help="write the per-case figures here")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -46,13 +53,14 @@ def main() -> int:
 
     runner = BenchRunner(load_runtime(args.model, device="cpu"), hf=False, prepared=True)
     totals = dict.fromkeys(VARIANTS, 0.0)
+    rows: list[dict] = []
     try:
         for case in cases:
             index = runner.index_for(case.workspace)
             runner.warm_up(case)
             ms: dict[str, list[float]] = {v: [] for v in VARIANTS}
             drafted: dict[str, list[int]] = {v: [] for v in VARIANTS}
-            tokens: dict[str, list[int]] = {}
+            answers: set[tuple[int, ...]] = set()  # every run's tokens: one answer if all agree
             with case_document(index, case):
                 for r in range(args.repeat):
                     for variant in VARIANTS[r % 3:] + VARIANTS[:r % 3]:
@@ -60,20 +68,31 @@ def main() -> int:
                         run = runner._engine_run(case, index, variant != "plain", prepared=True)
                         ms[variant].append(run.ms)
                         drafted[variant].append(run.result.stats.drafted)
-                        tokens[variant] = list(run.result.token_ids)
+                        answers.add(tuple(run.result.token_ids))
             StopChecker.tokens_before_stop = cut
             med = {v: statistics.median(ms[v]) for v in VARIANTS}
             for v in VARIANTS:
                 totals[v] += med[v]
-            same = tokens["plain"] == tokens["cut"] == tokens["whole"]
-            print(f"{case.id:26s} {len(tokens['plain']):3d} tokens  plain {med['plain']:7.1f}  cut {med['cut']:7.1f}  "
+            same = len(answers) == 1
+            generated = len(next(iter(answers)))
+            rows.append({"id": case.id, "generated": generated, "runs_ms": {v: [round(x, 2) for x in ms[v]] for v in VARIANTS},
+                         "median_ms": {v: round(med[v], 2) for v in VARIANTS}, "drafted": drafted, "identical": same})
+            print(f"{case.id:26s} {generated:3d} tokens  plain {med['plain']:7.1f}  cut {med['cut']:7.1f}  "
                   f"whole {med['whole']:7.1f} ms  drafted cut {drafted['cut']} whole {drafted['whole']}  "
-                  f"same tokens: {same}", flush=True)
+                  f"every run the same tokens: {same}", flush=True)
     finally:
         StopChecker.tokens_before_stop = cut
         runner.close()
-    print(f"{len(cases)} cases: speculation {totals['plain'] / totals['cut']:.3f}x plain decoding with the cut, "
-          f"{totals['plain'] / totals['whole']:.3f}x without")
+    summary = {"cases": len(rows), "with_cut": round(totals["plain"] / totals["cut"], 3),
+               "without_cut": round(totals["plain"] / totals["whole"], 3), "identical": sum(r["identical"] for r in rows)}
+    print(f"{summary['cases']} cases: speculation {summary['with_cut']:.3f}x plain decoding with the cut, "
+          f"{summary['without_cut']:.3f}x without; every run the same tokens in {summary['identical']}")
+    if args.json is not None:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        meta = {"date": time.strftime("%Y-%m-%d"), "commit": commit or None, "platform": platform.platform(),
+                "cpu_count": os.cpu_count(), "cases_file": str(args.cases), "repeat": args.repeat,
+                "model": args.model or "embedded"}
+        args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
     return 0
 
 

@@ -141,11 +141,12 @@ RUNS_OF = {"ms": "spec", "plain_ms": "plain", "hf_prompt_lookup_ms": "hf", "prep
 
 
 def _speedups(rows: list[dict[str, Any]], base_key: str, key: str = "ms") -> dict[str, float | None]:
-    pairs = [(r[base_key], r[key]) for r in rows if r.get(base_key) and r.get(key)]
+    timed = [r for r in rows if r.get(base_key) and r.get(key)]
+    pairs = [(r[base_key], r[key]) for r in timed]
     if not pairs:
         return {"total": None, "median": None, "min": None, "paired_min": None}
     ratios = [b / m for b, m in pairs]
-    paired = [p for p in (_paired_ratio(r, base_key, key) for r in rows) if p is not None]
+    paired = [p for p in (_paired_ratio(r, base_key, key) for r in timed) if p is not None]
     return {"total": round(sum(b for b, _ in pairs) / sum(m for _, m in pairs), 3),
             "median": round(statistics.median(ratios), 3),
             "min": round(min(ratios), 3),
@@ -333,11 +334,11 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
         prepared = group and group[f"prepared_vs_{peer}"][stat]
         if prepared:
             out[name].update(prepared=prepared, prepared_met=prepared >= goal)
+            if ceilings and group["ceiling_prepared_vs_llamacpp_plain"] is not None:
+                out[name]["prepared_ceiling"] = group["ceiling_prepared_vs_llamacpp_plain"]
         if group and stat == "min":  # the lowest case paired by round, beside (never instead of) it
             out[name].update(paired=group[f"vs_{peer}"]["paired_min"],
                              prepared_paired=group[f"prepared_vs_{peer}"]["paired_min"])
-            if ceilings and group["ceiling_prepared_vs_llamacpp_plain"] is not None:
-                out[name]["prepared_ceiling"] = group["ceiling_prepared_vs_llamacpp_plain"]
 
     if "completions" in summary:
         completions, edits = summary["completions"], summary.get("edits")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -40,7 +40,7 @@ from ngramd.daemon.engine.proposer import Proposer
 from ngramd.daemon.protocol.requests import GenerationStats, SamplingParams
 from ngramd.daemon.engine.stops import StopChecker
 from ngramd.daemon.runtime.tree import DraftTree, build_tree
-from ngramd.index.draft import NO_DRAFT, Source
+from ngramd.index.draft import NO_DRAFT, Draft, Source
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,18 @@ def _prefill_piece(runtime: Runtime, kv: KVCache, piece: list[int]) -> None:
     kv.extended(piece)
 
 
-def _before_stop(chosen: list[tuple[int, np.ndarray]], stopper: StopChecker) -> list[tuple[int, np.ndarray]]:
-    """The ``chosen`` branches (branch index, tokens) cut before the token that would stop the
-    answer: no row after it is ever emitted, and the stop token itself is the target's own row to
-    give. Only the pass's size changes, never the output. Probed after the policy's choice: a
-    32-token probe of a multi-line answer costs 0.2-0.3 ms, a verified row ~3 ms on 2 CPU cores."""
-    cut = [(b, tokens[:stopper.tokens_before_stop(tokens)]) for b, tokens in chosen]
-    return [(b, tokens) for b, tokens in cut if len(tokens)]
+def _cut_at_stop(draft: Draft, chosen: list[tuple[int, np.ndarray]], stopper: StopChecker) -> Draft | None:
+    """The ``chosen`` branches of ``draft`` (branch index, tokens), each cut before the token that
+    would stop the answer, as a draft of its own; None when no branch reaches a stop. No row
+    after that token is ever emitted, and the stop token itself is the target's own row to give:
+    only the pass's size changes, never the output. Probed after the policy's choice, so on its
+    tokens only (a 32-token probe of a multi-line answer costs 0.2-0.3 ms, a verified row ~3 ms
+    on 2 CPU cores)."""
+    lengths = [stopper.tokens_before_stop(tokens) for _, tokens in chosen]
+    if all(n == len(tokens) for n, (_, tokens) in zip(lengths, chosen)):
+        return None
+    branches = tuple(replace(draft.branches[b], tokens=tokens[:n]) for n, (b, tokens) in zip(lengths, chosen) if n)
+    return Draft(branches) if branches else NO_DRAFT
 
 
 def _reads_all_rows(device: Device) -> bool:
@@ -185,7 +190,11 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         if policy is not None and budget > 0:
             draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
             if draft:
-                chosen = _before_stop(policy.choose(draft, budget), stopper)
+                chosen = policy.choose(draft, budget)
+                shorter = _cut_at_stop(draft, chosen, stopper)
+                if shorter is not None:  # priced again: a draft cut short may no longer pay for its pass
+                    draft = shorter
+                    chosen = policy.choose(draft, budget) if draft else []
         tree = build_tree([tokens for _, tokens in chosen])
         chain = tree.size == 0 or tree.is_chain
         if len(pending) > 1 and not chain:

@@ -74,8 +74,11 @@ def test_summary_over_the_llamacpp_baselines_and_their_targets():
                               "prep_llamacpp_plain": 150, "llamacpp_pld": 400, "prep_llamacpp_pld": 120}
     assert c["first_token_totals_ms"]["llamacpp_plain"] == 90 and c["first_token_totals_ms"]["prep_spec"] == 20
     assert c["ceiling_vs_llamacpp_plain"] == round(290 / 80, 3)  # the faster first token: ngramd's 40 ms
+    assert c["ceiling_prepared_vs_llamacpp_plain"] == round(150 / 20, 3)  # prepared first tokens: 10 + 10 ms
     t = s["targets"]
     assert t["completions_vs_llamacpp_plain"]["met"] is False and t["completions_vs_llamacpp_plain"]["prepared_met"]
+    assert t["completions_vs_llamacpp_plain"]["prepared_ceiling"] == round(150 / 20, 3)
+    assert "prepared_ceiling" not in t["completions_min_vs_llamacpp_plain"]  # a minimum has no ceiling
     assert t["completions_min_vs_llamacpp_plain"]["value"] == 0.9 and t["completions_min_vs_llamacpp_plain"]["met"] is False
     assert t["completions_vs_llamacpp_pld"]["met"] is True and t["completions_vs_llamacpp_pld"]["prepared_met"] is False
     assert t["edits_vs_llamacpp_plain"]["met"] is None  # no edit case

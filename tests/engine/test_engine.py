@@ -212,3 +212,34 @@ def test_a_draft_is_cut_before_the_token_that_ends_the_answer(tiny, reference, s
     assert (out.tokens, out.text, out.stop_reason) == (plain.tokens, plain.text, plain.stop_reason)
     # one pass of the pending token and the j tokens before the stop: its row j gives the stop token
     assert (stats.forward_passes, stats.drafted, stats.accepted) == (1, j, j)
+
+
+def test_a_draft_cut_short_by_the_stop_is_priced_again(tiny, reference):
+    from ngramd.index.draft import Branch, Draft, Source
+
+    """On a near-linear cost curve (llama.cpp's on the CPU) a long draft pays and a 1-token one
+    does not: cut to one token by the stop, the draft is declined and the pass is plain."""
+    prompt, ref = reference
+    assert ref[1] != ref[0]
+    curve = CostModel(sizes=[1, 2, 16, 64], ms=[10.0, 18.0, 40.0, 160.0], online=False)
+
+    class LongMatch:  # the truth, as a 16-token match of the index would draft it (prior rate 0.82)
+        def propose(self, context, k, w):
+            tokens = np.array(_truth(prompt, ref, list(context))[:min(k, 20)], dtype=np.int32)
+            return Draft((Branch(tokens=tokens, count=1, source=Source.BUFFER, match_len=16),))
+
+        def feedback(self, num_accepted):
+            pass
+
+    def run(cfg):
+        kv, stats = KVCache(), GenerationStats()
+        prefill(tiny, kv, prompt, stats, None, 128)
+        out = generate(tiny, kv, prompt, LongMatch(), DraftPolicy(curve, AdaptiveConfig()),
+                       StopChecker(cfg, tiny.token_bytes), SamplingParams(), None, stats)
+        return out, stats
+
+    _, long_run = run(StopConfig(max_tokens=MAX))
+    assert long_run.drafted > 1  # the policy takes the long draft
+    out, stats = run(StopConfig(max_tokens=MAX, eos_ids=frozenset({ref[1]})))
+    assert (out.tokens, out.stop_reason) == (ref[:1], "eos")
+    assert (stats.drafted, stats.forward_passes) == (0, 2)  # the 1-token draft left is declined

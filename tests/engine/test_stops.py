@@ -226,3 +226,21 @@ def test_tokens_before_stop_sees_eos_max_tokens_and_a_character_split_across_tok
     assert (c.push_many([2, 4]), c.text, c.reason) == (2, "a→x", "")
     c.push(3)
     assert c.tokens_before_stop([0]) == 0  # stopped already: nothing more is emitted
+
+
+def test_tokens_before_stop_leaves_the_loop_guard_as_it_was():
+    """The probe skips the loop guard (a loop caught in a draft only leaves the draft whole); the
+    checker's own guard must see the stream as if no probe had run."""
+    table = [b"x = 0\n", b"x += 1\n"]
+    stream = [0] + [1] * 150
+
+    def checker():
+        return StopChecker(StopConfig(max_tokens=1_000, block_end=False, loop_allowed=b"x = 0\n"), lambda t: table[t])
+
+    probed, fresh = checker(), checker()
+    probed.push_many(stream[:60])
+    fresh.push_many(stream[:60])
+    assert probed.tokens_before_stop(stream[60:]) == len(stream) - 60  # no text rule fires
+    used = probed.push_many(stream[60:])
+    assert (used, probed.reason, probed.text) == (fresh.push_many(stream[60:]), fresh.reason, fresh.text)
+    assert probed.reason == "repetition" and used < len(stream) - 60
