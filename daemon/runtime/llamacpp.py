@@ -453,19 +453,12 @@ def _library_dir() -> Path:
     return Path(getattr(bound, "_base_path", Path(bound.__file__).parent / "lib"))
 
 
-def _exact_kernel_in_use(lib_dir: Path, query: str = "ggml_cpu_exact_gemm") -> bool:
-    """Whether the CPU backend in ``lib_dir`` multiplies Q4_1 and Q8_0 weights by several columns in
-    the patch's exact many-column product (docs/design/batch-invariance.md) in this process; False
-    for a build without the patch, on a CPU without AVX2, and under ``GGML_CPU_EXACT_GEMM=0``.
-    ``query`` "ggml_cpu_exact_f16": the same for the patch's F16 kernel (off under
-    ``GGML_CPU_EXACT_F16=0`` too)."""
-    marker = getattr(cpu_backend(lib_dir), query, None)
-    return bool(marker()) if marker is not None else False
-
-
 def _exact_kernels_in_use(lib_dir: Path) -> tuple[bool, bool]:
-    """(many-column product, F16 kernel) in use, as ``_exact_kernel_in_use`` tells each, from one
-    lookup of the library."""
+    """Whether the CPU backend in ``lib_dir``, as this process runs it, multiplies Q4_1 and Q8_0
+    weights by several columns in the patch's exact many-column product, and whether its attention's
+    F16 products go through the patch's exact kernel (docs/design/batch-invariance.md), from one
+    lookup of the library. False for a build without the patch, on a CPU without AVX2, under
+    ``GGML_CPU_EXACT_GEMM=0`` (both) and ``GGML_CPU_EXACT_F16=0`` (the second)."""
     cpu = cpu_backend(lib_dir)
     flags = (getattr(cpu, query, None) for query in ("ggml_cpu_exact_gemm", "ggml_cpu_exact_f16"))
     return tuple(bool(flag()) if flag is not None else False for flag in flags)  # type: ignore[return-value]

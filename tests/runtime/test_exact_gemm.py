@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ngramd.daemon.runtime.llamacpp import _exact_kernel_in_use
+from ngramd.daemon.runtime.llamacpp import _exact_kernels_in_use
 
 pytestmark = pytest.mark.real_model
 
@@ -85,10 +85,9 @@ def test_passes_have_the_bits_they_have_without_the_kernels(tmp_path):
 
 
 def test_a_build_without_the_kernel_says_so(tmp_path):
-    assert _exact_kernel_in_use(tmp_path) is False  # no library there
+    assert _exact_kernels_in_use(tmp_path) == (False, False)  # no library there
     (tmp_path / "libggml-cpu.so").write_bytes(b"not a library")
-    assert _exact_kernel_in_use(tmp_path) is False
-    assert _exact_kernel_in_use(tmp_path, "ggml_cpu_exact_f16") is False
+    assert _exact_kernels_in_use(tmp_path) == (False, False)
 
 
 def test_the_runtime_and_the_daemon_status_tell_the_build(llama_rt):
