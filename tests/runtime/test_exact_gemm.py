@@ -24,7 +24,8 @@ pytestmark = pytest.mark.real_model
 ROOT = Path(__file__).resolve().parents[2]
 
 # Pass sizes: the quantized kernel's tiles are 4 columns wide, and 1, 2 or 3 at a pass's edge;
-# the F16 kernel converts as it loads in one-token passes, once for many columns in the others.
+# the F16 kernel converts as it loads in one-token passes, once for many columns in the others,
+# and with AVX-512 ends 16 outputs at once (this model's rows are all whole 64-value steps).
 SIZES = (1, 2, 3, 5, 7, 16)
 
 # In a fresh process: the embedded model's logits for passes of SIZES tokens, each after the
