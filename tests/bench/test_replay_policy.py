@@ -1,5 +1,6 @@
-"""scripts/replay_edit_policy.py: a recorded edit's answer replayed through the real engine on the
-stand-in runtime, token for token, priced at a given cost curve; the foresight bound; bad input."""
+"""scripts/replay_policy.py: a recorded edit's or completion's answer replayed through the real
+engine on the stand-in runtime, token for token, priced at a given cost curve; the foresight
+bound; bad input."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ngramd.daemon.bench.cases import load_cases
+from ngramd.daemon.bench.runner import BenchRunner
 from ngramd.daemon.edit.prompt import build_edit_prompt
 from ngramd.daemon.engine.policy import CostModel
 
@@ -20,7 +22,7 @@ CURVE = ([1, 2, 4, 8, 16, 32, 64], [10.0, 12.0, 14.0, 18.0, 26.0, 42.0, 74.0])
 
 @pytest.fixture(scope="module")
 def replay_module(load_script):
-    return load_script("replay_edit_policy")
+    return load_script("replay_policy")
 
 
 @pytest.fixture()
@@ -101,3 +103,44 @@ def test_a_fixed_length_drafts_no_more_than_it_says(replay_module, tiny_runtime,
     out = replay_module.replay(run, {edit_case.id: edit_case}, tiny_runtime, CURVE, fixed=2)
     (row,) = out["cases"]
     assert max(row["pass_sizes"]) <= 3 and row["passes"] >= row["generated"] / 3  # 1 + 2 drafted a pass
+
+
+@pytest.fixture()
+def completion_case(tmp_path, workspace):
+    """A completion after Rectangle's ``def area(self):``, whose body Square's repeats."""
+    text = (workspace / "pkg/shapes.py").read_text()
+    offset = text.index("def area(self):", text.index("class Rectangle")) + len("def area(self):\n")
+    line = {"id": "tiny-complete", "workspace": str(workspace), "file": "pkg/shapes.py", "offset": offset,
+            "max_tokens": 24, "mode": "complete"}
+    path = tmp_path / "complete.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (case,) = load_cases(path)
+    return case
+
+
+def test_a_completion_is_replayed_token_for_token_and_foresight_drafts_only_what_is_taken(
+        replay_module, tiny_runtime, completion_case):
+    runner = BenchRunner(tiny_runtime, hf=False, prepared=True)
+    try:
+        row = runner.run_case(completion_case)  # a bench run's row: the prompt as the engine builds it
+    finally:
+        runner.close()
+    assert row["status"] == "ok"
+    # the answer a code model would give, which Rectangle's own body (after the cursor) drafts; its
+    # first token the newline the prompt's healing takes back
+    body = "        result = self.width * self.height\n        return result\n"
+    answer = tiny_runtime.encode("\n") + tiny_runtime.encode(body)
+    run = {"cases": [dict(row, token_ids=answer)]}
+    cases = {completion_case.id: completion_case}
+    daemon = replay_module.replay(run, cases, tiny_runtime, CURVE)  # raises if the answer were not reproduced
+    foresight = replay_module.replay(run, cases, tiny_runtime, CURVE, foresight=True)
+    (d,), (f,) = daemon["cases"], foresight["cases"]
+    assert d["mode"] == f["mode"] == "complete"
+    assert d["generated"] == f["generated"] == len(answer)
+    # plain decoding: a pass a token, and one for the end of text
+    assert d["priced_plain_ms"] == pytest.approx(10.0 * (len(answer) + 1))
+    assert max(d["pass_sizes"]) > 1 and d["priced_speedup"] > 1.0  # the daemon's policy drafts the body
+    # foresight feeds no token the answer does not take: each pass yields what it feeds, the last
+    # one the end of text
+    assert sum(f["pass_sizes"]) == len(answer) + 1
+    assert f["passes"] < d["passes"] and f["priced_speedup"] > d["priced_speedup"]

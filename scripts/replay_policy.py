@@ -1,18 +1,22 @@
 #!/usr/bin/env python
-"""Replay a bench run's edits through the real proposer and draft policy, priced by the cost curve.
+"""Replay a bench run's answers through the real proposer and draft policy, priced by the cost curve.
 
-A bench run (``ngramd bench --cases bench/cases/edits_few.jsonl ... --json``) records each
-edit's greedy answer. Speculation never changes that answer, so how a drafting policy would
-fare on it needs no model: a stand-in runtime (``AnswerRuntime``) answers every pass with the
-recorded tokens, the engine runs its real loop (proposer, ``EditDraftPolicy``, acceptance,
-stops) in the prepared flow the bench times, and each pass is priced at the runtime's
-calibrated cost curve (the one the daemon's policy reads). The figures are free of the
-machine's noise, so two policies compare on the same answers; the bench still measures them.
+A bench run (``ngramd bench ... --json``) records each case's greedy answer: an edit's or a
+completion's. Speculation never changes that answer, so how a drafting policy would fare on it
+needs no model: a stand-in runtime (``AnswerRuntime``) answers every pass with the recorded
+tokens, the engine runs its real loop (proposer, draft policy, acceptance, stops) in the prepared
+flow the bench times, and each pass is priced at the runtime's calibrated cost curve (the one the
+daemon's policy reads). The figures are free of the machine's noise, so two policies compare on
+the same answers; the bench still measures them.
 
-    .venv/bin/python scripts/replay_edit_policy.py bench/runs/2026-12-06-edits-llamacpp-declined.json
+    .venv/bin/python scripts/replay_policy.py bench/runs/2026-12-06-edits-llamacpp-declined.json
+    .venv/bin/python scripts/replay_policy.py bench/runs/2026-12-07-llamacpp-stdlib-stop-cut-repeat5.json --foresight
 
-Per case: passes, tokens per pass and the priced speedup over plain decoding (one pass a token),
-beside the measured one where the run has it (prepared, against ngramd's plain decoding).
+Edits draft through ``EditDraftPolicy``, completions through ``DraftPolicy``; ``--foresight``
+drafts exactly what the answer takes, the bound of any policy with these proposers, and
+``--fixed K`` drafts K tokens of an edit's original whenever it can. Per case: passes, tokens per pass and the priced speedup
+over plain decoding (one pass a token), beside the measured one where the run has it (prepared,
+against ngramd's plain decoding).
 """
 
 from __future__ import annotations
@@ -125,6 +129,22 @@ def sized_policy(length_of: Any, every_draft: bool) -> type:
     return Sized
 
 
+def sized_completion_policy(length_of: Any) -> type:
+    """A completion ``DraftPolicy`` that drafts ``length_of(tokens)`` tokens of the branch where
+    that is longest (none where it is 0)."""
+    from ngramd.daemon.engine.policy import DraftPolicy
+
+    class Sized(DraftPolicy):
+        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
+            if not draft or budget <= 0:
+                return []
+            lengths = [min(budget, length_of(b.tokens), len(b.tokens)) for b in draft.branches]
+            best = max(range(len(lengths)), key=lengths.__getitem__)
+            return [(best, np.asarray(draft.branches[best].tokens[:lengths[best]]))] if lengths[best] > 0 else []
+
+    return Sized
+
+
 def foresight_policy(oracle: AnswerRuntime) -> type:
     """Drafts exactly the tokens the answer will take (and none where it takes none), from the
     original and from the fallback alike: the bound no policy reading only past outcomes can
@@ -151,21 +171,28 @@ def parse_curve(text: str) -> tuple[list[int], list[float]]:
 def replay(run: dict[str, Any], cases: dict[str, Any], runtime: Any,
            curve: tuple[list[int], list[float]] | None = None, foresight: bool = False,
            fixed: int | None = None, prior: float | None = None, alpha: float | None = None) -> dict[str, Any]:
-    """Each edit of ``run`` (a bench report) replayed speculative and plain in the prepared flow on
-    ``AnswerRuntime(runtime)``, priced at ``curve`` (default: the runtime's calibration).
-    The daemon's ``EditDraftPolicy`` sizes the drafts, with its ``prior`` acceptance and learning
-    rate ``alpha`` where given; ``foresight`` (``foresight_policy``) or ``fixed`` (``fixed_policy``)
-    instead. Returns {"cases": [rows], "total": {...}}."""
+    """Each edit and completion of ``run`` (a bench report) replayed speculative and plain in the
+    prepared flow on ``AnswerRuntime(runtime)``, priced at ``curve`` (default: the runtime's
+    calibration). The daemon's policies size the drafts, ``EditDraftPolicy`` with its ``prior``
+    acceptance and learning rate ``alpha`` where given; ``foresight`` (``foresight_policy``,
+    ``sized_completion_policy``) or, for edits, ``fixed`` (``fixed_policy``) instead.
+    Returns {"cases": [rows], "total": {...}}."""
     from unittest import mock
 
     from ngramd.daemon.edit.editor import EditDraftPolicy
+
+    from ngramd.daemon.engine.policy import DraftPolicy
 
     oracle = AnswerRuntime(runtime)
     policy = (foresight_policy(oracle) if foresight else fixed_policy(fixed) if fixed is not None
               else type("Tuned", (EditDraftPolicy,), {
                   "PRIOR_ACCEPTANCE": EditDraftPolicy.PRIOR_ACCEPTANCE if prior is None else prior,
                   "ALPHA": EditDraftPolicy.ALPHA if alpha is None else alpha}))
-    with mock.patch("ngramd.daemon.edit.editor.EditDraftPolicy", policy):
+    # an edit's fallback drafts are the completion policy's (EditDraftPolicy.inner): --fixed and the
+    # tuned priors leave it the daemon's; foresight takes every draft of both itself
+    completion_policy = sized_completion_policy(oracle.accepted_length) if foresight else DraftPolicy
+    with mock.patch("ngramd.daemon.edit.editor.EditDraftPolicy", policy), \
+            mock.patch("ngramd.daemon.engine.completer.DraftPolicy", completion_policy):
         return _replay(run, cases, oracle, curve)
 
 
@@ -186,7 +213,7 @@ def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
     try:
         for row in run["cases"]:
             case = cases.get(row["id"])
-            if case is None or row.get("status") != "ok" or case.mode != "edit":
+            if case is None or row.get("status") != "ok" or case.mode not in ("edit", "complete"):
                 continue
             oracle.expect(int(row["prompt_tokens"]), row["token_ids"])  # its closing fence included
             index = runner.index_for(case.workspace)
@@ -197,11 +224,11 @@ def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
                     result = runner._engine_run(case, index, speculate, prepared=True).result
                     if list(result.token_ids) != row["token_ids"]:
                         raise AssertionError(f"{case.id}: the replay's answer is not the run's")
-                    passes = oracle.passes[len(oracle.passes) - result.stats.forward_passes:]  # the edit's, not its prepare's
+                    passes = oracle.passes[len(oracle.passes) - result.stats.forward_passes:]  # the answer's, not its prepare's
                     priced[speculate] = (float(sum(cost(n) for n in passes)), passes)
             plain_ms, (spec_ms, passes) = priced[False][0], priced[True]
             measured = (row["prepared_plain_ms"] / row["prepared_ms"]) if row.get("prepared_ms") else None
-            rows.append({"id": case.id, "generated": len(row["token_ids"]), "passes": len(passes),
+            rows.append({"id": case.id, "mode": case.mode, "generated": len(row["token_ids"]), "passes": len(passes),
                          "tokens_per_pass": round(len(row["token_ids"]) / max(1, len(passes)), 2),
                          "priced_plain_ms": round(plain_ms, 1), "priced_ms": round(spec_ms, 1),
                          "priced_speedup": round(plain_ms / spec_ms, 3),
@@ -216,15 +243,15 @@ def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", type=Path, help="a bench run's JSON (edit cases, greedy answers)")
+    ap.add_argument("run", type=Path, help="a bench run's JSON (edits or completions, greedy answers)")
     ap.add_argument("--cases", type=Path, help="its cases file (default: the run's meta)")
     ap.add_argument("--curve", help="price passes at this curve, size:ms pairs (1:10.8,16:97.4); "
                                     "default: the runtime's calibration")
     ap.add_argument("--foresight", action="store_true",
                     help="draft exactly what the answer takes: the bound for any policy with this proposer")
-    ap.add_argument("--fixed", type=int, metavar="K", help="draft K tokens of the original whenever it can")
-    ap.add_argument("--prior", type=float, help="the daemon's policy with this prior acceptance")
-    ap.add_argument("--alpha", type=float, help="the daemon's policy with this learning rate")
+    ap.add_argument("--fixed", type=int, metavar="K", help="an edit drafts K tokens of the original whenever it can")
+    ap.add_argument("--prior", type=float, help="the daemon's edit policy with this prior acceptance")
+    ap.add_argument("--alpha", type=float, help="the daemon's edit policy with this learning rate")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
 
@@ -237,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = run["meta"]
         cases = {c.id: c for c in load_cases(args.cases or ROOT / meta["cases_file"])}
     except (OSError, ValueError, KeyError) as exc:
-        print(f"replay_edit_policy: {exc}", file=sys.stderr)
+        print(f"replay_policy: {exc}", file=sys.stderr)
         return 2
     model = str(meta.get("model"))
     # the embedded model is recorded by its file's name
