@@ -61,6 +61,12 @@ COMPLETIONS = ("completions-cold", "completions-prepared")
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    bench_run("2026-12-07-edits-llamacpp-f16-reduce.json", ("edits",), "9727f36",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
+    bench_run("2026-12-07-llamacpp-stdlib-f16-reduce-repeat5.json", COMPLETIONS, "52500fa",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5",
+              runtime="llamacpp", machine="2-core x86-64 CPU; a test run overlapped its first case, json-ordinary-00"),
     bench_run("2026-12-07-edits-llamacpp-stop-cut.json", ("edits",), "3eebe24",
               "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
               runtime="llamacpp"),
