@@ -39,7 +39,7 @@ from ngramd.daemon.runtime.loading import embedded_gguf_path
 from ngramd.daemon.runtime.llamacpp import load_llamacpp
 
 sizes = [int(k) for k in sys.argv[3].split(",")]
-rt = load_llamacpp(embedded_gguf_path(), check=False)
+rt = load_llamacpp(Path(sys.argv[4]) if len(sys.argv) > 4 else embedded_gguf_path(), check=False)
 ids = rt.encode(Path(sys.argv[2]).read_text())[:300 + max(sizes)]
 cache = rt.new_cache()
 rt.forward_pass(ids[:300], cache, keep_last=1)
@@ -54,14 +54,15 @@ print(int(rt.exact_gemm), int(rt.exact_f16))
 '''
 
 
-def _logits_in_a_fresh_process(tmp_path: Path, **switches: str) -> tuple[np.ndarray, tuple[bool, bool]]:
-    """The CHILD's logits and whether its process had (the many-column kernel, the F16 kernel);
-    ``switches``: GGML_CPU_EXACT_GEMM / GGML_CPU_EXACT_F16 values."""
+def _logits_in_a_fresh_process(tmp_path: Path, model: Path | None = None,
+                               **switches: str) -> tuple[np.ndarray, tuple[bool, bool]]:
+    """The CHILD's logits (``model``, default the embedded one) and whether its process had (the
+    many-column kernel, the F16 kernel); ``switches``: GGML_CPU_EXACT_GEMM / GGML_CPU_EXACT_F16 values."""
     env = dict(os.environ, GGML_CPU_EXACT_GEMM="1", GGML_CPU_EXACT_F16="1", NGRAMD_HUGE_PAGES="0")
     env.update(switches)
     out = tmp_path / f"logits-{'-'.join(f'{k}={v}' for k, v in sorted(switches.items()))}.npy"
     done = subprocess.run([sys.executable, "-c", CHILD, str(out), str(ROOT / "index" / "store.py"),
-                           ",".join(map(str, SIZES))],
+                           ",".join(map(str, SIZES))] + ([str(model)] if model else []),
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     gemm, f16 = done.stdout.strip().splitlines()[-1].split()
@@ -83,6 +84,25 @@ def test_passes_have_the_bits_they_have_without_the_kernels(tmp_path):
     assert with_kernels.shape == without.shape and with_kernels.shape[0] == sum(SIZES)
     assert with_kernels.tobytes() == without_f16.tobytes()  # the F16 kernel alone: bitwise, every row
     assert with_kernels.tobytes() == without.tobytes()  # both kernels
+
+
+def test_heads_of_16_values_keep_the_bits_too(tmp_path, load_script):
+    """The F16 kernel's four-row path, with its leftovers in double: a row that is not whole
+    64-value steps (a random model whose attention heads hold 16 values; the embedded model's
+    hold 64, which the 16-output path takes)."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install_llamacpp.sh)")
+    pytest.importorskip("gguf")
+    from ngramd.daemon.runtime.llamacpp import build_info
+
+    if not build_info()["exact_f16"]:
+        pytest.skip("this llama.cpp build has not ngramd's F16 kernel (scripts/install_llamacpp.sh)")
+    model = tmp_path / "random-small.Q4_0.gguf"
+    load_script("make_random_gguf").write(model, size="small", qtype_name="q4_0", seed=1)
+    with_kernel, reported_on = _logits_in_a_fresh_process(tmp_path, model)
+    without, reported_off = _logits_in_a_fresh_process(tmp_path, model, GGML_CPU_EXACT_F16="0")
+    assert reported_on[1] and not reported_off[1]
+    assert with_kernel.shape[0] == sum(SIZES) and np.isfinite(with_kernel).all() and with_kernel.std() > 0
+    assert with_kernel.tobytes() == without.tobytes()
 
 
 def test_a_build_without_the_kernel_says_so(tmp_path):
