@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 RUNTIMES = ("torch", "llamacpp")
@@ -38,6 +34,7 @@ def main() -> int:
         ap.error("--repeat must be at least 1")
 
     from ngramd.daemon.bench.cases import load_cases
+    from ngramd.daemon.bench.run_meta import script_run_meta
     from ngramd.daemon.bench.runner import BenchRunner, case_document
     from ngramd.daemon.runtime.loading import load_runtime
 
@@ -79,22 +76,11 @@ def main() -> int:
           f"in total, median {summary['median_ratio']:.2f}x, lowest {summary['lowest_ratio']:.2f}x; "
           f"same tokens in {summary['identical']} of {summary['cases']}")
     if args.json is not None:
-        meta = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "platform": platform.platform(),
-                "cpu_count": os.cpu_count(), "cases_file": str(args.cases), "repeat": args.repeat,
-                "model": args.model or "embedded"}
+        meta = script_run_meta(args.cases, args.repeat, args.model)
         args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
     for runner in runners.values():
         runner.close()
     return 0
-
-
-def _commit() -> str | None:
-    """The checkout's commit, where this runs in one."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 if __name__ == "__main__":

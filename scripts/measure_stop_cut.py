@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 VARIANTS = ("plain", "cut", "whole")
@@ -37,6 +33,7 @@ def main() -> int:
         ap.error("--repeat must be at least 1")
 
     from ngramd.daemon.bench.cases import load_cases
+    from ngramd.daemon.bench.run_meta import script_run_meta
     from ngramd.daemon.bench.runner import BenchRunner, case_document
     from ngramd.daemon.engine.stops import StopChecker
     from ngramd.daemon.runtime.loading import load_runtime
@@ -88,10 +85,7 @@ def main() -> int:
     print(f"{summary['cases']} cases: speculation {summary['with_cut']:.3f}x plain decoding with the cut, "
           f"{summary['without_cut']:.3f}x without; every run the same tokens in {summary['identical']}")
     if args.json is not None:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        meta = {"date": time.strftime("%Y-%m-%d"), "commit": commit or None, "platform": platform.platform(),
-                "cpu_count": os.cpu_count(), "cases_file": str(args.cases), "repeat": args.repeat,
-                "model": args.model or "embedded"}
+        meta = script_run_meta(args.cases, args.repeat, args.model)
         args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
     return 0
 

@@ -10,13 +10,13 @@ daemon's policy reads). The figures are free of the machine's noise, so two poli
 the same answers; the bench still measures them.
 
     .venv/bin/python scripts/replay_policy.py bench/runs/2026-12-06-edits-llamacpp-declined.json
-    .venv/bin/python scripts/replay_policy.py bench/runs/2026-12-07-llamacpp-stdlib-stop-cut-repeat5.json --foresight
+    .venv/bin/python scripts/replay_policy.py bench/runs/2026-12-07-llamacpp-stdlib-f16-reduce-repeat5.json --foresight
 
 Edits draft through ``EditDraftPolicy``, completions through ``DraftPolicy``; ``--foresight``
 drafts exactly what the answer takes, the bound of any policy with these proposers, and
-``--fixed K`` drafts K tokens of an edit's original whenever it can. Per case: passes, tokens per pass and the priced speedup
-over plain decoding (one pass a token), beside the measured one where the run has it (prepared,
-against ngramd's plain decoding).
+``--fixed K`` drafts K tokens of an edit's original whenever it can. Per case: passes, tokens
+per pass and the priced speedup over plain decoding (one pass a token), beside the measured one
+where the run has it (prepared, against ngramd's plain decoding).
 """
 
 from __future__ import annotations
@@ -180,7 +180,6 @@ def replay(run: dict[str, Any], cases: dict[str, Any], runtime: Any,
     from unittest import mock
 
     from ngramd.daemon.edit.editor import EditDraftPolicy
-
     from ngramd.daemon.engine.policy import DraftPolicy
 
     oracle = AnswerRuntime(runtime)
@@ -215,7 +214,7 @@ def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
             case = cases.get(row["id"])
             if case is None or row.get("status") != "ok" or case.mode not in ("edit", "complete"):
                 continue
-            oracle.expect(int(row["prompt_tokens"]), row["token_ids"])  # its closing fence included
+            oracle.expect(int(row["prompt_tokens"]), row["token_ids"])  # an edit's closing fence included
             index = runner.index_for(case.workspace)
             priced = {}
             with case_document(index, case):
