@@ -120,7 +120,7 @@ def sized_policy(length_of: Any, every_draft: bool) -> type:
     from ngramd.daemon.engine.policy import cut_branches
 
     class Sized(EditDraftPolicy):
-        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
+        def choose(self, draft: Any, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
             if not every_draft and not self._is_original(draft):
                 return self.inner.choose(draft, budget)
             take = min(budget, length_of(draft))
@@ -135,7 +135,7 @@ def sized_completion_policy(length_of: Any) -> type:
     from ngramd.daemon.engine.policy import DraftPolicy
 
     class Sized(DraftPolicy):
-        def choose(self, draft: Any, budget: int) -> list[tuple[int, np.ndarray]]:
+        def choose(self, draft: Any, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
             if not draft or budget <= 0:
                 return []
             lengths = [min(budget, length_of(b.tokens), len(b.tokens)) for b in draft.branches]
@@ -155,6 +155,37 @@ def foresight_policy(oracle: AnswerRuntime) -> type:
 def fixed_policy(length: int) -> type:
     """Drafts ``length`` tokens of the original whenever it can."""
     return sized_policy(lambda draft: length, every_draft=False)
+
+
+def first_token_outcomes(run: dict[str, Any], cases: dict[str, Any], runtime: Any) -> list[dict[str, Any]]:
+    """Every completion draft the proposer makes on ``run``'s answers (probed at every position,
+    none verified), grouped as the daemon's ``AcceptanceTracker`` keys them: the request's opening
+    or later, the source, the match-length bucket. Per group: drafts, how many had their first
+    token right, and the mean tokens the answer took. A stand-in runtime, as ``replay``."""
+    from unittest import mock
+
+    from ngramd.daemon.engine import policy as policy_module
+    from ngramd.daemon.engine.policy import DraftPolicy
+    from ngramd.index.draft import Source
+
+    oracle = AnswerRuntime(runtime)
+    groups: dict[tuple[bool, str, int], list[int]] = {}
+
+    class Recording(DraftPolicy):
+        def choose(self, draft: Any, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
+            if draft:
+                b = draft.best
+                key = (opening, Source(int(b.source)).name.lower(), policy_module._bucket(b.match_len))
+                groups.setdefault(key, []).append(oracle.accepted_length(b.tokens))
+            return []  # plain decoding: every position of the answer is proposed at
+
+    completions = dict(run, cases=[r for r in run["cases"] if getattr(cases.get(r["id"]), "mode", "") == "complete"])
+    with mock.patch("ngramd.daemon.engine.completer.DraftPolicy", Recording), \
+            mock.patch("ngramd.daemon.engine.proposer.ProbeBackoff.MISSES", 1 << 30):
+        _replay(completions, cases, oracle, None)
+    return [{"opening": opening, "source": source, "bucket": bucket, "drafts": len(taken),
+             "first_right": sum(t > 0 for t in taken), "mean_taken": round(sum(taken) / len(taken), 2)}
+            for (opening, source, bucket), taken in sorted(groups.items(), key=lambda kv: (not kv[0][0], kv[0][1:]))]
 
 
 def parse_curve(text: str) -> tuple[list[int], list[float]]:
@@ -251,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed", type=int, metavar="K", help="an edit drafts K tokens of the original whenever it can")
     ap.add_argument("--prior", type=float, help="the daemon's edit policy with this prior acceptance")
     ap.add_argument("--alpha", type=float, help="the daemon's edit policy with this learning rate")
+    ap.add_argument("--openings", action="store_true",
+                    help="no pricing: every completion draft's first-token outcome, a request's opening apart")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
 
@@ -269,6 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     # the embedded model is recorded by its file's name
     runtime = load_runtime(model if Path(model).exists() or "/" in model or model.startswith("tiny") else None,
                            runtime=meta.get("runtime", "auto"))
+    if args.openings:
+        groups = first_token_outcomes(run, cases, runtime)
+        if args.json:
+            print(json.dumps(groups, indent=1))
+            return 0
+        for g in groups:
+            print(f"{'opening' if g['opening'] else 'later':8} {g['source']:12} bucket {g['bucket']}  {g['drafts']:5} drafts  "
+                  f"first token right {g['first_right']:5} ({g['first_right'] / g['drafts']:.0%})  "
+                  f"taken {g['mean_taken']:.2f} tokens on average")
+        return 0
     out = replay(run, cases, runtime, curve, args.foresight, args.fixed, args.prior, args.alpha)
     if args.json:
         print(json.dumps(out, indent=1))

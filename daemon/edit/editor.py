@@ -82,8 +82,10 @@ class EditDraftPolicy:
     def _best_length(self, longest: int) -> int:
         return best_count(np.cumprod(np.full(longest, self.acceptance)).tolist(), self.cost)  # a, a^2, ...
 
-    def choose(self, draft: Draft, budget: int) -> list[tuple[int, np.ndarray]]:
+    def choose(self, draft: Draft, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
         if not self._is_original(draft):
+            # no opening for the inner policy: an edit's prompt ends in its instruction, not at a
+            # cursor in the buffer, so its first fallback draft is not the text after one
             return self.inner.choose(draft, budget)
         budget = min(budget, self._best_length(min(budget, max(len(b.tokens) for b in draft.branches))))
         return cut_branches(draft.branches[: self.width], budget, budget)

@@ -190,11 +190,14 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         if policy is not None and budget > 0:
             draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
             if draft:
-                chosen = policy.choose(draft, budget)
+                # the request's first proposal, before the model wrote anything (a resumed answer's
+                # output is the model's): mostly the text after the cursor (daemon/engine/policy.py)
+                opening = len(context) == len(prompt_ids) and not emitted_before
+                chosen = policy.choose(draft, budget, opening=opening)
                 shorter = _cut_at_stop(draft, chosen, stopper)
                 if shorter is not None:  # priced again: a draft cut short may no longer pay for its pass
                     draft = shorter
-                    chosen = policy.choose(draft, budget) if draft else []
+                    chosen = policy.choose(draft, budget, opening=opening) if draft else []
         tree = build_tree([tokens for _, tokens in chosen])
         chain = tree.size == 0 or tree.is_chain
         if len(pending) > 1 and not chain:

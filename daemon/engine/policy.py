@@ -9,12 +9,20 @@ is an exponential moving average of past outcomes per (source, match length).
 For a chain of k tokens the expected yield is 1 + a + ... + a^k
 = (1 - a^(k+1)) / (1 - a), as in DESIGN.md.
 
-A rate is learnt only from drafts that are verified, so one that fell below what
-pays (a run of rejections somewhere) would never be tested again, in this request or
-any later one: the tracker lives as long as the daemon, and long matches in the
-buffer, the best drafts there are, could stay switched off for good. So a draft the
-policy declines moves its rate a step back toward the prior (``AcceptanceTracker.relax``):
-after a few declined proposals it is tried again, and its outcome decides.
+A rate is learnt from every draft proposed, verified or not: a verified draft by the tokens
+its pass judged, a declined one by its first token, which the plain pass that runs instead
+shows at no cost (``declined``). A rate that fell below what pays (a run of rejections
+somewhere) is therefore still tested on each proposal, and climbs back once drafts are right
+again; the tracker lives as long as the daemon, so a rate learnt from verified drafts alone
+could switch the best drafts there are, long matches in the buffer, off for good.
+
+A request's first proposal, the *opening*, has a rate of its own. It comes before the model has
+written anything, so its longest match is mostly the cursor's own place in the buffer, which holds
+the whole document, and its draft is the text after the cursor: what the completion goes before,
+seldom what it repeats. On the greedy answers of the 117 stdlib cases (bench/cases/stdlib.jsonl
+and stdlib_wide.jsonl), 2 openings of 117 had their first token right, and later buffer drafts
+from matches as long (12 tokens or more) 200 of 231 (``scripts/replay_policy.py --openings``).
+Keyed with the later ones, the opening drafted 4-5 tokens that were all rejected.
 
 ``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
 fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
@@ -204,6 +212,18 @@ def _bucket(match_len: int) -> int:
 # tokens 0.41 / 0.86 / 2.3 / 3.9 / 4.8 for the buckets, i.e. a = agree / (1 + agree)
 # = 0.29 / 0.46 / 0.70 / 0.80 / 0.83.
 _PRIOR = (0.3, 0.45, 0.65, 0.78, 0.82)
+# The bucket of a request's first proposal, whatever its match length, and its prior: 2 openings
+# of 117 had their first token right (the module docstring).
+OPENING = len(_PRIOR)
+_OPENING_PRIOR = 0.05
+
+
+def _key(source: int, match_len: int, opening: bool) -> tuple[int, int]:
+    return int(source), OPENING if opening else _bucket(match_len)
+
+
+def _prior(bucket: int) -> float:
+    return _OPENING_PRIOR if bucket == OPENING else _PRIOR[bucket]
 
 
 def ema_acceptance(a: float, accepted: int, drafted: int, alpha: float) -> float:
@@ -258,35 +278,25 @@ def cut_branches(branches: Sequence[Branch], k: int, budget: int) -> list[tuple[
 
 
 class AcceptanceTracker:
-    """EMA of the per-token acceptance rate, keyed by (source, match-length bucket).
+    """EMA of the per-token acceptance rate, keyed by (source, match-length bucket); a request's
+    opening proposal by (source, ``OPENING``)."""
 
-    ``relax``: the share of the way back to the prior a rate moves each time a draft of its
-    key is declined (not verified); see the module docstring."""
-
-    def __init__(self, alpha: float = 0.15, relax: float = 0.1) -> None:
+    def __init__(self, alpha: float = 0.15) -> None:
         self.alpha = alpha
-        self.relax_step = relax
         self._rate: dict[tuple[int, int], float] = {}
 
-    def rate(self, source: int, match_len: int) -> float:
-        b = _bucket(match_len)
-        return self._rate.get((int(source), b), _PRIOR[b])
+    def rate(self, source: int, match_len: int, opening: bool = False) -> float:
+        key = _key(source, match_len, opening)
+        return self._rate.get(key, _prior(key[1]))
 
-    def update(self, source: int, match_len: int, accepted: int, drafted: int) -> None:
-        """``accepted`` of the ``drafted`` tokens of the taken branch were kept (tokens in order)."""
-        key = (int(source), _bucket(match_len))
-        a = self._rate.get(key, _PRIOR[key[1]])
-        self._rate[key] = ema_acceptance(a, accepted, drafted, self.alpha)
-
-    def relax(self, source: int, match_len: int) -> None:
-        """A draft of this key was proposed and declined: its rate moves toward the prior."""
-        key = (int(source), _bucket(match_len))
-        a = self._rate.get(key)
-        if a is not None:
-            self._rate[key] = a + self.relax_step * (_PRIOR[key[1]] - a)
+    def update(self, source: int, match_len: int, accepted: int, drafted: int, opening: bool = False) -> None:
+        """``accepted`` of the ``drafted`` tokens of the taken branch were kept (tokens in order);
+        a declined draft's first token: ``drafted`` 1."""
+        key = _key(source, match_len, opening)
+        self._rate[key] = ema_acceptance(self._rate.get(key, _prior(key[1])), accepted, drafted, self.alpha)
 
     def snapshot(self) -> dict[str, float]:
-        return {f"{s}/{b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
+        return {f"{s}/{'opening' if b == OPENING else b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
 
 
 @dataclass(frozen=True)
@@ -307,14 +317,18 @@ class DraftPolicy:
         self.cost = cost
         self.cfg = config
         self.tracker = tracker or AcceptanceTracker()
+        self._opening = False  # whether the draft ``choose`` saw last is its request's first
 
     @property
     def width(self) -> int:
         """Branches to ask the proposer for."""
         return self.cfg.max_width
 
-    def choose(self, draft: Draft, budget: int) -> list[tuple[int, np.ndarray]]:
-        """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain."""
+    def choose(self, draft: Draft, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
+        """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain.
+        ``opening``: the request's first proposal (the module docstring); its outcome, told to
+        ``feedback`` or ``declined`` next, is learnt under that key too."""
+        self._opening = opening
         if not draft or budget <= 0:
             return []
         branches = draft.branches[: self.cfg.max_width]
@@ -323,7 +337,7 @@ class DraftPolicy:
         total = sum(max(b.count, 1) for b in branches)
         values: list[tuple[float, int, int]] = []  # (value, branch, depth)
         for bi, b in enumerate(branches):
-            a = self.tracker.rate(int(b.source), b.match_len)
+            a = self.tracker.rate(int(b.source), b.match_len, opening)
             share = max(b.count, 1) / total if len(branches) > 1 else 1.0
             v = a * share
             for d in range(min(len(b.tokens), self.cfg.max_draft)):
@@ -333,8 +347,6 @@ class DraftPolicy:
         values = values[: min(budget, self.cfg.max_draft)]
         best_m = best_count([v for v, _, _ in values], self.cost, self.cfg.min_gain)
         if best_m == 0:
-            for b in branches:  # not verified, so not learnt from: tried again after a few (see the module)
-                self.tracker.relax(int(b.source), b.match_len)
             return []
         depth = [0] * len(branches)
         for _, bi, d in values[:best_m]:
@@ -342,16 +354,17 @@ class DraftPolicy:
         return [(bi, branches[bi].tokens[:depth[bi]]) for bi in range(len(branches)) if depth[bi] > 0]
 
     def declined(self, draft: Draft, next_token: int) -> None:
-        """A draft ``choose`` declined, and the token the plain pass made instead. Unused here: a
-        declined rate moves back toward its prior (``AcceptanceTracker.relax``)."""
+        """A draft ``choose`` declined, and the token the plain pass made instead: whether the
+        draft's first token was right, learnt as ``feedback`` learns a verified one's."""
+        if not draft:
+            return
+        taken = next((bi for bi, b in enumerate(draft.branches) if int(b.tokens[0]) == int(next_token)), -1)
+        self.feedback(draft, taken, int(taken >= 0), 1)
 
     def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
         """Outcome of one pass: ``accepted`` tokens of branch ``taken_branch`` (-1: none matched)."""
         if not draft:
             return
-        if taken_branch < 0:
-            b = draft.branches[0]
-            self.tracker.update(int(b.source), b.match_len, 0, max(drafted_len, 1))
-            return
-        b = draft.branches[taken_branch]
-        self.tracker.update(int(b.source), b.match_len, accepted, drafted_len)
+        b = draft.branches[max(taken_branch, 0)]
+        self.tracker.update(int(b.source), b.match_len, accepted if taken_branch >= 0 else 0,
+                            max(drafted_len, 1), self._opening)

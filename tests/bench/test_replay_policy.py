@@ -144,3 +144,47 @@ def test_a_completion_is_replayed_token_for_token_and_foresight_drafts_only_what
     # one the end of text
     assert sum(f["pass_sizes"]) == len(answer) + 1
     assert f["passes"] < d["passes"] and f["priced_speedup"] > d["priced_speedup"]
+
+
+def test_openings_are_counted_apart_and_a_repeated_text_after_the_cursor_is_one_taken(
+        replay_module, tiny_runtime, completion_case):
+    """``--openings``: every position's draft, the request's first apart. Here the answer is the
+    text after the cursor, so the opening draft (the cursor's own place in the buffer) is right."""
+    runner = BenchRunner(tiny_runtime, hf=False, prepared=True)
+    try:
+        row = runner.run_case(completion_case)
+    finally:
+        runner.close()
+    body = "        result = self.width * self.height\n        return result\n"
+    answer = tiny_runtime.encode("\n" + body)  # tokenized as the buffer holds it, after the cursor
+    groups = replay_module.first_token_outcomes({"cases": [dict(row, token_ids=answer)]},
+                                                {completion_case.id: completion_case}, tiny_runtime)
+    openings = [g for g in groups if g["opening"]]
+    assert len(openings) == 1 and openings[0]["drafts"] == 1 and openings[0]["source"] == "buffer"
+    assert openings[0]["first_right"] == 1 and openings[0]["mean_taken"] >= 2
+    later = sum(g["drafts"] for g in groups if not g["opening"])
+    assert 0 < later <= len(answer) - 1  # a draft at most at each later position, none verified
+    assert all(0 <= g["first_right"] <= g["drafts"] for g in groups)
+
+
+def test_greedy_answers_are_the_benchs_plain_answers(load_script, tiny_runtime, completion_case, tmp_path, monkeypatch):
+    answers = load_script("greedy_answers")
+    runner = BenchRunner(tiny_runtime, hf=False)
+    try:
+        row = runner.run_case(completion_case)
+    finally:
+        runner.close()
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": completion_case.id, "workspace": str(completion_case.workspace),
+                                 "file": "pkg/shapes.py", "offset": completion_case.offset, "max_tokens": 24,
+                                 "mode": "complete"}) + "\n")
+    out = tmp_path / "answers.json"
+    import ngramd.daemon.runtime.loading as loading
+
+    monkeypatch.setattr(loading, "load_runtime", lambda model, runtime="auto": tiny_runtime)
+    assert answers.main([str(cases), "--json", str(out), "--model", "tiny"]) == 0
+    run = json.loads(out.read_text())
+    (mine,) = run["cases"]
+    assert (mine["token_ids"], mine["prompt_tokens"]) == (row["token_ids"], row["prompt_tokens"])
+    assert run["meta"]["cases_file"] == str(cases) and run["meta"]["model"] == "tiny"
+    assert answers.main([str(tmp_path / "missing.jsonl"), "--json", str(out)]) == 2

@@ -68,47 +68,56 @@ def test_a_draft_that_spills_past_the_calibrated_sizes_pays_for_its_padded_rows(
     assert 1 + best_count(values, cost) <= 64
 
 
-def test_a_rate_driven_below_what_pays_is_tried_again_after_a_few_declined_drafts():
-    """Rates are learnt from verified drafts only: without relaxing toward the prior, a key
-    that a run of rejections drove below break-even (here long buffer matches) would never be
-    drafted again, in any later request either."""
-    from ngramd.daemon.engine.policy import AcceptanceTracker
+def _long_buffer_match() -> Draft:
+    return Draft((Branch(tokens=np.arange(10, 26, dtype=np.int32), count=1, source=Source.BUFFER,
+                         match_len=14),))
 
-    draft = Draft((Branch(tokens=np.arange(10, 26, dtype=np.int32), count=1, source=Source.BUFFER,
-                          match_len=14),))
-    policy = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[40.0, 44.0, 80.0], online=False), AdaptiveConfig(),
-                         AcceptanceTracker())
+
+def test_a_declined_draft_teaches_its_first_token_so_a_low_rate_can_climb_back():
+    """A rate that a run of rejections drove below break-even (here long buffer matches) is not
+    switched off for good: each declined draft's first token, which the plain pass shows, is
+    learnt. Right ones bring the drafts back; wrong ones keep them declined."""
+    draft = _long_buffer_match()
+    policy = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[40.0, 44.0, 80.0], online=False), AdaptiveConfig())
     assert policy.choose(draft, 16)  # the prior for long matches pays
     for _ in range(40):  # a place where every long buffer match is wrong at its first token
         policy.feedback(draft, 0, 0, 16)
     assert policy.choose(draft, 16) == []  # now below what pays: declined
-    declined = 1
-    while not policy.choose(draft, 16):
+    low = policy.tracker.rate(int(Source.BUFFER), 14)
+    for _ in range(20):  # declined, and the plain pass makes another token: it stays declined
+        assert policy.choose(draft, 16) == []
+        policy.declined(draft, 7)
+    assert policy.tracker.rate(int(Source.BUFFER), 14) <= low
+    declined = 0
+    while not policy.choose(draft, 16):  # the output follows the drafts again
+        policy.declined(draft, int(draft.best.tokens[0]))
         declined += 1
-        assert declined < 10, policy.tracker.snapshot()
-    assert declined >= 2  # not at once: each decline moves the rate a step
-    rate = policy.tracker.rate(int(Source.BUFFER), 14)
-    policy.feedback(draft, 0, 0, 16)  # tried again, and wrong again: the rate drops from there
-    assert policy.tracker.rate(int(Source.BUFFER), 14) < rate
+        assert declined < 20, policy.tracker.snapshot()
 
 
-def test_relaxing_moves_a_rate_toward_its_prior_from_either_side_and_leaves_unseen_keys():
+def test_a_requests_opening_draft_is_learnt_apart_from_later_drafts_of_its_match_length():
+    """A request's first proposal continues the cursor's own place in the buffer: its own key,
+    with a low prior, so that it is declined where a later draft of the same match is taken, and
+    what it teaches moves its key only."""
     from ngramd.daemon.engine.policy import AcceptanceTracker
 
-    tracker = AcceptanceTracker(relax=0.5)
-    prior = tracker.rate(0, 14)
-    tracker.relax(0, 14)
-    assert tracker.snapshot() == {}  # never seen: it is at its prior already
-    tracker.update(0, 14, 0, 4)
-    low = tracker.rate(0, 14)
-    tracker.relax(0, 14)
-    assert tracker.rate(0, 14) == pytest.approx(low + 0.5 * (prior - low))
-    for _ in range(10):
-        tracker.update(0, 14, 4, 4)
-    high = tracker.rate(0, 14)
-    assert high > prior
-    tracker.relax(0, 14)
-    assert tracker.rate(0, 14) == pytest.approx(high - 0.5 * (high - prior))
+    draft = _long_buffer_match()
+    tracker = AcceptanceTracker()
+    policy = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[40.0, 44.0, 80.0], online=False), AdaptiveConfig(),
+                         tracker)
+    assert policy.choose(draft, 16, opening=True) == [] and policy.choose(draft, 16)
+    later = tracker.rate(int(Source.BUFFER), 14)
+    assert tracker.rate(int(Source.BUFFER), 14, opening=True) < later
+    policy.choose(draft, 16, opening=True)
+    policy.declined(draft, 7)  # the opening's first token was wrong
+    assert tracker.snapshot() == {"0/opening": pytest.approx(tracker.rate(0, 14, opening=True), abs=1e-3)}
+    assert tracker.rate(int(Source.BUFFER), 14) == later
+    for _ in range(40):  # where openings are right (the user retypes what follows the cursor) ...
+        policy.choose(draft, 16, opening=True)
+        policy.declined(draft, int(draft.best.tokens[0]))
+    assert policy.choose(draft, 16, opening=True)  # ... they are drafted
+    policy.feedback(draft, 0, 16, 16)  # a verified opening is learnt under its key too
+    assert tracker.rate(int(Source.BUFFER), 14) == later
 
 
 def test_the_calibration_on_disk_is_per_chip(tmp_path, monkeypatch):

@@ -243,3 +243,26 @@ def test_a_draft_cut_short_by_the_stop_is_priced_again(tiny, reference):
     out, stats = run(StopConfig(max_tokens=MAX, eos_ids=frozenset({ref[1]})))
     assert (out.tokens, out.stop_reason) == (ref[:1], "eos")
     assert (stats.drafted, stats.forward_passes) == (0, 2)  # the 1-token draft left is declined
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_only_a_requests_first_proposal_is_its_opening(tiny, reference, scripted, resumed):
+    """The policy learns a request's first draft apart (daemon/engine/policy.py): the loop says
+    which one that is, and a resumed answer, whose prompt ends in the model's own output, has none."""
+    prompt, ref = reference
+    openings = []
+
+    class Recording(DraftPolicy):
+        def choose(self, draft, budget, opening=False):
+            openings.append(opening)
+            return super().choose(draft, budget, opening)
+
+    kv, stats = KVCache(), GenerationStats()
+    context = prompt + (ref[:2] if resumed else [])
+    prefill(tiny, kv, context, stats, None, 128)
+    out = generate(tiny, kv, context, scripted(lambda ctx: [_wrong(_truth(prompt, ref, ctx)[:4])]),
+                   Recording(CostModel(), AdaptiveConfig(fixed_k=4)), StopChecker(StopConfig(max_tokens=6), tiny.token_bytes),
+                   SamplingParams(), None, stats, emitted_before=tiny.token_bytes(ref[0]) + tiny.token_bytes(ref[1])
+                   if resumed else b"")
+    assert out.tokens == (ref[2:8] if resumed else ref[:6])  # every draft wrong: a pass a token
+    assert len(openings) == 5 and openings == [not resumed] + [False] * (len(openings) - 1)
