@@ -61,6 +61,12 @@ COMPLETIONS = ("completions-cold", "completions-prepared")
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    bench_run("2026-12-07-edits-llamacpp-opening.json", ("edits",), "a7ce48e",
+              "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
+              runtime="llamacpp"),
+    bench_run("2026-12-07-llamacpp-stdlib-opening-repeat5.json", COMPLETIONS, "a7ce48e",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5",
+              runtime="llamacpp"),
     bench_run("2026-12-07-edits-llamacpp-f16-reduce.json", ("edits",), "9727f36",
               "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
               runtime="llamacpp"),
