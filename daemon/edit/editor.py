@@ -90,17 +90,18 @@ class EditDraftPolicy:
         budget = min(budget, self._best_length(min(budget, max(len(b.tokens) for b in draft.branches))))
         return cut_branches(draft.branches[: self.width], budget, budget)
 
-    def declined(self, draft: Draft, next_token: int) -> None:
+    def declined(self, draft: Draft, next_token: int, opening: bool = False) -> None:
         if not self._is_original(draft):
-            self.inner.declined(draft, next_token)
+            self.inner.declined(draft, next_token)  # no opening: see ``choose``
             return
         first = draft.branches[0].tokens
         if len(first):
             self.acceptance = ema_acceptance(self.acceptance, int(int(first[0]) == int(next_token)), 1, self.ALPHA)
 
-    def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
+    def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int,
+                 opening: bool = False) -> None:
         if not self._is_original(draft):
-            self.inner.feedback(draft, taken_branch, accepted, drafted_len)
+            self.inner.feedback(draft, taken_branch, accepted, drafted_len)  # no opening: see ``choose``
             return
         self.acceptance = ema_acceptance(self.acceptance, accepted, max(drafted_len, 1), self.ALPHA)
 

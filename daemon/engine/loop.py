@@ -187,12 +187,12 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         budget = stopper.cfg.max_tokens - stopper.num_tokens - 1  # draft tokens that could still be emitted
         draft = NO_DRAFT
         chosen: list[tuple[int, np.ndarray]] = []
+        # the request's first pass, before the model wrote anything (a resumed answer's output is
+        # the model's): its draft is mostly the text after the cursor (daemon/engine/policy.py)
+        opening = len(context) == len(prompt_ids) and not emitted_before
         if policy is not None and budget > 0:
             draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
             if draft:
-                # the request's first proposal, before the model wrote anything (a resumed answer's
-                # output is the model's): mostly the text after the cursor (daemon/engine/policy.py)
-                opening = len(context) == len(prompt_ids) and not emitted_before
                 chosen = policy.choose(draft, budget, opening=opening)
                 shorter = _cut_at_stop(draft, chosen, stopper)
                 if shorter is not None:  # priced again: a draft cut short may no longer pay for its pass
@@ -251,10 +251,10 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         else:
             taken, branch_len = -1, (len(chosen[0][1]) if chosen else 0)
         if policy is not None and chosen:
-            policy.feedback(draft, taken, accepted, branch_len)
+            policy.feedback(draft, taken, accepted, branch_len, opening=opening)
         elif policy is not None and draft and new_tokens:
             # a draft proposed and declined: the plain pass shows, at no cost, whether its first token was right
-            policy.declined(draft, new_tokens[0])
+            policy.declined(draft, new_tokens[0], opening=opening)
         proposer.feedback(accepted)
 
         used = stopper.push_many(new_tokens)

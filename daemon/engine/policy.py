@@ -16,13 +16,14 @@ somewhere) is therefore still tested on each proposal, and climbs back once draf
 again; the tracker lives as long as the daemon, so a rate learnt from verified drafts alone
 could switch the best drafts there are, long matches in the buffer, off for good.
 
-A request's first proposal, the *opening*, has a rate of its own. It comes before the model has
-written anything, so its longest match is mostly the cursor's own place in the buffer, which holds
+A draft proposed at a request's first pass, the *opening*, has a rate of its own. It comes
+before the model has written anything, so its longest match is mostly the cursor's own place in the buffer, which holds
 the whole document, and its draft is the text after the cursor: what the completion goes before,
 seldom what it repeats. On the greedy answers of the 117 stdlib cases (bench/cases/stdlib.jsonl
 and stdlib_wide.jsonl), 2 openings of 117 had their first token right, and later buffer drafts
 from matches as long (12 tokens or more) 200 of 231 (``scripts/replay_policy.py --openings``).
-Keyed with the later ones, the opening drafted 4-5 tokens that were all rejected.
+Priced at a long match's rate, openings replayed on the bench's answers drafted 4-5 tokens, all
+rejected.
 
 ``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
 fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
@@ -317,7 +318,6 @@ class DraftPolicy:
         self.cost = cost
         self.cfg = config
         self.tracker = tracker or AcceptanceTracker()
-        self._opening = False  # whether the draft ``choose`` saw last is its request's first
 
     @property
     def width(self) -> int:
@@ -326,9 +326,8 @@ class DraftPolicy:
 
     def choose(self, draft: Draft, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
         """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain.
-        ``opening``: the request's first proposal (the module docstring); its outcome, told to
-        ``feedback`` or ``declined`` next, is learnt under that key too."""
-        self._opening = opening
+        ``opening``: a draft proposed at the request's first pass (the module docstring), priced
+        at the opening's rate; its outcome goes to ``feedback`` or ``declined`` with the same flag."""
         if not draft or budget <= 0:
             return []
         branches = draft.branches[: self.cfg.max_width]
@@ -353,18 +352,21 @@ class DraftPolicy:
             depth[bi] = max(depth[bi], d + 1)
         return [(bi, branches[bi].tokens[:depth[bi]]) for bi in range(len(branches)) if depth[bi] > 0]
 
-    def declined(self, draft: Draft, next_token: int) -> None:
+    def declined(self, draft: Draft, next_token: int, opening: bool = False) -> None:
         """A draft ``choose`` declined, and the token the plain pass made instead: whether the
-        draft's first token was right, learnt as ``feedback`` learns a verified one's."""
+        first token of a branch it priced was right, learnt as ``feedback`` learns a verified one's."""
         if not draft:
             return
-        taken = next((bi for bi, b in enumerate(draft.branches) if int(b.tokens[0]) == int(next_token)), -1)
-        self.feedback(draft, taken, int(taken >= 0), 1)
+        branches = draft.branches[: self.cfg.max_width]
+        taken = next((bi for bi, b in enumerate(branches) if int(b.tokens[0]) == int(next_token)), -1)
+        self.feedback(draft, taken, int(taken >= 0), 1, opening)
 
-    def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int) -> None:
-        """Outcome of one pass: ``accepted`` tokens of branch ``taken_branch`` (-1: none matched)."""
+    def feedback(self, draft: Draft, taken_branch: int, accepted: int, drafted_len: int,
+                 opening: bool = False) -> None:
+        """Outcome of one pass: ``accepted`` tokens of branch ``taken_branch`` (-1: none matched);
+        ``opening`` as ``choose`` was told."""
         if not draft:
             return
         b = draft.branches[max(taken_branch, 0)]
         self.tracker.update(int(b.source), b.match_len, accepted if taken_branch >= 0 else 0,
-                            max(drafted_len, 1), self._opening)
+                            max(drafted_len, 1), opening)

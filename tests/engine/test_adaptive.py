@@ -79,15 +79,15 @@ def test_a_declined_draft_teaches_its_first_token_so_a_low_rate_can_climb_back()
     learnt. Right ones bring the drafts back; wrong ones keep them declined."""
     draft = _long_buffer_match()
     policy = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[40.0, 44.0, 80.0], online=False), AdaptiveConfig())
-    assert policy.choose(draft, 16)  # the prior for long matches pays
+    prior = policy.tracker.rate(int(Source.BUFFER), 14)
+    policy.declined(draft, 7)  # a wrong first token moves the rate down from its prior
+    assert policy.tracker.rate(int(Source.BUFFER), 14) < prior
+    assert policy.choose(draft, 16)  # still above what pays
     for _ in range(40):  # a place where every long buffer match is wrong at its first token
         policy.feedback(draft, 0, 0, 16)
-    assert policy.choose(draft, 16) == []  # now below what pays: declined
-    low = policy.tracker.rate(int(Source.BUFFER), 14)
     for _ in range(20):  # declined, and the plain pass makes another token: it stays declined
         assert policy.choose(draft, 16) == []
         policy.declined(draft, 7)
-    assert policy.tracker.rate(int(Source.BUFFER), 14) <= low
     declined = 0
     while not policy.choose(draft, 16):  # the output follows the drafts again
         policy.declined(draft, int(draft.best.tokens[0]))
@@ -96,10 +96,10 @@ def test_a_declined_draft_teaches_its_first_token_so_a_low_rate_can_climb_back()
 
 
 def test_a_requests_opening_draft_is_learnt_apart_from_later_drafts_of_its_match_length():
-    """A request's first proposal continues the cursor's own place in the buffer: its own key,
-    with a low prior, so that it is declined where a later draft of the same match is taken, and
-    what it teaches moves its key only."""
-    from ngramd.daemon.engine.policy import AcceptanceTracker
+    """A draft at a request's first pass continues the cursor's own place in the buffer: its own
+    key, with a low prior, so that it is declined where a later draft of the same match is taken,
+    and what it teaches moves its key only."""
+    from ngramd.daemon.engine.policy import _OPENING_PRIOR, AcceptanceTracker
 
     draft = _long_buffer_match()
     tracker = AcceptanceTracker()
@@ -107,16 +107,20 @@ def test_a_requests_opening_draft_is_learnt_apart_from_later_drafts_of_its_match
                          tracker)
     assert policy.choose(draft, 16, opening=True) == [] and policy.choose(draft, 16)
     later = tracker.rate(int(Source.BUFFER), 14)
-    assert tracker.rate(int(Source.BUFFER), 14, opening=True) < later
-    policy.choose(draft, 16, opening=True)
-    policy.declined(draft, 7)  # the opening's first token was wrong
-    assert tracker.snapshot() == {"0/opening": pytest.approx(tracker.rate(0, 14, opening=True), abs=1e-3)}
+    assert tracker.rate(int(Source.BUFFER), 14, opening=True) == _OPENING_PRIOR < later
+    policy.declined(draft, 7, opening=True)  # the opening's first token was wrong
+    assert set(tracker.snapshot()) == {"0/opening"}
+    assert tracker.rate(int(Source.BUFFER), 14, opening=True) < _OPENING_PRIOR
     assert tracker.rate(int(Source.BUFFER), 14) == later
-    for _ in range(40):  # where openings are right (the user retypes what follows the cursor) ...
-        policy.choose(draft, 16, opening=True)
-        policy.declined(draft, int(draft.best.tokens[0]))
-    assert policy.choose(draft, 16, opening=True)  # ... they are drafted
-    policy.feedback(draft, 0, 16, 16)  # a verified opening is learnt under its key too
+    rights = 0
+    while not policy.choose(draft, 16, opening=True):  # where openings are right (the user retypes
+        policy.declined(draft, int(draft.best.tokens[0]), opening=True)  # what follows the cursor) ...
+        assert tracker.rate(int(Source.BUFFER), 14) == later
+        rights += 1
+        assert rights < 40, tracker.snapshot()  # ... they are drafted
+    before = tracker.rate(int(Source.BUFFER), 14, opening=True)
+    policy.feedback(draft, 0, 16, 16, opening=True)  # a verified opening is learnt under its key
+    assert tracker.rate(int(Source.BUFFER), 14, opening=True) > before
     assert tracker.rate(int(Source.BUFFER), 14) == later
 
 
