@@ -29,6 +29,8 @@ rejected.
 fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
 plain decoding: on text that does not repeat, the draft is dropped and the pass
 costs what a plain step costs.
+
+The rationale, what the replay measures is left and what was tried: docs/design/drafting-policy.md.
 """
 
 from __future__ import annotations
