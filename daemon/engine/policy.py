@@ -17,13 +17,13 @@ again; the tracker lives as long as the daemon, so a rate learnt from verified d
 could switch the best drafts there are, long matches in the buffer, off for good.
 
 A draft proposed at a request's first pass, the *opening*, has a rate of its own. It comes
-before the model has written anything, so its longest match is mostly the cursor's own place in the buffer, which holds
-the whole document, and its draft is the text after the cursor: what the completion goes before,
-seldom what it repeats. On the greedy answers of the 117 stdlib cases (bench/cases/stdlib.jsonl
-and stdlib_wide.jsonl), 2 openings of 117 had their first token right, and later buffer drafts
-from matches as long (12 tokens or more) 200 of 231 (``scripts/replay_policy.py --openings``).
-Priced at a long match's rate, openings replayed on the bench's answers drafted 4-5 tokens, all
-rejected.
+before the model has written anything, so its longest match is mostly the cursor's own place in
+the buffer, which holds the whole document, and its draft is the text after the cursor: what the
+completion goes before, seldom what it repeats. On the greedy answers of the 117 stdlib cases
+(bench/cases/stdlib.jsonl and stdlib_wide.jsonl), 2 openings of 117 had their first token right,
+and later buffer drafts from matches as long (12 tokens or more) 200 of 231
+(``scripts/replay_policy.py --openings``). Priced at a long match's rate, openings replayed on
+the bench's answers drafted 4-5 tokens, all rejected.
 
 ``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
 fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
