@@ -104,6 +104,10 @@ def _prefill_piece(runtime: Runtime, kv: KVCache, piece: list[int]) -> None:
     kv.extended(piece)
 
 
+# tokens of answer the context's array has room for before it grows (``generate``)
+CONTEXT_ROOM = 4096
+
+
 def _cut_at_stop(draft: Draft, chosen: list[tuple[int, np.ndarray]], stopper: StopChecker) -> Draft | None:
     """The ``chosen`` branches of ``draft`` (branch index, tokens), each cut before the token that
     would stop the answer, as a draft of its own; None when no branch reaches a stop. No row
@@ -176,6 +180,10 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
     context = [int(t) for t in prompt_ids]
     assert kv.tokens == context[:len(kv)], "the KV cache must hold a prefix of the prompt"
     pending = context[len(kv):]  # the prompt's uncached tail, then the newest token
+    # the context as int32, filled as it grows: a proposer reads context_ids[:len(context)], not a
+    # fresh copy of a 1-2k-token list every pass (25-40 us); positions once written never change
+    context_ids = np.empty(len(context) + min(stopper.cfg.max_tokens, CONTEXT_ROOM) + 1, dtype=np.int32)
+    context_ids[:len(context)] = context
     out: list[int] = []
     # bytes of generated tokens, for the forced prefix; ``emitted_before``: those of output tokens
     # that ``prompt_ids`` already ends with (a greedy answer resumed: daemon/engine/answer_cache.py)
@@ -191,7 +199,7 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         # the model's): its draft is mostly the text after the cursor (daemon/engine/policy.py)
         opening = len(context) == len(prompt_ids) and not emitted_before
         if policy is not None and budget > 0:
-            draft = proposer.propose(np.asarray(context, dtype=np.int32), min(propose_k, budget), width)
+            draft = proposer.propose(context_ids[:len(context)], min(propose_k, budget), width)
             if draft:
                 chosen = policy.choose(draft, budget, opening=opening)
                 shorter = _cut_at_stop(draft, chosen, stopper)
@@ -261,6 +269,9 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         out.extend(new_tokens[:used])
         if stats.first_token_ms == 0.0:
             stats.first_token_ms = (time.perf_counter() - t_start) * 1000
+        if len(context) + len(new_tokens) > len(context_ids):  # an answer past CONTEXT_ROOM tokens
+            context_ids = np.concatenate([context_ids, np.empty(len(context_ids), dtype=np.int32)])
+        context_ids[len(context):len(context) + len(new_tokens)] = new_tokens
         context.extend(new_tokens)
         pending = new_tokens[-1:]
         if stopper.reason:

@@ -35,8 +35,10 @@ The rationale, what the replay measures is left and what was tried: docs/design/
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -65,7 +67,18 @@ class CostModel:
     pad_to: tuple[int, ...] = ()
 
     def __call__(self, n: int) -> float:
-        return float(self.many(np.array([n]))[0])
+        """ms of one pass of ``n`` new tokens: ``many``'s figure, in plain Python (called on every
+        pass; numpy's per-call overhead was 20-50 us a call, ``observe`` made three)."""
+        if self.pad_to and self.pad_to[0] <= n <= self.pad_to[-1]:
+            n = self.pad_to[min(bisect.bisect_left(self.pad_to, n), len(self.pad_to) - 1)]
+        xs, ys = self.sizes, self.ms
+        if n <= xs[0] or len(xs) == 1:
+            return float(ys[0])
+        if n >= xs[-1]:  # along the last segment, as ``many``
+            return float(ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (n - xs[-1]))
+        j = bisect.bisect_right(xs, n) - 1  # xs[j] <= n < xs[j + 1]
+        # np.interp's own formula (the slope times the offset, plus the left value): the same float
+        return float((ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (n - xs[j]) + ys[j])
 
     def many(self, ns: np.ndarray) -> np.ndarray:
         """ms of passes of ``ns`` [k] new tokens each (padding included): [k]."""
@@ -96,7 +109,7 @@ class CostModel:
             return
         # a pass preempted by another process can take 100x its cost: at most double the curve
         ms = min(ms, 2.0 * self(n))
-        j = int(np.argmin([abs(np.log(n / s)) for s in self.sizes]))
+        j = min(range(len(self.sizes)), key=lambda i: abs(math.log(n / self.sizes[i])))
         at_j = ms * self.ms[j] / max(self(n), 1e-9)
         self.ms[j] += alpha * (at_j - self.ms[j])
         for i in range(j + 1, len(self.ms)):  # a larger pass never costs less ...

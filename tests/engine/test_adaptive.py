@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ngramd.index.draft import Branch, Draft, Source
 
 from ngramd.daemon.engine.policy import AdaptiveConfig, CostModel, DraftPolicy
@@ -23,6 +25,21 @@ def test_an_observation_between_sizes_moves_the_nearest_point_by_the_curve_shape
     cost = CostModel(sizes=[1, 8], ms=[70.0, 140.0])
     cost.observe(7, 2 * cost(7), alpha=1.0)  # everything twice as slow, seen at n=7
     assert cost.ms[1] == 280.0 and cost.ms[0] == 70.0
+
+
+@st.composite
+def cost_curves(draw):
+    sizes = sorted(draw(st.sets(st.integers(1, 96), min_size=1, max_size=8)))
+    ms = sorted(draw(st.lists(st.floats(0.5, 400.0), min_size=len(sizes), max_size=len(sizes))))
+    pad_to = tuple(sorted(draw(st.sets(st.integers(1, 120), max_size=5))))
+    return CostModel(sizes=sizes, ms=ms, pad_to=pad_to)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cost_curves(), st.integers(1, 200))
+def test_one_pass_is_priced_bitwise_as_the_array_form_prices_it(cost, n):
+    # __call__ is plain Python for speed (every pass asks it); choose() prices with many()
+    assert cost(n) == float(cost.many(np.array([n]))[0])
 
 
 def test_policy_drafts_less_when_passes_of_several_tokens_turn_out_expensive():

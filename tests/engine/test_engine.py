@@ -87,6 +87,23 @@ def test_speculative_greedy_equals_plain(tiny, reference, scripted, case, rows_a
         assert stats.accepted == 0 and stats.forward_passes == MAX
 
 
+def test_the_proposer_reads_the_whole_context_as_it_grows_past_its_room(tiny, reference, scripted, monkeypatch):
+    """The loop fills one int32 array as the context grows; room for one token forces it to grow."""
+    monkeypatch.setattr(engine, "CONTEXT_ROOM", 1)
+    prompt, ref = reference
+    seen = []
+
+    def draft(ctx):
+        seen.append(list(ctx))
+        return [_truth(prompt, ref, ctx)[:3]]
+
+    out, stats, _ = _run(tiny, prompt, scripted(draft))
+    assert out.tokens == ref[:MAX] and stats.accepted > 0
+    assert len(seen) > 2
+    for ctx in seen:
+        assert ctx == prompt + ref[:len(ctx) - len(prompt)]
+
+
 @pytest.mark.parametrize("rows_at_once", [False, True], ids=["rows_as_walked", "rows_at_once"])
 @pytest.mark.parametrize("case", ["all_right", "partly_right", "tree_mixed"])
 def test_speculative_greedy_equals_plain_under_a_forced_prefix(tiny, scripted, case, rows_at_once, monkeypatch):
