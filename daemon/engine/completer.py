@@ -38,7 +38,8 @@ from ngramd.daemon.engine.loop import EngineConfig, GenerationOutput, generate, 
 from ngramd.daemon.runtime.base import Runtime
 from ngramd.daemon.runtime.cache_pool import KVPool, common_prefix_len
 from ngramd.daemon.engine.fim_view import PrefixView
-from ngramd.daemon.engine.prompt import ForcedPrefix, Prompt, PromptConfig, build_prompt, fim_tokens, model_positions, within_positions
+from ngramd.daemon.engine.prompt import (ForcedPrefix, Prompt, PromptConfig, RecentPrompts, fim_tokens, model_positions,
+                                         within_positions)
 from ngramd.daemon.engine.proposer import IndexProposer, NullProposer, ProbeBackoff, Proposer
 from ngramd.daemon.protocol.requests import (CompletionRequest, CompletionResult, GenerationStats, Prepared,
                              SamplingParams, check_sampling)
@@ -73,6 +74,7 @@ class Completer:
         # Exactness) would make speculation change the output: it then drafts nothing
         self.speculation_exact = bool(getattr(getattr(runtime, "exactness", None), "exact", True))
         self.answers = AnswerCache(runtime.token_bytes, runtime.is_special)
+        self.prompts = RecentPrompts(runtime)  # a request takes the prompt its prepare built
         self.totals = GenerationStats()
         self.requests = 0
         self.prepared = {"prepares": 0, "prefill_tokens": 0}  # work done ahead of requests (not in totals)
@@ -91,7 +93,7 @@ class Completer:
         may have next (``prefetch_after``): the index is not told of its text, nor of its answer."""
         _validate(req)
         t0 = time.perf_counter()
-        prompt = build_prompt(self.runtime, req.text, req.offset, self._prompt_config())
+        prompt = self.prompts.build(req.text, req.offset, self._prompt_config())
         max_tokens = self._fit_answer(len(prompt.ids), req.max_tokens)
         forced_bytes = prompt.forced.encode("utf-8")
         params = AnswerParams.of(max_tokens, req.stop, req.multiline, req.sampling.temperature, req.sampling.top_p,
@@ -177,7 +179,7 @@ class Completer:
             raise ValueError("text must be a string")
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= len(text):
             raise ValueError(f"offset {offset!r} is out of range: the text has {len(text)} characters")
-        prompt = build_prompt(self.runtime, text, offset, self._prompt_config())
+        prompt = self.prompts.build(text, offset, self._prompt_config())
         return self.prepare(uri, prompt.ids, cancel)
 
     def _prompt_config(self) -> PromptConfig:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ngramd.daemon.engine.prompt import MAX_HEAL_CHARS, PromptConfig, build_prompt, fim_tokens
+from ngramd.daemon.engine.prompt import MAX_HEAL_CHARS, PromptConfig, RecentPrompts, build_prompt, fim_tokens
 
 
 class FakeTokenizer:
@@ -102,3 +102,42 @@ def test_a_fim_prompt_keeps_within_its_budget_with_its_three_fim_tokens(tiny_fim
     config = PromptConfig(max_prompt_tokens=300, suffix_tokens=100)
     prompt = build_prompt(tiny_fim, text, len(text) // 2, config)
     assert prompt.fim and len(prompt.ids) == 300
+
+
+class CountingRuntime(FakeRuntime):
+    def __init__(self, fim: bool):
+        super().__init__(fim)
+        self.encodes = 0
+
+    def encode(self, text):
+        self.encodes += 1
+        return super().encode(text)
+
+
+def test_recent_prompts_give_the_prompt_build_prompt_builds_and_build_it_once():
+    rt = CountingRuntime(fim=True)
+    prompts = RecentPrompts(rt)
+    text = "def f(x):\n    ret\n\nprint(f(1))\n"
+    off, cfg = text.index("ret") + 3, PromptConfig(max_prompt_tokens=64, suffix_tokens=8)
+    first = prompts.build(text, off, cfg)
+    built = rt.encodes
+    assert built > 0
+    assert prompts.build("".join(list(text)), off, cfg) is first  # an equal text, another object
+    assert rt.encodes == built  # taken, not built again
+    fresh = build_prompt(rt, text, off, cfg)
+    assert (list(first.ids), first.text, first.forced, first.line_prefix, first.fim) == \
+           (fresh.ids, fresh.text, fresh.forced, fresh.line_prefix, fresh.fim)
+    assert isinstance(first.ids, tuple)  # shared between requests: read-only
+
+
+def test_recent_prompts_build_anew_for_another_text_offset_or_config_and_keep_the_newest():
+    rt = CountingRuntime(fim=True)
+    prompts = RecentPrompts(rt, size=2)
+    text, cfg = "abc = 1\nabd = 2\n", PromptConfig(max_prompt_tokens=64, suffix_tokens=8)
+    a = prompts.build(text, 5, cfg)
+    assert prompts.build(text, 6, cfg) is not a  # another offset
+    b = prompts.build(text.replace("1", "9"), 5, cfg)  # another text (its suffix): a is now the oldest of three, gone
+    assert b.ids != a.ids
+    assert prompts.build(text, 5, PromptConfig(max_prompt_tokens=32, suffix_tokens=8)) is not a  # another config
+    before = rt.encodes
+    assert prompts.build(text, 5, cfg) is not a and rt.encodes > before  # evicted: built again
