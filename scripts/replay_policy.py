@@ -71,6 +71,7 @@ class AnswerRuntime:
         self._real = real
         self.prompt_len = 0
         self.answer: list[int] = []
+        self.top_probability: list[float] = []
         self.passes: list[int] = []  # new tokens of each pass, as the caller last emptied it
         self.supports_trees = False
         self.cache: AnswerCache | None = None  # the cache of the newest pass
@@ -78,8 +79,10 @@ class AnswerRuntime:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
-    def expect(self, prompt_len: int, answer: Sequence[int]) -> None:
+    def expect(self, prompt_len: int, answer: Sequence[int], top_probability: Sequence[float] | None = None) -> None:
+        """The next answer; ``top_probability``: the model's probability of each of its tokens, if recorded."""
         self.prompt_len, self.answer = prompt_len, [int(t) for t in answer]
+        self.top_probability = list(top_probability or [])
 
     def new_cache(self) -> AnswerCache:
         return AnswerCache()
@@ -105,10 +108,15 @@ class AnswerRuntime:
                 logits[r, self.answer[g] if g < len(self.answer) else eos] = 1.0
         return logits
 
+    def answer_index(self) -> int:
+        """The answer's index of a draft's first token after the newest pass (its pending token is
+        the next input)."""
+        return len(self.cache or ()) + 1 - self.prompt_len
+
     def accepted_length(self, draft: Sequence[int]) -> int:
-        """How many of ``draft``'s tokens the answer takes after the newest pass (its pending token
-        is the next input): what a policy with foresight would draft."""
-        g = len(self.cache or ()) + 1 - self.prompt_len  # the answer's index of the draft's first token
+        """How many of ``draft``'s tokens the answer takes after the newest pass: what a policy
+        with foresight would draft."""
+        g = self.answer_index()
         return common_prefix_len([int(t) for t in draft], self.answer[g:]) if g >= 0 else 0
 
 
@@ -157,11 +165,22 @@ def fixed_policy(length: int) -> type:
     return sized_policy(lambda draft: length, every_draft=False)
 
 
+# bands of the probability the model gave the pending token (--openings, where the run has them)
+PROBABILITY_BANDS = ((0.5, "<0.5"), (0.9, "0.5-0.9"), (0.99, "0.9-0.99"), (float("inf"), ">=0.99"))
+
+
+def probability_band(p: float) -> str:
+    return next(label for upper, label in PROBABILITY_BANDS if p < upper)
+
+
 def first_token_outcomes(run: dict[str, Any], cases: dict[str, Any], runtime: Any) -> list[dict[str, Any]]:
     """Every completion draft the proposer makes on ``run``'s answers (probed at every position,
     none verified), grouped as the daemon's ``AcceptanceTracker`` keys them: the request's opening
-    or later, the source, the match-length bucket. Per group: drafts, how many had their first
-    token right, and the mean tokens the answer took. A stand-in runtime, as ``replay``."""
+    or later, the source, the match-length bucket; and, where the run's rows have
+    ``top_probability`` (scripts/greedy_answers.py --top-probability), by the band of the
+    probability the model gave the pending token, the answer's token before the draft (None for
+    an opening: the model wrote nothing yet). Per group: drafts, how many had their first token
+    right, and the mean tokens the answer took. A stand-in runtime, as ``replay``."""
     from unittest import mock
 
     from ngramd.daemon.engine import policy as policy_module
@@ -169,23 +188,30 @@ def first_token_outcomes(run: dict[str, Any], cases: dict[str, Any], runtime: An
     from ngramd.index.draft import Source
 
     oracle = AnswerRuntime(runtime)
-    groups: dict[tuple[bool, str, int], list[int]] = {}
+    groups: dict[tuple[bool, str, int, str | None], list[int]] = {}
 
     class Recording(DraftPolicy):
         def choose(self, draft: Any, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
             if draft:
                 b = draft.best
-                key = (opening, Source(int(b.source)).name.lower(), policy_module._bucket(b.match_len))
+                g = oracle.answer_index()  # the answer's index of the draft's first token
+                probabilities = oracle.top_probability  # the replayed answer's, where the run has them
+                band = probability_band(probabilities[g - 1]) if probabilities and g >= 1 else None
+                key = (opening, Source(int(b.source)).name.lower(), policy_module._bucket(b.match_len), band)
                 groups.setdefault(key, []).append(oracle.accepted_length(b.tokens))
             return []  # plain decoding: every position of the answer is proposed at
+
 
     completions = dict(run, cases=[r for r in run["cases"] if getattr(cases.get(r["id"]), "mode", "") == "complete"])
     with mock.patch("ngramd.daemon.engine.completer.DraftPolicy", Recording), \
             mock.patch("ngramd.daemon.engine.proposer.ProbeBackoff.MISSES", 1 << 30):
         _replay(completions, cases, oracle, None)
+    bands = [label for _, label in PROBABILITY_BANDS]
+    order = lambda kv: (not kv[0][0], kv[0][1], kv[0][2], -1 if kv[0][3] is None else bands.index(kv[0][3]))  # noqa: E731
     return [{"opening": opening, "source": source, "bucket": bucket, "drafts": len(taken),
              "first_right": sum(t > 0 for t in taken), "mean_taken": round(sum(taken) / len(taken), 2)}
-            for (opening, source, bucket), taken in sorted(groups.items(), key=lambda kv: (not kv[0][0], kv[0][1:]))]
+            | ({"pending_probability": band} if band is not None else {})
+            for (opening, source, bucket, band), taken in sorted(groups.items(), key=order)]
 
 
 def parse_curve(text: str) -> tuple[list[int], list[float]]:
@@ -245,7 +271,7 @@ def _replay(run: dict[str, Any], cases: dict[str, Any], oracle: AnswerRuntime,
             case = cases.get(row["id"])
             if case is None or row.get("status") != "ok" or case.mode not in ("edit", "complete"):
                 continue
-            oracle.expect(int(row["prompt_tokens"]), row["token_ids"])  # an edit's closing fence included
+            oracle.expect(int(row["prompt_tokens"]), row["token_ids"], row.get("top_probability"))  # an edit's closing fence included
             index = runner.index_for(case.workspace)
             priced = {}
             with case_document(index, case):
@@ -308,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(groups, indent=1))
             return 0
         for g in groups:
-            print(f"{'opening' if g['opening'] else 'later':8} {g['source']:12} bucket {g['bucket']}  {g['drafts']:5} drafts  "
+            band = f"  p(pending) {g['pending_probability']:8}" if "pending_probability" in g else ""
+            print(f"{'opening' if g['opening'] else 'later':8} {g['source']:12} bucket {g['bucket']}{band}  {g['drafts']:5} drafts  "
                   f"first token right {g['first_right']:5} ({g['first_right'] / g['drafts']:.0%})  "
                   f"taken {g['mean_taken']:.2f} tokens on average")
         return 0

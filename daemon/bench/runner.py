@@ -149,9 +149,11 @@ class RuntimePassRecorder:
     def __init__(self, runtime: Any):
         self.runtime = runtime
         self.passes: list[Pass] = []
+        self._wrapped: Any = None
 
     def __enter__(self) -> "RuntimePassRecorder":
         self.passes = []
+        self._wrapped = self.runtime.__dict__.get("forward_pass")  # another wrapper's, kept on exit
         inner = self.runtime.forward_pass
 
         def forward_pass(ids: Any, cache: Any, *args: Any, **kwargs: Any) -> Any:
@@ -162,7 +164,10 @@ class RuntimePassRecorder:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.runtime.__dict__.pop("forward_pass", None)
+        if self._wrapped is not None:
+            self.runtime.forward_pass = self._wrapped
+        else:
+            self.runtime.__dict__.pop("forward_pass", None)
 
 
 def recorder_for(runtime: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ngramd.daemon.bench.cases import load_cases
@@ -188,3 +189,60 @@ def test_greedy_answers_are_the_benchs_plain_answers(load_script, tiny_runtime, 
     assert (mine["token_ids"], mine["prompt_tokens"]) == (row["token_ids"], row["prompt_tokens"])
     assert run["meta"]["cases_file"] == str(cases) and run["meta"]["model"] == "tiny"
     assert answers.main([str(tmp_path / "missing.jsonl"), "--json", str(out)]) == 2
+
+
+def test_greedy_answers_record_the_probability_the_model_gave_each_token(load_script, tiny_runtime, completion_case,
+                                                                         tmp_path, monkeypatch):
+    answers = load_script("greedy_answers")
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": completion_case.id, "workspace": str(completion_case.workspace),
+                                 "file": "pkg/shapes.py", "offset": completion_case.offset, "max_tokens": 12,
+                                 "mode": "complete"}) + "\n")
+    import ngramd.daemon.runtime.loading as loading
+
+    monkeypatch.setattr(loading, "load_runtime", lambda model, runtime="auto": tiny_runtime)
+    plain, probed = tmp_path / "plain.json", tmp_path / "probed.json"
+    assert answers.main([str(cases), "--json", str(plain), "--model", "tiny"]) == 0
+    assert answers.main([str(cases), "--json", str(probed), "--model", "tiny", "--top-probability"]) == 0
+    (row,), (mine,) = json.loads(plain.read_text())["cases"], json.loads(probed.read_text())["cases"]
+    assert "top_probability" not in row and mine["token_ids"] == row["token_ids"]  # the same answer
+    probs = mine["top_probability"]
+    assert len(probs) == len(mine["token_ids"]) > 0 and all(0.0 < p <= 1.0 for p in probs)
+    # the first token's, computed apart: the largest softmax probability of the prompt's last row
+    runner = BenchRunner(tiny_runtime, hf=False)
+    try:
+        completer = runner.completer()
+        ids = list(completer.prompts.build(completion_case.text, completion_case.offset, completer._prompt_config()).ids)
+    finally:
+        runner.close()
+    assert len(ids) == mine["prompt_tokens"]
+    kv = tiny_runtime.new_cache()
+    try:
+        row = np.asarray(tiny_runtime.forward_pass(ids, kv, keep_last=1)[-1].float().cpu(), dtype=np.float64)
+    finally:
+        tiny_runtime.release_cache(kv)
+    assert probs[0] == pytest.approx(float(np.exp(row - row.max()).sum() ** -1), abs=1e-4)
+
+
+def test_openings_group_later_drafts_by_the_pending_tokens_probability(replay_module, tiny_runtime, completion_case):
+    runner = BenchRunner(tiny_runtime, hf=False, prepared=True)
+    try:
+        row = runner.run_case(completion_case)
+    finally:
+        runner.close()
+    body = "        result = self.width * self.height\n        return result\n"
+    answer = tiny_runtime.encode("\n" + body)
+    probs = [0.3 if i % 2 else 0.995 for i in range(len(answer))]
+    groups = replay_module.first_token_outcomes({"cases": [dict(row, token_ids=answer, top_probability=probs)]},
+                                                {completion_case.id: completion_case}, tiny_runtime)
+    assert all("pending_probability" not in g for g in groups if g["opening"])  # nothing written yet
+    later = [g for g in groups if not g["opening"]]
+    assert later and all(g["pending_probability"] in ("<0.5", ">=0.99") for g in later)
+    assert {g["pending_probability"] for g in later} == {"<0.5", ">=0.99"}
+    # without the probabilities, the same drafts in groups without the band
+    plain = replay_module.first_token_outcomes({"cases": [dict(row, token_ids=answer)]},
+                                               {completion_case.id: completion_case}, tiny_runtime)
+    assert sum(g["drafts"] for g in plain) == sum(g["drafts"] for g in groups)
+    assert all("pending_probability" not in g for g in plain)
+    assert [replay_module.probability_band(p) for p in (0.1, 0.5, 0.95, 0.99, 1.0)] == \
+           ["<0.5", "0.5-0.9", "0.9-0.99", ">=0.99", ">=0.99"]

@@ -245,3 +245,29 @@ def test_at_repeat_1_the_variants_take_turns_across_cases(monkeypatch, tiny_runt
         orders.append(tuple(ran))
         ran.clear()
     assert orders == list(bench_runner.VARIANTS_ORDERS)
+
+
+def test_a_pass_recorder_leaves_a_wrapper_it_found_on_the_runtime():
+    """The llama.cpp runtime's recorder wraps ``forward_pass`` on the instance; a wrapper already
+    there (a script's, around a whole run) is still there, and still called, after it."""
+    from ngramd.daemon.bench.runner import RuntimePassRecorder
+
+    class Runtime:
+        def forward_pass(self, ids, cache, keep_last=None):
+            return list(ids)
+
+    rt, outer_calls = Runtime(), []
+    inner = rt.forward_pass
+
+    def outer(ids, cache, **kwargs):
+        outer_calls.append(list(ids))
+        return inner(ids, cache, **kwargs)
+
+    rt.forward_pass = outer
+    with RuntimePassRecorder(rt) as recorder:
+        assert rt.forward_pass([1, 2], [9]) == [1, 2]
+    assert [(p.start, p.ids) for p in recorder.passes] == [(1, [1, 2])]
+    assert rt.forward_pass is outer and outer_calls == [[1, 2]]
+    with RuntimePassRecorder(Runtime()) as bare:  # none found: none left
+        pass
+    assert "forward_pass" not in bare.runtime.__dict__
