@@ -201,13 +201,16 @@ def first_token_outcomes(run: dict[str, Any], cases: dict[str, Any], runtime: An
                 groups.setdefault(key, []).append(oracle.accepted_length(b.tokens))
             return []  # plain decoding: every position of the answer is proposed at
 
-
     completions = dict(run, cases=[r for r in run["cases"] if getattr(cases.get(r["id"]), "mode", "") == "complete"])
     with mock.patch("ngramd.daemon.engine.completer.DraftPolicy", Recording), \
             mock.patch("ngramd.daemon.engine.proposer.ProbeBackoff.MISSES", 1 << 30):
         _replay(completions, cases, oracle, None)
     bands = [label for _, label in PROBABILITY_BANDS]
-    order = lambda kv: (not kv[0][0], kv[0][1], kv[0][2], -1 if kv[0][3] is None else bands.index(kv[0][3]))  # noqa: E731
+
+    def order(item: tuple[tuple[bool, str, int, str | None], list[int]]) -> tuple[bool, str, int, int]:
+        (opening, source, bucket, band), _ = item  # openings first, the bands in rising order
+        return not opening, source, bucket, -1 if band is None else bands.index(band)
+
     return [{"opening": opening, "source": source, "bucket": bucket, "drafts": len(taken),
              "first_right": sum(t > 0 for t in taken), "mean_taken": round(sum(taken) / len(taken), 2)}
             | ({"pending_probability": band} if band is not None else {})
