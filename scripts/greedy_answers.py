@@ -32,6 +32,7 @@ def last_row_probabilities(runtime: Any) -> Iterator[list[float]]:
     """While the block runs, the softmax's largest probability of each pass's last row (the token
     greedy decoding takes there), pass by pass, in the list it gives; wraps the runtime's pass."""
     seen: list[float] = []
+    found = runtime.__dict__.get("forward_pass")  # another wrapper's, put back on exit
     forward_pass = runtime.forward_pass
 
     def recording(*args: Any, **kwargs: Any) -> Any:
@@ -46,7 +47,10 @@ def last_row_probabilities(runtime: Any) -> Iterator[list[float]]:
     try:
         yield seen
     finally:
-        runtime.__dict__.pop("forward_pass", None)
+        if found is not None:
+            runtime.forward_pass = found
+        else:
+            runtime.__dict__.pop("forward_pass", None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -196,7 +196,7 @@ def first_token_outcomes(run: dict[str, Any], cases: dict[str, Any], runtime: An
                 b = draft.best
                 g = oracle.answer_index()  # the answer's index of the draft's first token
                 probabilities = oracle.top_probability  # the replayed answer's, where the run has them
-                band = probability_band(probabilities[g - 1]) if probabilities and g >= 1 else None
+                band = probability_band(probabilities[g - 1]) if 1 <= g <= len(probabilities) else None
                 key = (opening, Source(int(b.source)).name.lower(), policy_module._bucket(b.match_len), band)
                 groups.setdefault(key, []).append(oracle.accepted_length(b.tokens))
             return []  # plain decoding: every position of the answer is proposed at

@@ -222,7 +222,7 @@ class Completer:
                            emitted_before=emitted_before)
         return out, stats
 
-    def _proposer(self, uri: str, prompt_ids: list[int], fim: bool) -> Proposer:
+    def _proposer(self, uri: str, prompt_ids: Sequence[int], fim: bool) -> Proposer:
         """The index and the output so far (which no index holds yet), or prompt lookup without an
         index; for a FIM prompt, seen from the text before the cursor (daemon/engine/fim_view.py)."""
         # the prompt part of what the proposer sees: all of it, or a FIM prompt's prefix

@@ -270,7 +270,9 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         if stats.first_token_ms == 0.0:
             stats.first_token_ms = (time.perf_counter() - t_start) * 1000
         if len(context) + len(new_tokens) > len(context_ids):  # an answer past CONTEXT_ROOM tokens
-            context_ids = np.concatenate([context_ids, np.empty(len(context_ids), dtype=np.int32)])
+            grown = np.empty(2 * (len(context) + len(new_tokens)), dtype=np.int32)
+            grown[:len(context)] = context_ids[:len(context)]
+            context_ids = grown
         context_ids[len(context):len(context) + len(new_tokens)] = new_tokens
         context.extend(new_tokens)
         pending = new_tokens[-1:]

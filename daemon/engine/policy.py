@@ -67,8 +67,8 @@ class CostModel:
     pad_to: tuple[int, ...] = ()
 
     def __call__(self, n: int) -> float:
-        """ms of one pass of ``n`` new tokens: ``many``'s figure, in plain Python (called on every
-        pass; numpy's per-call overhead was 20-50 us a call, ``observe`` made three)."""
+        """ms of one pass of ``n`` new tokens: ``many``'s figure, in plain Python (asked on every
+        pass, twice by ``observe``: numpy on a one-item array costs 20-50 us a call)."""
         if self.pad_to and self.pad_to[0] <= n <= self.pad_to[-1]:
             n = self.pad_to[min(bisect.bisect_left(self.pad_to, n), len(self.pad_to) - 1)]
         xs, ys = self.sizes, self.ms
@@ -86,13 +86,19 @@ class CostModel:
             buckets = np.asarray(self.pad_to)
             inside = (ns >= buckets[0]) & (ns <= buckets[-1])
             ns = np.where(inside, buckets[np.minimum(np.searchsorted(buckets, ns), len(buckets) - 1)], ns)
-        ms = np.interp(ns, self.sizes, self.ms)
+        xs, ys = np.asarray(self.sizes, dtype=np.float64), np.asarray(self.ms, dtype=np.float64)
+        ns = np.asarray(ns, dtype=np.float64)
+        if len(xs) == 1:
+            return np.full(ns.shape, ys[0])
+        # np.interp's formula written out (the slope times the offset, plus the left value), each
+        # step rounded apart as ``__call__``'s are, on any platform (a compiled interp may fuse them)
+        j = np.clip(np.searchsorted(xs, ns, side="right") - 1, 0, len(xs) - 2)
+        ms = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (ns - xs[j]) + ys[j]
+        ms = np.where(ns <= xs[0], ys[0], ms)
         # past the largest calibrated size, along the last segment: a clamp would price a pass
         # of 65 (run padded to 80 rows) as one of 64, and the policy would take those rows for free
-        if len(self.sizes) > 1:
-            slope = (self.ms[-1] - self.ms[-2]) / (self.sizes[-1] - self.sizes[-2])
-            ms = np.where(ns > self.sizes[-1], self.ms[-1] + slope * (ns - self.sizes[-1]), ms)
-        return ms
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return np.where(ns >= xs[-1], ys[-1] + slope * (ns - xs[-1]), ms)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": [int(x) for x in self.sizes], "ms": [round(float(x), 3) for x in self.ms]}
