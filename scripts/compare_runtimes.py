@@ -2,7 +2,7 @@
 ngramd's speculative completions in the prepared flow (the editor's: the prompt prefilled while
 the cursor rests, the request then timed), on the same GGUF and the same bench cases.
 
-    .venv/bin/python scripts/compare_runtimes.py [--cases bench/cases/stdlib.jsonl] [--repeat 3] [--json OUT]
+    .venv/bin/python scripts/compare_runtimes.py [--cases bench/cases/stdlib.jsonl] [--repeat 3] [--only ID,ID] [--json OUT]
 
 Every round of a case runs both runtimes, in turns that alternate from round to round, so that the
 machine's drift (20% between processes and between minutes here) falls on both alike; two bench
@@ -14,31 +14,21 @@ and whether both runtimes made the same tokens. Each runtime keeps its own engin
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 
 RUNTIMES = ("torch", "llamacpp")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=Path, default=Path("bench/cases/stdlib.jsonl"))
-    ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds per case (each runs both runtimes)")
-    ap.add_argument("--json", type=Path, default=None, help="write the per-case figures here")
-    args = ap.parse_args()
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
+    from ngramd.daemon.bench.script_runs import completion_cases, measuring_arguments, write_script_run
 
-    from ngramd.daemon.bench.cases import load_cases
-    from ngramd.daemon.bench.run_meta import script_run_meta
+    args = measuring_arguments(__doc__.splitlines()[0], repeat=3, repeat_help="rounds per case (each runs both runtimes)")
+
     from ngramd.daemon.bench.runner import BenchRunner, case_document
     from ngramd.daemon.runtime.loading import load_runtime
 
-    cases = [c for c in load_cases(args.cases) if c.mode == "complete"]
+    cases = completion_cases(args)
     if not cases:
         print(f"{args.cases} holds no completion case", file=sys.stderr)
         return 1
@@ -75,9 +65,7 @@ def main() -> int:
     print(f"{summary['cases']} cases, prepared speculative completions: llama.cpp {total:.2f}x faster than torch "
           f"in total, median {summary['median_ratio']:.2f}x, lowest {summary['lowest_ratio']:.2f}x; "
           f"same tokens in {summary['identical']} of {summary['cases']}")
-    if args.json is not None:
-        meta = script_run_meta(args.cases, args.repeat, args.model)
-        args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
+    write_script_run(args, rows, summary)
     for runner in runners.values():
         runner.close()
     return 0

@@ -16,12 +16,9 @@ first tokens: it decodes ``max_tokens``, where ngramd's stops end the answer bef
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 VARIANTS = ("plain", "spec", "llamacpp_plain")
 
@@ -60,23 +57,14 @@ class DecodeClock:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=Path, default=Path("bench/cases/stdlib.jsonl"))
-    ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds per case")
-    ap.add_argument("--only", default="", help="comma-separated case ids (default: every completion case)")
-    ap.add_argument("--json", type=Path, default=None, help="write the per-case figures here")
-    args = ap.parse_args()
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
+    from ngramd.daemon.bench.script_runs import completion_cases, measuring_arguments, write_script_run
 
-    from ngramd.daemon.bench.cases import load_cases
-    from ngramd.daemon.bench.run_meta import script_run_meta
+    args = measuring_arguments(__doc__.splitlines()[0], repeat=3)
+
     from ngramd.daemon.bench.runner import BenchRunner, case_document
     from ngramd.daemon.runtime.loading import load_runtime
 
-    only = {x for x in args.only.split(",") if x}
-    cases = [c for c in load_cases(args.cases) if c.mode == "complete" and (not only or c.id in only)]
+    cases = completion_cases(args)
     if not cases:
         print("no completion case to run", file=sys.stderr)
         return 1
@@ -126,9 +114,7 @@ def main() -> int:
     print(f"{len(rows)} cases, median over runs, ms outside the model a pass: plain {summary['plain']}, "
           f"speculative {summary['spec']}, Llama {summary['llamacpp_plain']}; every run the same tokens in "
           f"{summary['identical']}")
-    if args.json is not None:
-        meta = script_run_meta(args.cases, args.repeat, args.model)
-        args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
+    write_script_run(args, rows, summary)
     return 0
 
 

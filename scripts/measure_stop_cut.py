@@ -12,34 +12,22 @@ the output.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 
 VARIANTS = ("plain", "cut", "whole")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=Path, default=Path("bench/cases/stdlib.jsonl"))
-    ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
-    ap.add_argument("--repeat", type=int, default=5, help="rounds per case")
-    ap.add_argument("--only", default="", help="comma-separated case ids (default: every completion case)")
-    ap.add_argument("--json", type=Path, default=None, help="write the per-case figures here")
-    args = ap.parse_args()
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
+    from ngramd.daemon.bench.script_runs import completion_cases, measuring_arguments, write_script_run
 
-    from ngramd.daemon.bench.cases import load_cases
-    from ngramd.daemon.bench.run_meta import script_run_meta
+    args = measuring_arguments(__doc__.splitlines()[0], repeat=5)
+
     from ngramd.daemon.bench.runner import BenchRunner, case_document
     from ngramd.daemon.engine.stops import StopChecker
     from ngramd.daemon.runtime.loading import load_runtime
 
-    only = {x for x in args.only.split(",") if x}
-    cases = [c for c in load_cases(args.cases) if c.mode == "complete" and (not only or c.id in only)]
+    cases = completion_cases(args)
     if not cases:
         print("no completion case to run", file=sys.stderr)
         return 1
@@ -84,9 +72,7 @@ def main() -> int:
                "without_cut": round(totals["plain"] / totals["whole"], 3), "identical": sum(r["identical"] for r in rows)}
     print(f"{summary['cases']} cases: speculation {summary['with_cut']:.3f}x plain decoding with the cut, "
           f"{summary['without_cut']:.3f}x without; every run the same tokens in {summary['identical']}")
-    if args.json is not None:
-        meta = script_run_meta(args.cases, args.repeat, args.model)
-        args.json.write_text(json.dumps({"meta": meta, "cases": rows, "summary": summary}, indent=1) + "\n")
+    write_script_run(args, rows, summary)
     return 0
 
 

@@ -119,13 +119,18 @@ def completion_case(tmp_path, workspace):
     return case
 
 
-def test_a_completion_is_replayed_token_for_token_and_foresight_drafts_only_what_is_taken(
-        replay_module, tiny_runtime, completion_case):
-    runner = BenchRunner(tiny_runtime, hf=False, prepared=True)
+def _prepared_row(runtime, case) -> dict:
+    """``case``'s row in a prepared bench run."""
+    runner = BenchRunner(runtime, hf=False, prepared=True)
     try:
-        row = runner.run_case(completion_case)  # a bench run's row: the prompt as the engine builds it
+        return runner.run_case(case)
     finally:
         runner.close()
+
+
+def test_a_completion_is_replayed_token_for_token_and_foresight_drafts_only_what_is_taken(
+        replay_module, tiny_runtime, completion_case):
+    row = _prepared_row(tiny_runtime, completion_case)  # a bench run's row: the prompt as the engine builds it
     assert row["status"] == "ok"
     # the answer a code model would give, which Rectangle's own body (after the cursor) drafts; its
     # first token the newline the prompt's healing takes back
@@ -151,11 +156,7 @@ def test_openings_are_counted_apart_and_a_repeated_text_after_the_cursor_is_one_
         replay_module, tiny_runtime, completion_case):
     """``--openings``: every position's draft, the request's first apart. Here the answer is the
     text after the cursor, so the opening draft (the cursor's own place in the buffer) is right."""
-    runner = BenchRunner(tiny_runtime, hf=False, prepared=True)
-    try:
-        row = runner.run_case(completion_case)
-    finally:
-        runner.close()
+    row = _prepared_row(tiny_runtime, completion_case)
     body = "        result = self.width * self.height\n        return result\n"
     answer = tiny_runtime.encode("\n" + body)  # tokenized as the buffer holds it, after the cursor
     groups = replay_module.first_token_outcomes({"cases": [dict(row, token_ids=answer)]},
@@ -225,11 +226,7 @@ def test_greedy_answers_record_the_probability_the_model_gave_each_token(load_sc
 
 
 def test_openings_group_later_drafts_by_the_pending_tokens_probability(replay_module, tiny_runtime, completion_case):
-    runner = BenchRunner(tiny_runtime, hf=False, prepared=True)
-    try:
-        row = runner.run_case(completion_case)
-    finally:
-        runner.close()
+    row = _prepared_row(tiny_runtime, completion_case)
     body = "        result = self.width * self.height\n        return result\n"
     answer = tiny_runtime.encode("\n" + body)
     probs = [0.3 if i % 2 else 0.995 for i in range(len(answer))]
