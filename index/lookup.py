@@ -18,7 +18,7 @@ from . import ngram
 from .buffers import History, OpenBuffers
 from .candidates import Candidates
 from .config import IndexConfig
-from .draft import NO_DRAFT, Draft, Source
+from .draft import NO_DRAFT, Branch, Draft, Source
 from .files import WorkspaceFiles
 from .ngram import as_tokens
 
@@ -40,15 +40,17 @@ class Lookup:
             raise ValueError(f"need integers k >= 1 and w >= 1, got k={k!r}, w={w!r}")
         cfg = self._cfg
         ctx = np.asarray(context)
-        ctx = as_tokens(ctx[-cfg.max_match :] if ctx.ndim == 1 else ctx, "context")  # only what is compared
+        # only what is compared; not copied: the lookup only reads it
+        ctx = as_tokens(ctx[-cfg.max_match :] if ctx.ndim == 1 else ctx, "context", copy=False)
         if len(ctx) < cfg.min_n:
             return NO_DRAFT
         for attempt in range(3):
             with self._lock:
-                stale = [(part, *want) for part, _ in self._set_sources
-                         if (want := part.lookup_set(current_uri)) is not None and not part.cache.current(want[0])]
+                wants = [part.lookup_set(current_uri) for part, _ in self._set_sources]
+                stale = [(part, *want) for (part, _), want in zip(self._set_sources, wants)
+                         if want is not None and not part.cache.current(want[0])]
                 if not stale or attempt == 2:  # a writer kept changing them: the lookup builds (rare)
-                    return self._propose(ctx, int(k), int(w), current_uri)
+                    return self._propose(ctx, int(k), int(w), current_uri, wants)
             # Built outside the lock: a big set under it stalled every other index call.
             for part, key, make in stale:
                 built = make()
@@ -60,9 +62,10 @@ class Lookup:
                         part.cache.put(key, built)
         raise AssertionError("unreachable")
 
-    def _candidates(self, ctx: np.ndarray, current_uri: str | None) -> list[Candidates]:
+    def _candidates(self, ctx: np.ndarray, current_uri: str | None, wants: list) -> list[Candidates]:
         """Each source's occurrences of its longest match (lock held); the static segment's only
-        when at least as long as the others' (its search is the costliest)."""
+        when at least as long as the others' (its search is the costliest). ``wants``: each of
+        ``_set_sources``' ``lookup_set``, taken under the same hold of the lock."""
         min_n = self._cfg.min_n
         groups: list[Candidates] = []
         cur = self._buffers.by_uri.get(current_uri) if current_uri is not None else None
@@ -71,8 +74,7 @@ class Lookup:
             m, p = cur.match(ctx, min_n, self._cfg.keyed_min_tokens)
             if m:
                 groups.append(Candidates.in_buffer(a, m, p, cur.stamp))
-        for part, source in self._set_sources:
-            want = part.lookup_set(current_uri)
+        for (part, source), want in zip(self._set_sources, wants):
             if want is not None:
                 s = part.cache.get_or_build(*want)
                 m, p, d = s.match(ctx, min_n)
@@ -87,8 +89,8 @@ class Lookup:
             groups.append(static)
         return groups
 
-    def _propose(self, ctx: np.ndarray, k: int, w: int, current_uri: str | None) -> Draft:
-        groups = self._candidates(ctx, current_uri)
+    def _propose(self, ctx: np.ndarray, k: int, w: int, current_uri: str | None, wants: list) -> Draft:
+        groups = self._candidates(ctx, current_uri, wants)
         best = max((g.match_len for g in groups), default=0)
         if best < self._cfg.min_n:
             return NO_DRAFT
@@ -97,8 +99,8 @@ class Lookup:
             gi, j, count = ngram.rank_best([g.ranking_row() for g in chosen])
             g = chosen[gi]
             self._mark_used(g, j)
-            return ngram.build_draft(np.zeros(1, np.int64), np.array([count]), np.array([int(g.source)], np.int8),
-                                     best, k, lambda _i, kk: g.tokens_after(j, kk))
+            tokens = g.tokens_after(j, k)
+            return Draft((Branch(tokens, count, g.source, best),)) if len(tokens) else NO_DRAFT
         if len(chosen) == 1:  # the common case: no concatenation
             g = chosen[0]
             first, stamp, pos = g.first_tokens, g.stamps, g.offsets

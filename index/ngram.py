@@ -26,9 +26,15 @@ SEP = -1  # document separator inside concatenated int32 arrays
 _EMPTY = np.zeros(0, np.int64)
 
 
-def as_tokens(ids, what: str) -> np.ndarray:
-    """``ids`` as an [n] int32 array of token ids; ValueError naming ``what`` if they are not."""
+def as_tokens(ids, what: str, copy: bool = True) -> np.ndarray:
+    """``ids`` as an [n] int32 array of token ids; ValueError naming ``what`` if they are not.
+    ``copy`` False: an int32 array given is returned as it is (a lookup's context, read only)."""
     a = np.asarray(ids)
+    if not copy and a.dtype == np.int32 and a.ndim == 1:
+        # one pass, not min, max and a copy: a negative id read as uint32 is 2**31 or more
+        if a.size and int(a.view(np.uint32).max()) >= 2**31 - 1:
+            raise ValueError(f"{what} holds token ids outside [0, 2**31 - 1)")
+        return a
     if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
         raise ValueError(f"{what} must be a 1-D sequence of integer token ids, got shape {a.shape} dtype {a.dtype}")
     if a.size and (a.min() < 0 or a.max() >= 2**31 - 1):

@@ -142,14 +142,12 @@ def _walk_tree(runtime: Runtime, logits: Logits, tops: list[int] | None, tree: D
     new_tokens: list[int] = []
     while True:
         row = logits[node + 1]  # [vocab]
-        masked = False
-        if forced is not None:
-            rem = forced.remaining(bytes(emitted))
-            if rem:
-                row, masked = forced.mask_logits(row, rem), True
+        rem = forced.remaining(emitted) if forced is not None else b""
         if greedy:
-            token = int(row.argmax()) if masked or tops is None else tops[node + 1]
+            token = forced.best_allowed(row, rem) if rem else tops[node + 1] if tops is not None else int(row.argmax())
         else:
+            if rem:
+                row = forced.mask_logits(row, rem)
             p = target_probs(row, sampling.temperature, sampling.top_p)  # [vocab]
             token = sample_token(p, position_noise(seed, position + len(new_tokens), p.shape[-1]))
         match = next((c for c in tree.children(node) if int(tree.tokens[c]) == token), None)

@@ -67,38 +67,20 @@ class CostModel:
     pad_to: tuple[int, ...] = ()
 
     def __call__(self, n: int) -> float:
-        """ms of one pass of ``n`` new tokens: ``many``'s figure, in plain Python (asked on every
-        pass, twice by ``observe``: numpy on a one-item array costs 20-50 us a call)."""
+        """ms of one pass of ``n`` new tokens (padding included), in plain Python: asked on every pass,
+        twice by ``observe``, and for every size ``best_count`` weighs (numpy costs 20-50 us a call)."""
         if self.pad_to and self.pad_to[0] <= n <= self.pad_to[-1]:
             n = self.pad_to[min(bisect.bisect_left(self.pad_to, n), len(self.pad_to) - 1)]
         xs, ys = self.sizes, self.ms
         if n <= xs[0] or len(xs) == 1:
             return float(ys[0])
-        if n >= xs[-1]:  # along the last segment, as ``many``
+        # past the largest calibrated size, along the last segment: a clamp would price a pass of
+        # 65 (run padded to 80 rows) as one of 64, and the policy would take those rows for free
+        if n >= xs[-1]:
             return float(ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (n - xs[-1]))
         j = bisect.bisect_right(xs, n) - 1  # xs[j] <= n < xs[j + 1]
-        # np.interp's own formula (the slope times the offset, plus the left value): the same float
+        # the slope times the offset, plus the left value: np.interp's formula
         return float((ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (n - xs[j]) + ys[j])
-
-    def many(self, ns: np.ndarray) -> np.ndarray:
-        """ms of passes of ``ns`` [k] new tokens each (padding included): [k]."""
-        if self.pad_to:
-            buckets = np.asarray(self.pad_to)
-            inside = (ns >= buckets[0]) & (ns <= buckets[-1])
-            ns = np.where(inside, buckets[np.minimum(np.searchsorted(buckets, ns), len(buckets) - 1)], ns)
-        xs, ys = np.asarray(self.sizes, dtype=np.float64), np.asarray(self.ms, dtype=np.float64)
-        ns = np.asarray(ns, dtype=np.float64)
-        if len(xs) == 1:
-            return np.full(ns.shape, ys[0])
-        # np.interp's formula written out (the slope times the offset, plus the left value), each
-        # step rounded apart as ``__call__``'s are, on any platform (a compiled interp may fuse them)
-        j = np.clip(np.searchsorted(xs, ns, side="right") - 1, 0, len(xs) - 2)
-        ms = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (ns - xs[j]) + ys[j]
-        ms = np.where(ns <= xs[0], ys[0], ms)
-        # past the largest calibrated size, along the last segment: a clamp would price a pass
-        # of 65 (run padded to 80 rows) as one of 64, and the policy would take those rows for free
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return np.where(ns >= xs[-1], ys[-1] + slope * (ns - xs[-1]), ms)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": [int(x) for x in self.sizes], "ms": [round(float(x), 3) for x in self.ms]}
@@ -276,15 +258,16 @@ def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0,
     plain decoding by the factor ``min_gain``, and could beat it by ``min_ceiling`` were
     every token accepted (``MIN_CEILING``).
     """
-    if len(values) == 0:
-        return 0
-    # expected tokens per ms for m = 1..n; one vectorised pass (the edit policy sizes up to 64 on every pass)
-    sizes = np.arange(2, len(values) + 2)
-    costs = cost.many(sizes)
-    rates = (1.0 + np.cumsum(values)) / costs
-    rates = np.where(sizes / costs >= min_ceiling / cost(1), rates, -np.inf)  # sizes that cannot pay
-    best = int(np.argmax(rates))  # the first of equal rates: the shorter draft
-    return best + 1 if rates[best] > min_gain / cost(1) else 0
+    # plain Python: asked for every draft proposed, where numpy on 10-32 values cost ~100 us a call
+    one = cost(1)
+    floor = min_ceiling / one  # tokens per ms a draft must reach were it all accepted
+    best, best_rate, running = 0, -math.inf, 0.0
+    for m, value in enumerate(values, start=1):
+        running += value
+        ms = cost(1 + m)
+        if (1 + m) / ms >= floor and (1.0 + running) / ms > best_rate:  # the first of equal rates: the shorter
+            best, best_rate = m, (1.0 + running) / ms
+    return best if best_rate > min_gain / one else 0
 
 
 def cut_branches(branches: Sequence[Branch], k: int, budget: int) -> list[tuple[int, np.ndarray]]:
@@ -363,7 +346,8 @@ class DraftPolicy:
             for d in range(min(len(b.tokens), self.cfg.max_draft)):
                 values.append((v, bi, d))
                 v *= a
-        values.sort(key=lambda x: -x[0])
+        if len(branches) > 1:  # one branch's values already fall along it (a < 1)
+            values.sort(key=lambda x: -x[0])
         values = values[: min(budget, self.cfg.max_draft)]
         best_m = best_count([v for v, _, _ in values], self.cost, self.cfg.min_gain)
         if best_m == 0:

@@ -35,11 +35,51 @@ def cost_curves(draw):
     return CostModel(sizes=sizes, ms=ms, pad_to=pad_to)
 
 
+def _array_cost(cost: CostModel, ns: np.ndarray) -> np.ndarray:
+    """The cost curve over [k] pass sizes as numpy prices it: np.interp's formula written out,
+    along the last segment past the largest size, padded sizes first."""
+    if cost.pad_to:
+        buckets = np.asarray(cost.pad_to)
+        inside = (ns >= buckets[0]) & (ns <= buckets[-1])
+        ns = np.where(inside, buckets[np.minimum(np.searchsorted(buckets, ns), len(buckets) - 1)], ns)
+    xs, ys = np.asarray(cost.sizes, dtype=np.float64), np.asarray(cost.ms, dtype=np.float64)
+    ns = np.asarray(ns, dtype=np.float64)
+    if len(xs) == 1:
+        return np.full(ns.shape, ys[0])
+    j = np.clip(np.searchsorted(xs, ns, side="right") - 1, 0, len(xs) - 2)
+    ms = np.where(ns <= xs[0], ys[0], (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (ns - xs[j]) + ys[j])
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    return np.where(ns >= xs[-1], ys[-1] + slope * (ns - xs[-1]), ms)
+
+
+def _array_best_count(values: list[float], cost: CostModel, min_gain: float = 1.0) -> int:
+    """``best_count`` in numpy: every size's expected tokens per ms at once, the first best."""
+    from ngramd.daemon.engine.policy import MIN_CEILING
+
+    if not values:
+        return 0
+    sizes = np.arange(2, len(values) + 2)
+    costs = _array_cost(cost, sizes)
+    rates = (1.0 + np.cumsum(values)) / costs
+    rates = np.where(sizes / costs >= MIN_CEILING / cost(1), rates, -np.inf)
+    best = int(np.argmax(rates))
+    return best + 1 if rates[best] > min_gain / cost(1) else 0
+
+
 @settings(max_examples=300, deadline=None)
 @given(cost_curves(), st.integers(1, 200))
-def test_one_pass_is_priced_bitwise_as_the_array_form_prices_it(cost, n):
-    # __call__ is plain Python for speed (every pass asks it); choose() prices with many()
-    assert cost(n) == float(cost.many(np.array([n]))[0])
+def test_one_pass_is_priced_as_numpy_prices_it(cost, n):
+    assert cost(n) == float(_array_cost(cost, np.array([n]))[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(cost_curves(), st.lists(st.floats(0.0, 1.0), max_size=40), st.sampled_from([1.0, 1.05]))
+def test_the_best_draft_size_is_the_one_numpy_finds(cost, values, min_gain):
+    """``best_count`` is a plain-Python loop for speed (every draft proposed is priced): it picks
+    the size the array form picks, from the same floats, ties to the shorter draft included."""
+    from ngramd.daemon.engine.policy import best_count
+
+    assert best_count(values, cost, min_gain) == _array_best_count(values, cost, min_gain)
 
 
 def test_policy_drafts_less_when_passes_of_several_tokens_turn_out_expensive():
@@ -66,7 +106,7 @@ def test_padded_passes_cost_their_bucket_and_the_policy_fills_the_bucket():
     padded = CostModel(sizes=[1, 64], ms=[10.0, 74.0], online=False, pad_to=PACK_BUCKETS)
     assert padded(17) == padded(20) == plain(20) > plain(17) and padded(2) == plain(2)
     # 65 runs as 80 rows (fast_linear pads it): past the calibrated 64 the curve goes on rising
-    assert list(padded.many(np.array([1, 16, 17, 19, 20, 65]))) == [plain(n) for n in (1, 16, 20, 20, 20, 80)]
+    assert [padded(n) for n in (1, 16, 17, 19, 20, 65)] == [plain(n) for n in (1, 16, 20, 20, 20, 80)]
     assert padded(65) == plain(80) == pytest.approx(74.0 + 16 * 64 / 63) and plain(80) > plain(64)
     values = [0.97 ** (i + 1) for i in range(40)]  # a long draft that keeps being accepted
     m = best_count(values, padded)

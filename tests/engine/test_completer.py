@@ -265,3 +265,21 @@ def test_forced_prefix_masks_numpy_logits_as_it_masks_torch_logits(tiny):
         assert isinstance(masked, np.ndarray)
         assert np.array_equal(masked, fp.mask_logits(torch.from_numpy(row), rem).numpy())
         assert np.array_equal(np.flatnonzero(np.isfinite(masked)), np.sort(fp.allowed(rem)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_best_allowed_token_is_the_argmax_of_the_masked_row(tiny, data):
+    """Greedy decoding under a forced prefix reads the allowed tokens only: the same token as the
+    masked row's argmax, ties (to the lowest id) and a row with few distinct values included."""
+    import numpy as np
+    import torch
+
+    token = data.draw(st.integers(0, tiny.vocab_size - 1))
+    rem = data.draw(st.one_of(st.just((tiny.token_bytes(token) or b" ")[:2]), st.binary(min_size=1, max_size=3)))
+    levels = data.draw(st.integers(1, 4))  # few levels: many ties among the allowed tokens
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    row = np.random.default_rng(seed).integers(0, levels, tiny.vocab_size).astype(np.float32)
+    fp = ForcedPrefix(tiny, "")
+    want = int(fp.mask_logits(row, rem).argmax())
+    assert fp.best_allowed(row, rem) == want == fp.best_allowed(torch.from_numpy(row), rem)

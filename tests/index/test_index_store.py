@@ -364,6 +364,10 @@ def test_bad_calls_raise_clear_errors():
         idx.propose(np.zeros((2, 2), np.int32), k=2)
     with pytest.raises(ValueError, match="outside"):
         idx.propose([-5, 3], k=2)
+    # an int32 context is checked without a copy (the engine's own array): the same rejections
+    for bad in (-5, -(2**31), 2**31 - 1):
+        with pytest.raises(ValueError, match="outside"):
+            idx.propose(np.array([bad, 3], np.int32), k=2)
     with pytest.raises(ValueError, match="k >= 1"):
         idx.propose(ids("ab"), k=0)
     with pytest.raises(ValueError, match="1-D"):
