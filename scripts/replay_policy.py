@@ -143,6 +143,9 @@ def sized_completion_policy(length_of: Any) -> type:
     from ngramd.daemon.engine.policy import DraftPolicy
 
     class Sized(DraftPolicy):
+        def probes_opening(self, budget: int) -> bool:
+            return True  # every opening is looked up: its draft may be taken
+
         def choose(self, draft: Any, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
             if not draft or budget <= 0:
                 return []
@@ -191,6 +194,9 @@ def first_token_outcomes(run: dict[str, Any], cases: dict[str, Any], runtime: An
     groups: dict[tuple[bool, str, int, str | None], list[int]] = {}
 
     class Recording(DraftPolicy):
+        def probes_opening(self, budget: int) -> bool:
+            return True  # every opening is proposed at, as every later position
+
         def choose(self, draft: Any, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
             if draft:
                 b = draft.best

@@ -82,6 +82,10 @@ class EditDraftPolicy:
     def _best_length(self, longest: int) -> int:
         return best_count(np.cumprod(np.full(longest, self.acceptance)).tolist(), self.cost)  # a, a^2, ...
 
+    def probes_opening(self, budget: int) -> bool:
+        """Always: an edit's first draft is the original, the draft it is made to take."""
+        return True
+
     def choose(self, draft: Draft, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
         if not self._is_original(draft):
             # no opening for the inner policy: an edit's prompt ends in its instruction, not at a

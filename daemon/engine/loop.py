@@ -196,7 +196,7 @@ def generate(runtime: Runtime, kv: KVCache, prompt_ids: Sequence[int], proposer:
         # the request's first pass, before the model wrote anything (a resumed answer's output is
         # the model's): its draft is mostly the text after the cursor (daemon/engine/policy.py)
         opening = len(context) == len(prompt_ids) and not emitted_before
-        if policy is not None and budget > 0:
+        if policy is not None and budget > 0 and (not opening or policy.probes_opening(budget)):
             draft = proposer.propose(context_ids[:len(context)], min(propose_k, budget), width)
             if draft:
                 chosen = policy.choose(draft, budget, opening=opening)

@@ -23,7 +23,9 @@ completion goes before, seldom what it repeats. On the greedy answers of the 117
 (bench/cases/stdlib.jsonl and stdlib_wide.jsonl), 2 openings of 117 had their first token right,
 and later buffer drafts from matches as long (12 tokens or more) 200 of 231
 (``scripts/replay_policy.py --openings``). Priced at a long match's rate, openings replayed on
-the bench's answers drafted 4-5 tokens, all rejected.
+the bench's answers drafted 4-5 tokens, all rejected. Where no opening draft could pay at the
+opening's rates (llama.cpp's near-linear curve), the first pass does not look one up at all,
+but for one opening in ``EXPLORE_OPENINGS`` (``probes_opening``): its rate keeps learning.
 
 ``choose`` keeps the m most valuable nodes (a prefix-closed set, since values
 fall along each branch) maximising (1 + sum of values) / cost(1 + m). m = 0 is
@@ -222,6 +224,10 @@ OPENING = len(_PRIOR)
 _OPENING_PRIOR = 0.05
 
 
+# Of the openings no draft could pay at, one in this many is looked up all the same (``probes_opening``).
+EXPLORE_OPENINGS = 8
+
+
 def _key(source: int, match_len: int, opening: bool) -> tuple[int, int]:
     return int(source), OPENING if opening else _bucket(match_len)
 
@@ -300,6 +306,11 @@ class AcceptanceTracker:
         key = _key(source, match_len, opening)
         self._rate[key] = ema_acceptance(self._rate.get(key, _prior(key[1])), accepted, drafted, self.alpha)
 
+    def best_opening_rate(self) -> float:
+        """The highest rate an opening draft may be priced at now: a source's learnt one, or the
+        prior, for a source not seen at an opening yet."""
+        return max([_OPENING_PRIOR] + [a for (_, b), a in self._rate.items() if b == OPENING])
+
     def snapshot(self) -> dict[str, float]:
         return {f"{s}/{'opening' if b == OPENING else b}": round(a, 3) for (s, b), a in sorted(self._rate.items())}
 
@@ -322,11 +333,27 @@ class DraftPolicy:
         self.cost = cost
         self.cfg = config
         self.tracker = tracker or AcceptanceTracker()
+        self._openings_skipped = 0  # openings ``probes_opening`` found not worth a lookup
 
     @property
     def width(self) -> int:
         """Branches to ask the proposer for."""
         return self.cfg.max_width
+
+    def probes_opening(self, budget: int) -> bool:
+        """Whether a request's first pass looks a draft up. Not where even the best-priced opening
+        draft, all ``budget`` tokens of it, would be declined: the lookup costs 0.3-0.5 ms on the
+        CPU, its caches cold after the pass before. Every ``EXPLORE_OPENINGS``-th such opening is
+        looked up all the same, so that the opening's rate still learns (``declined``) and drafts
+        come back where openings turn out right."""
+        if self.cfg.fixed_k is not None:
+            return True
+        a = self.tracker.best_opening_rate()
+        if best_count([a ** (d + 1) for d in range(min(budget, self.cfg.max_draft))], self.cost,
+                      self.cfg.min_gain):
+            return True
+        self._openings_skipped += 1
+        return self._openings_skipped % EXPLORE_OPENINGS == 0
 
     def choose(self, draft: Draft, budget: int, opening: bool = False) -> list[tuple[int, np.ndarray]]:
         """(branch index, tokens) to verify, best first, at most ``budget`` tokens in all; [] for plain.

@@ -283,3 +283,45 @@ def test_only_a_requests_first_proposal_is_its_opening(tiny, reference, scripted
                    if resumed else b"")
     assert out.tokens == (ref[2:8] if resumed else ref[:6])  # every draft wrong: a pass a token
     assert len(openings) == 5 and openings == [not resumed] + [False] * (len(openings) - 1)
+
+
+def test_an_opening_no_draft_could_pay_for_is_looked_up_one_request_in_eight(tiny, reference, scripted):
+    """On a near-linear cost curve an opening draft, priced at the opening's prior, is declined
+    however long: the request's first pass skips the lookup, but for one opening in
+    ``EXPLORE_OPENINGS``, whose declined draft keeps the opening's rate learning. Later passes
+    look up as before, and the output is plain decoding's either way."""
+    from ngramd.daemon.engine.policy import EXPLORE_OPENINGS
+
+    prompt, ref = reference
+    policy = DraftPolicy(CostModel(sizes=[1, 2, 4, 8, 16], ms=[10.0, 16.0, 22.5, 36.5, 64.0], online=False))
+    first_pass_lookups = 0
+    for request in range(2 * EXPLORE_OPENINGS):
+        proposer = scripted(lambda ctx: [_wrong(_truth(prompt, ref, ctx)[:8])])
+        kv, stats = KVCache(), GenerationStats()
+        prefill(tiny, kv, prompt, stats, None, 128)
+        out = generate(tiny, kv, prompt, proposer, policy, StopChecker(StopConfig(max_tokens=3), tiny.token_bytes),
+                       SamplingParams(), None, stats)
+        assert out.tokens == ref[:3]
+        # the third pass has no room left for a draft: 2 lookups with the opening's, 1 without
+        first_pass_lookups += proposer.calls == 2
+        assert proposer.calls in (1, 2)
+    assert first_pass_lookups == 2
+    assert policy.tracker.snapshot()["0/opening"] < 0.05  # learnt from the two: both wrong
+
+
+def test_an_opening_is_looked_up_where_its_draft_could_pay():
+    """torch's flat CPU curve pays even for the opening's prior; an edit's first draft is the
+    original, always looked up; a policy with no cost model drafts every draft it gets."""
+    from ngramd.daemon.edit.editor import EditDraftPolicy
+    from ngramd.index.draft import Source
+
+    flat = DraftPolicy(CostModel(sizes=[1, 2, 16], ms=[70.0, 70.5, 130.0], online=False))
+    linear = DraftPolicy(CostModel(sizes=[1, 2, 4, 8, 16], ms=[10.0, 16.0, 22.5, 36.5, 64.0], online=False))
+    assert all(flat.probes_opening(16) for _ in range(20))
+    assert [linear.probes_opening(16) for _ in range(16)].count(True) == 2
+    assert all(EditDraftPolicy(linear).probes_opening(16) for _ in range(20))
+    fixed = DraftPolicy(CostModel(sizes=[1, 2, 4, 8, 16], ms=[10.0, 16.0, 22.5, 36.5, 64.0]), AdaptiveConfig(fixed_k=4))
+    assert all(fixed.probes_opening(16) for _ in range(20))
+    for _ in range(40):  # openings that keep being right: the opening's rate climbs until drafts pay
+        linear.tracker.update(int(Source.BUFFER), 14, 16, 16, opening=True)
+    assert all(linear.probes_opening(16) for _ in range(20))
