@@ -40,6 +40,9 @@ completions >= 1.0x llama.cpp plain in total and never below 0.95x on a case, ed
 faster than the prompt-lookup peer in total; cold and prepared both. A case's lowest ratio is
 also given paired by round (``paired_min``: each case's median over rounds of the ratio within a
 round), which the machine's drift between rounds does not move; ``met`` stays the ratio of medians'.
+Beside it, ``plain_reference``: the same lowest case for ngramd's plain decoding, which makes
+llama.cpp plain's passes and drafts nothing (``plain_vs_llamacpp_plain``): how far the machine's
+noise alone moves one case's ratio in the run.
 
 An edit's answer is also judged as code: ``still_compiles`` per case (the Python file
 compiles with the answer in place), counted in a group over the answers an editor applies
@@ -211,6 +214,10 @@ def _llamacpp_group(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                        and r.get(f"prepared_{peer}_identical") is not False for r in rows)
     out["ceiling_vs_llamacpp_plain"] = _ceiling(rows, "llamacpp_plain_ms", COLD_FIRST)
     out["ceiling_prepared_vs_llamacpp_plain"] = _ceiling(rows, "prepared_llamacpp_plain_ms", PREPARED_FIRST)
+    # ngramd's plain decoding against llama.cpp plain: the same passes, no drafting; what the
+    # machine's noise alone does to a per-case ratio (``plain_reference`` of the min target)
+    out["plain_vs_llamacpp_plain"] = _speedups(rows, "llamacpp_plain_ms", "plain_ms")
+    out["prepared_plain_vs_llamacpp_plain"] = _speedups(rows, "prepared_llamacpp_plain_ms", "prepared_plain_ms")
     totals: dict[str, float] = {}
     firsts: dict[str, float] = {}
     for label, ms_key, first_key in LLAMACPP_VARIANTS:
@@ -339,6 +346,9 @@ def check_targets(by_kind: dict[str, Any], summary: dict[str, Any]) -> dict[str,
         if group and stat == "min":  # the lowest case paired by round, beside (never instead of) it
             out[name].update(paired=group[f"vs_{peer}"]["paired_min"],
                              prepared_paired=group[f"prepared_vs_{peer}"]["paired_min"])
+            if f"plain_vs_{peer}" in group:  # the same lowest case for ngramd's plain decoding
+                out[name].update(plain_reference=group[f"plain_vs_{peer}"]["min"],
+                                 prepared_plain_reference=group[f"prepared_plain_vs_{peer}"]["min"])
 
     if "completions" in summary:
         completions, edits = summary["completions"], summary.get("edits")
@@ -479,6 +489,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         if t.get("paired") is not None or t.get("prepared_paired") is not None:
             prep += (f"; paired by round {_fmt(t.get('paired'), '', 2)}"
                      + (f", prepared {_fmt(t.get('prepared_paired'), '', 2)}" if "prepared" in t else ""))
+        if t.get("plain_reference") is not None:
+            prep += (f"; ngramd's plain decoding, the same passes, {_fmt(t['plain_reference'], '', 2)}"
+                     + (f", prepared {_fmt(t.get('prepared_plain_reference'), '', 2)}" if "prepared" in t else ""))
         lines.append(f"target {name}: {_fmt(t['value'], '', 2)} (goal {t['goal']}{reach}) {met}{prep}")
     if summary["unsupported"]:
         lines.append(f"unsupported: {', '.join(summary['unsupported'])}")

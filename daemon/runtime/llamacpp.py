@@ -155,9 +155,10 @@ class LlamaCppRuntime(TokenizerMethods):
 
     def __init__(self, path: Path, tokenizer: Any, sequences: int = DEFAULT_SEQUENCES,
                  ctx_per_sequence: int = DEFAULT_CTX_PER_SEQUENCE, threads: int | None = None,
-                 flash_attention: bool = False, exact_kernels: bool = False) -> None:
+                 flash_attention: bool = False, exact_kernels: bool = False, batch: int = BATCH) -> None:
         """``exact_kernels``: without ggml's tiled K-quant product and repacked weights (the
-        module docstring); "exact" in ``kernels``, else "ggml"."""
+        module docstring); "exact" in ``kernels``, else "ggml". ``batch``: tokens per
+        llama_decode call (``BATCH``; scripts/measure_prefill_batch.py times others)."""
         global _tiled_at_first_runtime
         if exact_kernels:
             disable_tiled_matmul()
@@ -173,6 +174,9 @@ class LlamaCppRuntime(TokenizerMethods):
         self.dtype = "float32"  # the logits'; the weights keep the file's quantization
         self.exactness: Exactness = NOT_CHECKED
         self.threads = threads or physical_cores()
+        if not 1 <= batch:
+            raise ValueError(f"a llama_decode batch needs at least one token, got {batch}")
+        self.batch = batch
         self.kernels = "exact" if exact_kernels else "ggml"
         # whether the build multiplies Q4_1/Q8_0 weights by several columns in its exact product
         # and whether its attention's F16 products go through the patch's exact kernel
@@ -200,7 +204,7 @@ class LlamaCppRuntime(TokenizerMethods):
         self.positions = min(trained, ctx_per_sequence) if trained > 0 else ctx_per_sequence
         cparams = L.llama_context_default_params()
         cparams.n_ctx = self.positions * sequences
-        cparams.n_batch = cparams.n_ubatch = BATCH
+        cparams.n_batch = cparams.n_ubatch = self.batch
         cparams.n_seq_max = sequences
         cparams.n_outputs_max = MAX_OUTPUT_ROWS
         cparams.n_threads = cparams.n_threads_batch = self.threads
@@ -219,12 +223,12 @@ class LlamaCppRuntime(TokenizerMethods):
         self._live: list[LlamaCppCache | None] = [None] * self.sequences  # each sequence's document
         self._clock = 0
         self.parked_bytes = 0  # host memory holding parked documents' cells
-        self._batch = L.llama_batch_init(BATCH, 0, 1)
+        self._batch = L.llama_batch_init(self.batch, 0, 1)
         b = self._batch
-        self._tok = np.ctypeslib.as_array(b.token, shape=(BATCH,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(BATCH,))
-        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(BATCH,))
-        self._out = np.ctypeslib.as_array(b.logits, shape=(BATCH,))
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.batch,))
+        self._nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.batch,))
+        self._out = np.ctypeslib.as_array(b.logits, shape=(self.batch,))
         self._nseq[:] = 1
         self._batch_seq = -1  # the sequence id written in every seq_id[i][0]
         self._n_layer = int(L.llama_model_n_layer(model))
@@ -357,8 +361,8 @@ class LlamaCppRuntime(TokenizerMethods):
             start = len(cache.tokens)
             if start + n > self.positions:
                 raise RuntimeError(f"{start + n} tokens exceed the {self.positions} positions of a document's cache")
-            while lo < n:  # llama_decode calls of at most BATCH tokens and MAX_OUTPUT_ROWS rows of logits
-                hi = min(n, lo + BATCH, max(lo, first_out) + MAX_OUTPUT_ROWS)
+            while lo < n:  # llama_decode calls of at most ``batch`` tokens and MAX_OUTPUT_ROWS rows of logits
+                hi = min(n, lo + self.batch, max(lo, first_out) + MAX_OUTPUT_ROWS)
                 got = self._decode(ids[lo:hi], start + lo, seq, max(0, first_out - lo))
                 if got:  # a copy: the next llama_decode overwrites llama.cpp's buffer
                     ctypes.memmove(out[filled:].ctypes.data, self._L.llama_get_logits(self._ctx),
@@ -378,7 +382,7 @@ class LlamaCppRuntime(TokenizerMethods):
         ``first_out``.. of this piece. Returns how many rows have logits."""
         L, b, m = self._L, self._batch, len(ids)
         if seq != self._batch_seq:
-            for i in range(BATCH):
+            for i in range(self.batch):
                 b.seq_id[i][0] = seq
             self._batch_seq = seq
         b.n_tokens = m
@@ -484,10 +488,10 @@ def cpu_backend(lib_dir: Path) -> ctypes.CDLL | None:
 
 def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
                   ctx_per_sequence: int = DEFAULT_CTX_PER_SEQUENCE, threads: int | None = None,
-                  check: bool = True, exact_kernels: bool = False) -> LlamaCppRuntime:
+                  check: bool = True, exact_kernels: bool = False, batch: int = BATCH) -> LlamaCppRuntime:
     """Load a GGUF file on llama.cpp, with its transformers tokenizer; ``check``: run the exactness
     self-check (daemon/runtime/exactness.py) and the tokenizers' agreement on a sample, and say
-    what they found in the log. ``exact_kernels``: ``LlamaCppRuntime``'s. ``ModelLoadError`` when
+    what they found in the log. ``exact_kernels``, ``batch``: ``LlamaCppRuntime``'s. ``ModelLoadError`` when
     llama-cpp-python is missing or the file cannot be loaded."""
     from ngramd.daemon.runtime.exactness import check_exactness
     from ngramd.daemon.runtime.gguf_tokenizer import load_gguf_tokenizer
@@ -503,7 +507,7 @@ def load_llamacpp(path: str | Path, sequences: int = DEFAULT_SEQUENCES,
         log.warning("llama-cpp-python %s is installed; ngramd is tested with %s", info["version"], PINNED_VERSION)
     tokenizer = load_gguf_tokenizer(path)
     runtime = LlamaCppRuntime(path, tokenizer, sequences=sequences, ctx_per_sequence=ctx_per_sequence,
-                              threads=threads, exact_kernels=exact_kernels)
+                              threads=threads, exact_kernels=exact_kernels, batch=batch)
     runtime.start_tokenizer_pool()
     if check:
         disagree = runtime.tokenizer_disagreement(TOKENIZER_SAMPLE)

@@ -111,10 +111,14 @@ def test_the_lowest_case_paired_by_round_beside_the_ratio_of_medians():
     t = s["targets"]["completions_min_vs_llamacpp_plain"]
     assert t["prepared"] == round(105 / 129, 3) and t["prepared_met"] is False  # met stays the medians'
     assert t["prepared_paired"] == round(136 / 130, 3) and t["paired"] == 1.05
+    # ngramd's plain decoding against llama.cpp plain, beside: its rows' plain_ms as ms here
+    assert s["completions"]["plain_vs_llamacpp_plain"]["min"] == 1.05  # 210 / 200 and 110 / 100
+    assert t["plain_reference"] == 1.05 and t["prepared_plain_reference"] == round(105 / 129, 3)
     out = io.StringIO()
     render_text(build_report(rows, {"runtime": "llamacpp"}), out, use_rich=False)
     line = next(x for x in out.getvalue().splitlines() if x.startswith("target completions_min_vs_llamacpp_plain"))
-    assert line.endswith("prepared 0.81 MISSED; paired by round 1.05, prepared 1.05")
+    assert line.endswith("prepared 0.81 MISSED; paired by round 1.05, prepared 1.05; "
+                         "ngramd's plain decoding, the same passes, 1.05, prepared 0.81")
     # a case without runs of both in every round: no paired figure at all
     rows[1]["runs_ms"]["prep_llamacpp_plain"] = [60.0] * 4
     assert summarize(rows)["completions"]["prepared_vs_llamacpp_plain"]["paired_min"] is None

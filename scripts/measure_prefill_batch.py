@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""A cold prompt's prefill by llama_decode batch size: ngramd's llama.cpp runtime and llama-cpp-python's
+``Llama``, each at 256 and at 512 tokens a call, in one process, turns rotating from round to round.
+
+Each case's prompt is the last ``--tokens`` tokens of its document before the cursor (about a
+bench prompt's length); a run prefills it into an empty cache. ``Llama`` at its default
+(``n_batch`` 512) is the bench's baseline; ngramd's runtime uses ``BATCH``:
+
+    .venv/bin/python scripts/measure_prefill_batch.py [--cases bench/cases/stdlib.jsonl] [--repeat 8] [--only ID,ID] [--tokens 1024] [--json OUT]
+
+Prints each variant's median ms per case and, paired by round (each run over the same round's
+run at 512 tokens a call of the same engine), the median of those ratios over every run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+SIZES = (256, 512)
+
+
+def main() -> int:
+    from ngramd.daemon.bench.script_runs import completion_cases, measuring_arguments, write_script_run
+
+    argv = sys.argv[1:]
+    tokens = 1024
+    if "--tokens" in argv:  # this script's own option, beside the shared ones
+        i = argv.index("--tokens")
+        tokens = int(argv[i + 1])
+        del argv[i:i + 2]
+    args = measuring_arguments(__doc__.splitlines()[0], repeat=8, argv=argv)
+    from llama_cpp import Llama
+
+    from ngramd.daemon.runtime.llamacpp import load_llamacpp
+    from ngramd.daemon.runtime.loading import embedded_gguf_path
+
+    cases = completion_cases(args)
+    if not cases:
+        print("no completion case to run", file=sys.stderr)
+        return 1
+    path = args.model or str(embedded_gguf_path())
+    ours = {b: load_llamacpp(path, batch=b) for b in SIZES}
+    theirs = {b: Llama(path, n_gpu_layers=0, n_ctx=ours[512].positions, n_batch=b, n_ubatch=b,
+                       n_threads=ours[512].threads, n_threads_batch=ours[512].threads, verbose=False) for b in SIZES}
+    variants = [("ngramd", b) for b in SIZES] + [("Llama", b) for b in SIZES]
+
+    def prefill(engine: str, b: int, ids: list[int]) -> float:
+        t0 = time.perf_counter()
+        if engine == "ngramd":
+            rt = ours[b]
+            kv = rt.new_cache()
+            try:
+                for i in range(0, len(ids), b):
+                    rt.forward_pass(ids[i:i + b], kv, keep_last=1)
+                    kv.extended(ids[i:i + b])
+            finally:
+                rt.release_cache(kv)
+        else:
+            llm = theirs[b]
+            llm.reset()
+            llm.eval(ids)
+        return (time.perf_counter() - t0) * 1000
+
+    rows = []
+    ratios: dict[str, list[float]] = {f"{e} {b}": [] for e, b in variants}
+    for case in cases:
+        ids = ours[512].encode(case.text[:case.offset])[-tokens:]
+        ms: dict[str, list[float]] = {f"{e} {b}": [] for e, b in variants}
+        for r in range(args.repeat):
+            for engine, b in variants[r % len(variants):] + variants[:r % len(variants)]:
+                ms[f"{engine} {b}"].append(prefill(engine, b, ids))
+        for engine, b in variants:
+            ratios[f"{engine} {b}"].extend(x / y for x, y in zip(ms[f"{engine} {b}"], ms[f"{engine} 512"]))
+        med = {k: round(statistics.median(v), 1) for k, v in ms.items()}
+        rows.append({"id": case.id, "tokens": len(ids), "ms": {k: [round(x, 1) for x in v] for k, v in ms.items()},
+                     "median_ms": med})
+        print(f"{case.id:24s} {len(ids):5d} tokens  " + "  ".join(f"{k} {v:.0f} ms" for k, v in med.items()), flush=True)
+    summary = {k: round(statistics.median(v), 3) for k, v in ratios.items()}
+    print("paired by round, time over the same engine's at 512 tokens a call: "
+          + ", ".join(f"{k} {v}" for k, v in summary.items()))
+    write_script_run(args, rows, {"paired_over_512": summary, "tokens": tokens})
+    for rt in ours.values():
+        rt.close()
+    for llm in theirs.values():
+        llm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
