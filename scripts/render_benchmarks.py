@@ -64,6 +64,9 @@ RUNS: list[Run] = [
     bench_run("2026-12-07-edits-llamacpp-overhead.json", ("edits",), "7da9590",
               "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction",
               runtime="llamacpp"),
+    bench_run("2026-12-07-llamacpp-stdlib-lean-repeat5.json", COMPLETIONS, "fbd5e1e",
+              "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5",
+              runtime="llamacpp"),
     bench_run("2026-12-07-llamacpp-stdlib-overhead-repeat5.json", COMPLETIONS, "6b87e7d",
               "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5",
               runtime="llamacpp", machine="2-core x86-64 CPU; a niced test (about 2% of the CPU) ran "
