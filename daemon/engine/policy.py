@@ -271,7 +271,8 @@ def best_count(values: Sequence[float], cost: CostModel, min_gain: float = 1.0,
     for m, value in enumerate(values, start=1):
         running += value
         ms = cost(1 + m)
-        if (1 + m) / ms >= floor and (1.0 + running) / ms > best_rate:  # the first of equal rates: the shorter
+        # strictly better only: of equal rates the shorter draft stays, as argmax's first would
+        if (1 + m) / ms >= floor and (1.0 + running) / ms > best_rate:
             best, best_rate = m, (1.0 + running) / ms
     return best if best_rate > min_gain / one else 0
 

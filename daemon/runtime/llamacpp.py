@@ -174,7 +174,7 @@ class LlamaCppRuntime(TokenizerMethods):
         self.dtype = "float32"  # the logits'; the weights keep the file's quantization
         self.exactness: Exactness = NOT_CHECKED
         self.threads = threads or physical_cores()
-        if not 1 <= batch:
+        if batch < 1:
             raise ValueError(f"a llama_decode batch needs at least one token, got {batch}")
         self.batch = batch
         self.kernels = "exact" if exact_kernels else "ggml"

@@ -163,6 +163,23 @@ def test_a_pass_longer_than_a_batch_is_split(llama_rt, ids):
     assert np.array_equal(long[BATCH - 1], _fresh(rt, ids[:BATCH - 1], ids[BATCH - 1:BATCH])[0])
 
 
+def test_a_runtime_of_another_batch_gives_the_same_logits(llama_rt, ids):
+    """``batch`` (tokens a llama_decode call) splits a pass otherwise: the rows come out bitwise
+    the same (the exact kernels' batch invariance), so a smaller batch is a speed setting alone."""
+    from ngramd.daemon.runtime.llamacpp import load_llamacpp
+    from ngramd.daemon.runtime.loading import embedded_gguf_path
+
+    with pytest.raises(ValueError, match="batch"):
+        load_llamacpp(embedded_gguf_path(), batch=0, check=False)
+    small = load_llamacpp(embedded_gguf_path(), batch=64, check=False)
+    try:
+        assert small.batch == 64
+        n = 150  # three calls of at most 64 tokens
+        assert np.array_equal(_fresh(small, ids[:n]), _fresh(llama_rt, ids[:n]))
+    finally:
+        small.close()
+
+
 def test_trees_are_refused(llama_rt):
     from ngramd.daemon.runtime.tree import build_tree
 
