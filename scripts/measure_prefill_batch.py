@@ -14,6 +14,7 @@ run at 512 tokens a call of the same engine), the median of those ratios over ev
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -24,13 +25,11 @@ SIZES = (256, 512)
 def main() -> int:
     from ngramd.daemon.bench.script_runs import completion_cases, measuring_arguments, write_script_run
 
-    argv = sys.argv[1:]
-    tokens = 1024
-    if "--tokens" in argv:  # this script's own option, beside the shared ones
-        i = argv.index("--tokens")
-        tokens = int(argv[i + 1])
-        del argv[i:i + 2]
-    args = measuring_arguments(__doc__.splitlines()[0], repeat=8, argv=argv)
+    def own_options(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--tokens", type=int, default=1024, help="the prompt's last tokens before the cursor")
+
+    args = measuring_arguments(__doc__.splitlines()[0], repeat=8, extra=own_options)
+    tokens = args.tokens
     from llama_cpp import Llama
 
     from ngramd.daemon.runtime.llamacpp import load_llamacpp

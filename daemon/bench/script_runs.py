@@ -8,15 +8,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ngramd.daemon.bench.run_meta import script_run_meta
 
 
 def measuring_arguments(description: str, repeat: int, repeat_help: str = "rounds per case",
-                        argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The shared command line, parsed; exits with a usage error for fewer than one round."""
+                        argv: Sequence[str] | None = None,
+                        extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The shared command line, parsed; exits with a usage error for fewer than one round.
+    ``extra`` adds a script's own options to the parser."""
     ap = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(ap)
     ap.add_argument("--cases", type=Path, default=Path("bench/cases/stdlib.jsonl"))
     ap.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
     ap.add_argument("--repeat", type=int, default=repeat, help=repeat_help)

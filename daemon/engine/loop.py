@@ -143,8 +143,10 @@ def _walk_tree(runtime: Runtime, logits: Logits, tops: list[int] | None, tree: D
     while True:
         row = logits[node + 1]  # [vocab]
         rem = forced.remaining(emitted) if forced is not None else b""
-        if greedy:
-            token = forced.best_allowed(row, rem) if rem else tops[node + 1] if tops is not None else int(row.argmax())
+        if greedy and rem:
+            token = forced.best_allowed(row, rem)
+        elif greedy:
+            token = tops[node + 1] if tops is not None else int(row.argmax())
         else:
             if rem:
                 row = forced.mask_logits(row, rem)

@@ -44,3 +44,12 @@ def test_the_run_is_written_only_where_asked(tmp_path):
     out.unlink()
     write_script_run(measuring_arguments("d", repeat=2, argv=[]), [], {})
     assert not out.exists()
+
+
+def test_a_script_adds_options_of_its_own():
+    def own(ap):
+        ap.add_argument("--tokens", type=int, default=1024)
+
+    assert measuring_arguments("d", repeat=2, argv=[], extra=own).tokens == 1024
+    args = measuring_arguments("d", repeat=2, argv=["--tokens", "300", "--repeat", "4"], extra=own)
+    assert (args.tokens, args.repeat) == (300, 4)
