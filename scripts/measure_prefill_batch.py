@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """A cold prompt's prefill by llama_decode batch size: ngramd's llama.cpp runtime and llama-cpp-python's
-``Llama``, each at 256 and at 512 tokens a call, in one process, turns rotating from round to round.
+``Llama``, each at several tokens a call (``--sizes``, 512 among them), in one process, turns rotating from
+round to round.
 
 Each case's prompt is the last ``--tokens`` tokens of its document before the cursor (about a
 bench prompt's length); a run prefills it into an empty cache. ``Llama`` at its default
 (``n_batch`` 512) is the bench's baseline; ngramd's runtime uses ``BATCH``:
 
-    .venv/bin/python scripts/measure_prefill_batch.py [--cases bench/cases/stdlib.jsonl] [--repeat 8] [--only ID,ID] [--tokens 1024] [--json OUT]
+    .venv/bin/python scripts/measure_prefill_batch.py [--cases bench/cases/stdlib.jsonl] [--repeat 8] [--only ID,ID] [--tokens 1024] [--sizes 128,256,512] [--json OUT]
 
 Prints each variant's median ms per case and, paired by round (each run over the same round's
 run at 512 tokens a call of the same engine), the median of those ratios over every run.
@@ -19,7 +20,19 @@ import statistics
 import sys
 import time
 
-SIZES = (256, 512)
+SIZES = (128, 256, 512)
+BASE = 512  # llama-cpp-python's default n_batch: every size is compared with it
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """``--sizes``: comma-separated positive token counts; 512 is always measured, as the base."""
+    try:
+        sizes = {int(x) for x in text.split(",") if x.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes wants comma-separated integers, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"--sizes wants positive token counts, got {text!r}")
+    return tuple(sorted(sizes | {BASE}))
 
 
 def main() -> int:
@@ -27,9 +40,10 @@ def main() -> int:
 
     def own_options(ap: argparse.ArgumentParser) -> None:
         ap.add_argument("--tokens", type=int, default=1024, help="the prompt's last tokens before the cursor")
+        ap.add_argument("--sizes", type=batch_sizes, default=SIZES, help="tokens per llama_decode call, comma-separated")
 
     args = measuring_arguments(__doc__.splitlines()[0], repeat=8, extra=own_options)
-    tokens = args.tokens
+    tokens, sizes = args.tokens, args.sizes
     from llama_cpp import Llama
 
     from ngramd.daemon.runtime.llamacpp import load_llamacpp
@@ -40,10 +54,11 @@ def main() -> int:
         print("no completion case to run", file=sys.stderr)
         return 1
     path = args.model or str(embedded_gguf_path())
-    ours = {b: load_llamacpp(path, batch=b) for b in SIZES}
-    theirs = {b: Llama(path, n_gpu_layers=0, n_ctx=ours[512].positions, n_batch=b, n_ubatch=b,
-                       n_threads=ours[512].threads, n_threads_batch=ours[512].threads, verbose=False) for b in SIZES}
-    variants = [("ngramd", b) for b in SIZES] + [("Llama", b) for b in SIZES]
+    ours = {b: load_llamacpp(path, batch=b) for b in sizes}
+    base = ours[BASE]
+    theirs = {b: Llama(path, n_gpu_layers=0, n_ctx=base.positions, n_batch=b, n_ubatch=b,
+                       n_threads=base.threads, n_threads_batch=base.threads, verbose=False) for b in sizes}
+    variants = [("ngramd", b) for b in sizes] + [("Llama", b) for b in sizes]
 
     def prefill(engine: str, b: int, ids: list[int]) -> float:
         t0 = time.perf_counter()
@@ -65,21 +80,21 @@ def main() -> int:
     rows = []
     ratios: dict[str, list[float]] = {f"{e} {b}": [] for e, b in variants}
     for case in cases:
-        ids = ours[512].encode(case.text[:case.offset])[-tokens:]
+        ids = base.encode(case.text[:case.offset])[-tokens:]
         ms: dict[str, list[float]] = {f"{e} {b}": [] for e, b in variants}
         for r in range(args.repeat):
             for engine, b in variants[r % len(variants):] + variants[:r % len(variants)]:
                 ms[f"{engine} {b}"].append(prefill(engine, b, ids))
         for engine, b in variants:
-            ratios[f"{engine} {b}"].extend(x / y for x, y in zip(ms[f"{engine} {b}"], ms[f"{engine} 512"]))
+            ratios[f"{engine} {b}"].extend(x / y for x, y in zip(ms[f"{engine} {b}"], ms[f"{engine} {BASE}"]))
         med = {k: round(statistics.median(v), 1) for k, v in ms.items()}
         rows.append({"id": case.id, "tokens": len(ids), "ms": {k: [round(x, 1) for x in v] for k, v in ms.items()},
                      "median_ms": med})
         print(f"{case.id:24s} {len(ids):5d} tokens  " + "  ".join(f"{k} {v:.0f} ms" for k, v in med.items()), flush=True)
     summary = {k: round(statistics.median(v), 3) for k, v in ratios.items()}
-    print("paired by round, time over the same engine's at 512 tokens a call: "
+    print(f"paired by round, time over the same engine's at {BASE} tokens a call: "
           + ", ".join(f"{k} {v}" for k, v in summary.items()))
-    write_script_run(args, rows, {"paired_over_512": summary, "tokens": tokens})
+    write_script_run(args, rows, {"paired_over_512": summary, "tokens": tokens, "sizes": list(sizes)})
     for rt in ours.values():
         rt.close()
     for llm in theirs.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -53,3 +54,13 @@ def test_a_script_adds_options_of_its_own():
     assert measuring_arguments("d", repeat=2, argv=[], extra=own).tokens == 1024
     args = measuring_arguments("d", repeat=2, argv=["--tokens", "300", "--repeat", "4"], extra=own)
     assert (args.tokens, args.repeat) == (300, 4)
+
+
+def test_prefill_batch_sizes_always_measure_the_base(load_script):
+    """``measure_prefill_batch.py --sizes``: sorted, deduplicated, 512 (the ratios' base) added; bad lists refused."""
+    script = load_script("measure_prefill_batch")
+    assert script.batch_sizes("256,128,256") == (128, 256, 512)
+    assert script.batch_sizes("512") == (512,)
+    for bad in ("", "a,256", "0,256", "-64"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            script.batch_sizes(bad)
