@@ -70,7 +70,10 @@ DEFAULT_SEQUENCES = 1
 # Cells per document, capped by the model's training context. A completion's prompt is at most
 # 1,792 tokens (daemon/engine/prompt.py) plus its answer.
 DEFAULT_CTX_PER_SEQUENCE = 3072
-BATCH = 512  # tokens per llama_decode call; the engine's prefill pieces are this size
+# Tokens per llama_decode call. On this project's 2-core CPUs 256 prefilled a prompt in 0.93x the
+# time of 512 (the binding's default), 128 in 0.94x; the logits are bitwise the same at any size
+# (scripts/measure_prefill_batch.py; docs/benchmarks.md, "A smaller llama_decode batch").
+BATCH = 256
 MAX_OUTPUT_ROWS = 128  # logits rows per llama_decode call (a verify pass asks 1 + draft; more are split)
 # ggml's K-quant "tiled" product (Q2_K..Q6_K, IQ types) takes 8 or more rows and sums in another
 # order than one row's vec_dot (docs/design/batch-invariance.md). ggml reads the variable once,
