@@ -22,6 +22,9 @@ from typing import Any, Iterator, Sequence
 
 PLD_DRAFT_TOKENS = 10
 PEERS = ("llamacpp_plain", "llamacpp_pld")
+# Tokens a llama_decode call for the baselines: the binding's default, and llama-server's n_ubatch,
+# as a user runs them (ngramd's runtime has its own, daemon/runtime/llamacpp.py's BATCH).
+PEER_BATCH = 512
 
 
 @dataclass
@@ -53,7 +56,8 @@ class LlamaCppPeers:
             # logits_all with a draft model: the binding then keeps every row's logits, and sizes
             # that array by this flag alone (without it a prompt past n_batch tokens fails)
             self._llms[peer] = Llama(self.path, n_gpu_layers=0, n_ctx=self.n_ctx, n_threads=self.threads,
-                                     n_threads_batch=self.threads, draft_model=draft,
+                                     n_threads_batch=self.threads, n_batch=PEER_BATCH, n_ubatch=PEER_BATCH,
+                                     draft_model=draft,
                                      logits_all=draft is not None, verbose=False)
         return self._llms[peer]
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ngramd.daemon.bench.cases import BenchCaseError, dump_cases, load_cases, make_cases
+from ngramd.daemon.bench.llamacpp_peer import PEER_BATCH
 
 
 # Options of one use of `ngramd bench` each: given to the other, they would be silently ignored.
@@ -263,6 +264,8 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "llama_cpp_kernels": getattr(runtime, "kernels", None),
         "llama_cpp_exact_gemm": getattr(runtime, "exact_gemm", None),
         "llama_cpp_exact_f16": getattr(runtime, "exact_f16", None),
+        "llama_cpp_batch": getattr(runtime, "batch", None),  # ngramd's tokens a llama_decode call
+        "llama_cpp_peer_batch": PEER_BATCH if runner.peers is not None else None,  # the baselines'
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -28,6 +28,9 @@ def test_bench_on_llamacpp_times_llamacpps_own_decoding_on_the_same_ids(llama_rt
     report = bench(load_cases(path), runtime=llama_rt, prepared=True)
     assert report["meta"]["runtime"] == "llamacpp" and report["meta"]["hf_baseline"] is False
     assert "torch model" in report["meta"]["hf_skipped"]
+    # each engine's tokens a llama_decode call, said: ngramd's own setting, the baselines' the binding's default
+    assert report["meta"]["llama_cpp_batch"] == llama_rt.batch
+    assert report["meta"]["llama_cpp_peer_batch"] == 512
     for row in report["cases"]:
         assert row["status"] == "ok", row.get("error")
         assert PEER_KEYS <= row.keys() and row["hf_prompt_lookup_ms"] is None
