@@ -7,7 +7,10 @@ Each case's prompt is the last ``--tokens`` tokens of its document before the cu
 bench prompt's length); a run prefills it into an empty cache. ``Llama`` at its default
 (``n_batch`` 512) is the bench's baseline; ngramd's runtime uses ``BATCH``:
 
-    .venv/bin/python scripts/measure_prefill_batch.py [--cases bench/cases/stdlib.jsonl] [--repeat 8] [--only ID,ID] [--tokens 1024] [--sizes 128,256,512] [--json OUT]
+    .venv/bin/python scripts/measure_prefill_batch.py [--cases bench/cases/stdlib.jsonl] [--repeat 8] [--only ID,ID] [--tokens 1024] [--sizes 128,256,512] [--decode 48] [--json OUT]
+
+With ``--decode N`` each run then decodes N tokens greedily, one a pass, timed apart: the
+prompt-cached flow's cost, which the batch size should not move.
 
 Prints each variant's median ms per case and, paired by round (each run over the same round's
 run at 512 tokens a call of the same engine), the median of those ratios over every run.
@@ -19,6 +22,8 @@ import argparse
 import statistics
 import sys
 import time
+
+import numpy as np
 
 SIZES = (128, 256, 512)
 BASE = 512  # llama-cpp-python's default n_batch: every size is compared with it
@@ -41,6 +46,7 @@ def main() -> int:
     def own_options(ap: argparse.ArgumentParser) -> None:
         ap.add_argument("--tokens", type=int, default=1024, help="the prompt's last tokens before the cursor")
         ap.add_argument("--sizes", type=batch_sizes, default=SIZES, help="tokens per llama_decode call, comma-separated")
+        ap.add_argument("--decode", type=int, default=0, help="greedy tokens decoded after the prefill, timed apart")
 
     args = measuring_arguments(__doc__.splitlines()[0], repeat=8, extra=own_options)
     tokens, sizes = args.tokens, args.sizes
@@ -60,41 +66,64 @@ def main() -> int:
                        n_threads=base.threads, n_threads_batch=base.threads, verbose=False) for b in sizes}
     variants = [("ngramd", b) for b in sizes] + [("Llama", b) for b in sizes]
 
-    def prefill(engine: str, b: int, ids: list[int]) -> float:
+    def run(engine: str, b: int, ids: list[int]) -> tuple[float, float]:
+        """(ms prefilling ``ids`` into an empty cache, ms then decoding ``--decode`` tokens greedily
+        one a pass): whether the batch size moves decoding too, the prompt-cached flow's whole cost."""
         t0 = time.perf_counter()
         if engine == "ngramd":
             rt = ours[b]
             kv = rt.new_cache()
             try:
                 for i in range(0, len(ids), b):
-                    rt.forward_pass(ids[i:i + b], kv, keep_last=1)
+                    logits = rt.forward_pass(ids[i:i + b], kv, keep_last=1)  # [1, vocab]
                     kv.extended(ids[i:i + b])
+                t1 = time.perf_counter()
+                for _ in range(args.decode):
+                    token = int(np.argmax(logits[-1]))
+                    logits = rt.forward_pass([token], kv, keep_last=1)
+                    kv.extended([token])
             finally:
                 rt.release_cache(kv)
         else:
             llm = theirs[b]
             llm.reset()
             llm.eval(ids)
-        return (time.perf_counter() - t0) * 1000
+            t1 = time.perf_counter()
+            for _ in range(args.decode):
+                llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])  # the last row's logits
+        t2 = time.perf_counter()
+        return (t1 - t0) * 1000, (t2 - t1) * 1000
 
     rows = []
-    ratios: dict[str, list[float]] = {f"{e} {b}": [] for e, b in variants}
+    names = [f"{e} {b}" for e, b in variants]
+    ratios: dict[str, dict[str, list[float]]] = {"prefill": {k: [] for k in names}, "decode": {k: [] for k in names}}
     for case in cases:
         ids = base.encode(case.text[:case.offset])[-tokens:]
-        ms: dict[str, list[float]] = {f"{e} {b}": [] for e, b in variants}
+        ms: dict[str, dict[str, list[float]]] = {"prefill": {k: [] for k in names}, "decode": {k: [] for k in names}}
         for r in range(args.repeat):
             for engine, b in variants[r % len(variants):] + variants[:r % len(variants)]:
-                ms[f"{engine} {b}"].append(prefill(engine, b, ids))
-        for engine, b in variants:
-            ratios[f"{engine} {b}"].extend(x / y for x, y in zip(ms[f"{engine} {b}"], ms[f"{engine} {BASE}"]))
-        med = {k: round(statistics.median(v), 1) for k, v in ms.items()}
-        rows.append({"id": case.id, "tokens": len(ids), "ms": {k: [round(x, 1) for x in v] for k, v in ms.items()},
-                     "median_ms": med})
-        print(f"{case.id:24s} {len(ids):5d} tokens  " + "  ".join(f"{k} {v:.0f} ms" for k, v in med.items()), flush=True)
-    summary = {k: round(statistics.median(v), 3) for k, v in ratios.items()}
-    print(f"paired by round, time over the same engine's at {BASE} tokens a call: "
-          + ", ".join(f"{k} {v}" for k, v in summary.items()))
-    write_script_run(args, rows, {"paired_over_512": summary, "tokens": tokens, "sizes": list(sizes)})
+                prefill_ms, decode_ms = run(engine, b, ids)
+                ms["prefill"][f"{engine} {b}"].append(prefill_ms)
+                ms["decode"][f"{engine} {b}"].append(decode_ms)
+        for phase in ratios:
+            for engine, b in variants:
+                over = ms[phase][f"{engine} {BASE}"]
+                ratios[phase][f"{engine} {b}"].extend(x / y for x, y in zip(ms[phase][f"{engine} {b}"], over) if y > 0)
+        med = {phase: {k: round(statistics.median(v), 1) for k, v in m.items()} for phase, m in ms.items()}
+        rows.append({"id": case.id, "tokens": len(ids), "ms": {k: [round(x, 1) for x in v] for k, v in ms["prefill"].items()},
+                     "median_ms": med["prefill"],
+                     "decode_ms": {k: [round(x, 1) for x in v] for k, v in ms["decode"].items()},
+                     "decode_median_ms": med["decode"]})
+        print(f"{case.id:24s} {len(ids):5d} tokens  prefill " + "  ".join(f"{k} {v:.0f}" for k, v in med["prefill"].items())
+              + (f"  | {args.decode} decoded " + "  ".join(f"{k} {v:.0f}" for k, v in med["decode"].items())
+                 if args.decode else "") + " ms", flush=True)
+    summary = {phase: {k: round(statistics.median(v), 3) for k, v in r.items() if v} for phase, r in ratios.items()}
+    for phase, by in summary.items():
+        if by:
+            print(f"{phase}, paired by round, time over the same engine's at {BASE} tokens a call: "
+                  + ", ".join(f"{k} {v}" for k, v in by.items()))
+    write_script_run(args, rows, {"paired_over_512": summary["prefill"], "decode_paired_over_512": summary["decode"],
+                                  "tokens": tokens, "sizes": list(sizes), "decode": args.decode})
     for rt in ours.values():
         rt.close()
     for llm in theirs.values():
