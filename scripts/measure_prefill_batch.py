@@ -65,10 +65,13 @@ def main() -> int:
     theirs = {b: Llama(path, n_gpu_layers=0, n_ctx=base.positions, n_batch=b, n_ubatch=b,
                        n_threads=base.threads, n_threads_batch=base.threads, verbose=False) for b in sizes}
     variants = [("ngramd", b) for b in sizes] + [("Llama", b) for b in sizes]
+    vocab = base.vocab_size
 
-    def run(engine: str, b: int, ids: list[int]) -> tuple[float, float]:
+    def run(engine: str, b: int, ids: list[int]) -> tuple[float, float, list[int]]:
         """(ms prefilling ``ids`` into an empty cache, ms then decoding ``--decode`` tokens greedily
-        one a pass): whether the batch size moves decoding too, the prompt-cached flow's whole cost."""
+        one a pass, those tokens): whether the batch size moves decoding too, the prompt-cached
+        flow's whole cost."""
+        out: list[int] = []
         t0 = time.perf_counter()
         if engine == "ngramd":
             rt = ours[b]
@@ -80,6 +83,7 @@ def main() -> int:
                 t1 = time.perf_counter()
                 for _ in range(args.decode):
                     token = int(np.argmax(logits[-1]))
+                    out.append(token)
                     logits = rt.forward_pass([token], kv, keep_last=1)
                     kv.extended([token])
             finally:
@@ -90,9 +94,12 @@ def main() -> int:
             llm.eval(ids)
             t1 = time.perf_counter()
             for _ in range(args.decode):
-                llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])  # the last row's logits
+                # the last row's logits, in llama.cpp's buffer: Llama keeps no scores without logits_all
+                last = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(vocab,))
+                out.append(int(np.argmax(last)))
+                llm.eval(out[-1:])
         t2 = time.perf_counter()
-        return (t1 - t0) * 1000, (t2 - t1) * 1000
+        return (t1 - t0) * 1000, (t2 - t1) * 1000, out
 
     rows = []
     names = [f"{e} {b}" for e, b in variants]
@@ -100,11 +107,16 @@ def main() -> int:
     for case in cases:
         ids = base.encode(case.text[:case.offset])[-tokens:]
         ms: dict[str, dict[str, list[float]]] = {"prefill": {k: [] for k in names}, "decode": {k: [] for k in names}}
+        answers: set[tuple[int, ...]] = set()  # every variant decodes the same greedy tokens
         for r in range(args.repeat):
             for engine, b in variants[r % len(variants):] + variants[:r % len(variants)]:
-                prefill_ms, decode_ms = run(engine, b, ids)
+                prefill_ms, decode_ms, decoded = run(engine, b, ids)
+                answers.add(tuple(decoded))
                 ms["prefill"][f"{engine} {b}"].append(prefill_ms)
                 ms["decode"][f"{engine} {b}"].append(decode_ms)
+        if len(answers) > 1:
+            print(f"{case.id}: the variants decoded {len(answers)} different answers", file=sys.stderr)
+            return 1
         for phase in ratios:
             for engine, b in variants:
                 over = ms[phase][f"{engine} {BASE}"]
