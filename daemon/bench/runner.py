@@ -53,7 +53,9 @@ Fairness rules, each chosen so that the three do the same work:
   acceptance rates carry over from case to case (they hold rates, never text).
 - Interleaved and warmed up: one warm-up of each variant before the first case;
   each of ``repeat`` rounds runs the three in a rotating order, then the two prepared
-  ones in a rotating order; figures are medians.
+  ones in a rotating order; figures are medians. ``prepared_repeat`` rounds past ``repeat``
+  run the prepared ones alone (a prepared run costs a fraction of a cold one, and the median
+  of a short answer's few passes needs more rounds than the machine's spells allow in five).
 """
 
 from __future__ import annotations
@@ -409,8 +411,14 @@ class BenchRunner:
         self._warm = True  # only now: a case whose warm-up failed leaves it to the next case
 
     # --- one case ----------------------------------------------------------------------
-    def run_case(self, case: BenchCase, repeat: int = 1) -> dict[str, Any]:
-        """Measure one case; returns its report row (see bench_report for the keys)."""
+    def run_case(self, case: BenchCase, repeat: int = 1, prepared_repeat: int | None = None) -> dict[str, Any]:
+        """Measure one case; returns its report row (see bench_report for the keys). ``prepared_repeat``
+        (at least ``repeat``; default ``repeat``): rounds of the prepared variants, the ones past
+        ``repeat`` prepared variants alone."""
+        rounds = max(1, repeat)
+        prepared_rounds = rounds if prepared_repeat is None else prepared_repeat
+        if prepared_rounds < rounds:
+            raise ValueError(f"prepared_repeat ({prepared_repeat}) must be at least repeat ({repeat})")
         base = {"id": case.id, "kind": case.kind, "mode": case.mode, "workspace": case.workspace_ref,
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
@@ -428,10 +436,10 @@ class BenchRunner:
         hf_passes: int | None = None
         prompt_ids: list[int] | None = None
         with case_document(index, case):
-            for r in range(max(1, repeat)):
+            for r in range(prepared_rounds if self.prepared else rounds):
                 turn = self._turn
                 self._turn += 1
-                for variant in cold_orders[turn % len(cold_orders)]:
+                for variant in cold_orders[turn % len(cold_orders)] if r < rounds else ():
                     if variant in PEERS:
                         self._peer_run(variant, prompt_ids, plain_runs, times, first, peer_ids)
                         continue

@@ -32,7 +32,7 @@ from ngramd.daemon.bench.llamacpp_peer import PEER_BATCH
 
 # Options of one use of `ngramd bench` each: given to the other, they would be silently ignored.
 MAKE_OPTIONS = ("out", "n", "seed", "mode")
-RUN_OPTIONS = ("repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows", "model", "device")
+RUN_OPTIONS = ("repeat", "prepared_repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows", "model", "device")
 
 
 def run(args: Any) -> int:
@@ -52,6 +52,14 @@ def run(args: Any) -> int:
         args.device = "auto"
     if args.repeat < 1:
         print("ngramd bench: --repeat must be >= 1", file=sys.stderr)
+        return 2
+    if args.prepared_repeat is not None and not args.prepared:
+        print("ngramd bench: --prepared-repeat says how often the --prepared variants run: give --prepared too",
+              file=sys.stderr)
+        return 2
+    if args.prepared_repeat is not None and args.prepared_repeat < args.repeat:
+        print(f"ngramd bench: --prepared-repeat must be at least --repeat ({args.repeat}): every round runs "
+              "the prepared variants after the cold ones", file=sys.stderr)
         return 2
     if args.typed_instruction and not args.prepared:
         print("ngramd bench: --typed-instruction says how --prepared prepares an edit: give --prepared too",
@@ -103,7 +111,8 @@ def run(args: Any) -> int:
             rows_file = None
 
     try:
-        report = bench(cases, runtime=runtime, repeat=args.repeat, hf=not args.no_hf,
+        report = bench(cases, runtime=runtime, repeat=args.repeat, prepared_repeat=args.prepared_repeat,
+                       hf=not args.no_hf,
                        cases_file=args.cases, progress=True, on_row=save_row, prepared=args.prepared,
                        typed_instruction=args.typed_instruction)
     finally:
@@ -191,7 +200,8 @@ def _close_quietly(file: Any) -> None:
         pass  # every row was flushed already, or its write error was reported
 
 
-def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1, hf: bool = True,
+def bench(cases: list, model: str | None = None, device: str = "auto", repeat: int = 1,
+          prepared_repeat: int | None = None, hf: bool = True,
           cases_file: str | None = None, progress: bool = False, runtime: Any = None,
           engine_config: Any = None, index_config: Any = None,
           on_row: Callable[[dict[str, Any]], None] | None = None, prepared: bool = False,
@@ -200,7 +210,9 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
 
     ``on_row(row)`` is called with each case's row as soon as it is measured; ``prepared``: also
     the prepared variants (daemon/bench/runner.py), an edit's prepared through its instruction
-    with ``typed_instruction``."""
+    with ``typed_instruction``, ``prepared_repeat`` times a case (default ``repeat``)."""
+    if prepared_repeat is not None and prepared_repeat < repeat:  # before the model loads, not per case
+        raise ValueError(f"prepared_repeat ({prepared_repeat}) must be at least repeat ({repeat})")
     import torch
     import transformers
 
@@ -229,7 +241,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         if bar is not None:
             bar.set_postfix_str(case.id)
         try:
-            rows.append(runner.run_case(case, repeat=repeat))
+            rows.append(runner.run_case(case, repeat=repeat, prepared_repeat=prepared_repeat))
         except Exception as exc:  # one broken case must not lose the others' figures
             rows.append({"id": case.id, "kind": case.kind, "mode": case.mode, "status": "error",
                          "error": f"{type(exc).__name__}: {exc}",
@@ -248,6 +260,7 @@ def bench(cases: list, model: str | None = None, device: str = "auto", repeat: i
         "device": str(getattr(runtime, "device", device)),
         "dtype": str(getattr(runtime, "dtype", "")).replace("torch.", ""),
         "repeat": repeat,
+        "prepared_repeat": (prepared_repeat or repeat) if prepared else None,
         "hf_baseline": runner.hf,
         "hf_skipped": runner.hf_skipped,  # why not, where hf was asked for
         "llamacpp_baselines": runner.peers is not None,

@@ -85,6 +85,20 @@ def test_bench_prepared_times_the_editor_flow_with_the_same_head_start(tiny_runt
     assert summary["targets"]["repeat_vs_plain"]["prepared_ceiling"] > 0
 
 
+def test_prepared_repeat_runs_the_prepared_variants_alone_past_the_cold_rounds(tiny_runtime, cases_file):
+    report = bench(load_cases(cases_file)[:1], runtime=tiny_runtime, repeat=1, prepared_repeat=3, hf=False,
+                   prepared=True)
+    assert report["meta"]["repeat"] == 1 and report["meta"]["prepared_repeat"] == 3
+    row = report["cases"][0]
+    assert row["status"] == "ok", row.get("error")
+    runs = row["runs_ms"]
+    assert len(runs["spec"]) == len(runs["plain"]) == 1  # the cold variants: --repeat rounds
+    assert len(runs["prep_spec"]) == len(runs["prep_plain"]) == 3
+    assert row["prepared_identical"] is True and row["identical"] is True
+    with pytest.raises(ValueError, match="at least repeat"):
+        bench(load_cases(cases_file)[:1], runtime=tiny_runtime, repeat=2, prepared_repeat=1, hf=False, prepared=True)
+
+
 def test_bench_prepared_through_the_typed_instruction_leaves_the_edit_no_prompt_to_prefill(
         tiny_runtime, cases_file):
     report = bench(load_cases(cases_file), runtime=tiny_runtime, repeat=1, hf=False, prepared=True,

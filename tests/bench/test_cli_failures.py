@@ -84,6 +84,17 @@ def test_typed_instruction_without_prepared_is_refused_before_anything_runs(monk
     assert "give --prepared too" in capsys.readouterr().err and calls == []
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--prepared-repeat", "9"], "give --prepared too"),  # would run nothing more
+    (["--prepared", "--repeat", "5", "--prepared-repeat", "3"], "at least --repeat (5)"),
+])
+def test_prepared_repeat_without_prepared_or_below_repeat_is_refused(monkeypatch, capsys, argv, says):
+    calls = []
+    monkeypatch.setattr(bench_cmd, "bench", fake_bench(calls))
+    assert main(["bench", "--cases", SMOKE, *argv]) == 2
+    assert says in capsys.readouterr().err and calls == []
+
+
 def test_a_model_that_cannot_load_is_one_line_and_leaves_no_rows_file(monkeypatch, tmp_path, capsys):
     monkeypatch.undo()  # the real loader
     rows = tmp_path / "rows.jsonl"
