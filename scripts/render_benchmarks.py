@@ -60,10 +60,15 @@ def typing_run(file: str, commit: str, args: str, runtime: str = "torch", machin
 COMPLETIONS = ("completions-cold", "completions-prepared")
 # the arguments of the llama.cpp runs' two commands: completions in 5 rounds, edits with the instruction typed
 LLAMACPP_COMPLETIONS = "--cases bench/cases/stdlib.jsonl --runtime llamacpp --prepared --repeat 5"
+# the same with the prepared variants timed in 15 rounds (the cold ones in 5)
+LLAMACPP_COMPLETIONS_15 = LLAMACPP_COMPLETIONS + " --prepared-repeat 15"
 LLAMACPP_EDITS = "--cases bench/cases/edits_few.jsonl --runtime llamacpp --prepared --typed-instruction"
 
 # Which run feeds which table, newest first within a table.
 RUNS: list[Run] = [
+    bench_run("2026-12-07-edits-llamacpp-batch256.json", ("edits",), "a638573",
+              LLAMACPP_EDITS,
+              runtime="llamacpp"),
     bench_run("2026-12-07-edits-llamacpp-overhead.json", ("edits",), "7da9590",
               LLAMACPP_EDITS,
               runtime="llamacpp"),
