@@ -54,8 +54,9 @@ Fairness rules, each chosen so that the three do the same work:
 - Interleaved and warmed up: one warm-up of each variant before the first case;
   each of ``repeat`` rounds runs the three in a rotating order, then the two prepared
   ones in a rotating order; figures are medians. ``prepared_repeat`` rounds past ``repeat``
-  run the prepared ones alone (a prepared run costs a fraction of a cold one, and the median
-  of a short answer's few passes needs more rounds than the machine's spells allow in five).
+  run the prepared ones alone: a prepared run times a short answer's few passes, whose median
+  the machine's spells move more from round to round than a cold run's prefill (each prepared
+  run still prefills untimed first, so a round of them costs about what a cold round does).
 """
 
 from __future__ import annotations

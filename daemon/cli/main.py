@@ -122,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=None,
                    help="time each decoder this many times per case, interleaved; the median counts (default 1)")
     p.add_argument("--prepared-repeat", type=int, default=None, metavar="N",
-                   help="with --prepared: time the prepared variants N times per case (default: --repeat); "
-                        "they cost a fraction of a cold run, and a short answer's median needs more rounds")
+                   help="with --prepared: time the prepared variants N times per case (default: --repeat): their timed "
+                        "part is a few passes, which move more from round to round than a cold run's prefill")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="draw speedups and accepted tokens per pass (needs matplotlib: pip install 'ngramd[plot]')")
