@@ -45,7 +45,8 @@ def main() -> int:
 
     def own_options(ap: argparse.ArgumentParser) -> None:
         ap.add_argument("--tokens", type=int, default=1024, help="the prompt's last tokens before the cursor")
-        ap.add_argument("--sizes", type=batch_sizes, default=SIZES, help="tokens per llama_decode call, comma-separated")
+        ap.add_argument("--sizes", type=batch_sizes, default=SIZES,
+                        help="tokens per llama_decode call, comma-separated")
         ap.add_argument("--decode", type=int, default=0, help="greedy tokens decoded after the prefill, timed apart")
 
     args = measuring_arguments(__doc__.splitlines()[0], repeat=8, extra=own_options)
@@ -122,11 +123,12 @@ def main() -> int:
                 over = ms[phase][f"{engine} {BASE}"]
                 ratios[phase][f"{engine} {b}"].extend(x / y for x, y in zip(ms[phase][f"{engine} {b}"], over) if y > 0)
         med = {phase: {k: round(statistics.median(v), 1) for k, v in m.items()} for phase, m in ms.items()}
-        rows.append({"id": case.id, "tokens": len(ids), "ms": {k: [round(x, 1) for x in v] for k, v in ms["prefill"].items()},
-                     "median_ms": med["prefill"],
-                     "decode_ms": {k: [round(x, 1) for x in v] for k, v in ms["decode"].items()},
+        rounded = {phase: {k: [round(x, 1) for x in v] for k, v in m.items()} for phase, m in ms.items()}
+        rows.append({"id": case.id, "tokens": len(ids), "ms": rounded["prefill"], "median_ms": med["prefill"],
+                     "decode_ms": rounded["decode"],
                      "decode_median_ms": med["decode"]})
-        print(f"{case.id:24s} {len(ids):5d} tokens  prefill " + "  ".join(f"{k} {v:.0f}" for k, v in med["prefill"].items())
+        print(f"{case.id:24s} {len(ids):5d} tokens  prefill "
+              + "  ".join(f"{k} {v:.0f}" for k, v in med["prefill"].items())
               + (f"  | {args.decode} decoded " + "  ".join(f"{k} {v:.0f}" for k, v in med["decode"].items())
                  if args.decode else "") + " ms", flush=True)
     summary = {phase: {k: round(statistics.median(v), 3) for k, v in r.items() if v} for phase, r in ratios.items()}

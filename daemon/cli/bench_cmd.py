@@ -32,7 +32,8 @@ from ngramd.daemon.bench.llamacpp_peer import PEER_BATCH
 
 # Options of one use of `ngramd bench` each: given to the other, they would be silently ignored.
 MAKE_OPTIONS = ("out", "n", "seed", "mode")
-RUN_OPTIONS = ("repeat", "prepared_repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows", "model", "device")
+RUN_OPTIONS = ("repeat", "prepared_repeat", "json", "plot", "no_hf", "prepared", "typed_instruction", "rows",
+               "model", "device")
 
 
 def run(args: Any) -> int:
