@@ -417,9 +417,7 @@ class BenchRunner:
         (at least ``repeat``; default ``repeat``): rounds of the prepared variants, the ones past
         ``repeat`` prepared variants alone."""
         rounds = max(1, repeat)
-        prepared_rounds = rounds if prepared_repeat is None else prepared_repeat
-        if prepared_rounds < rounds:
-            raise ValueError(f"prepared_repeat ({prepared_repeat}) must be at least repeat ({repeat})")
+        prepared_rounds = max(rounds, prepared_repeat or 0)  # bench() refuses fewer than ``repeat``
         base = {"id": case.id, "kind": case.kind, "mode": case.mode, "workspace": case.workspace_ref,
                 "file": case.file, "offset": case.offset, "max_tokens": case.max_tokens}
         index = self.index_for(case.workspace)
